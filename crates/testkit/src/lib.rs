@@ -1,0 +1,17 @@
+//! Test-only helpers shared by the archive tests, the fuzz targets and (later) the server tests.
+//!
+//! - [`TarBuilder`]: writes raw tar headers byte by byte, so hostile archives (bad PAX records,
+//!   GNU headers, odd typeflags, base-256 fields, trailing data) can be expressed without
+//!   checked-in binary blobs.
+//! - [`argo_tgz`]: packs a directory the way Argo CD's repo-server does (`util/io/files/tar.go`
+//!   with Go's `archive/tar` writer), for compatibility tests.
+//! - [`Sentinel`]: an extraction root nested in a sentinel directory inside a scratch dir with
+//!   decoys, plus the oracle checks.
+#![forbid(unsafe_code)]
+#![allow(clippy::print_stderr)]
+
+mod builder;
+mod oracle;
+
+pub use builder::{Hdr, Magic, TarBuilder, argo_tgz, argo_tgz_with, gzip, pax_record};
+pub use oracle::{Node, Sentinel, check_contained, describe_tree};
