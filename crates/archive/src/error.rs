@@ -297,12 +297,22 @@ impl fmt::Display for ExtractError {
 impl ExtractError {
     /// An error not tied to an entry.
     pub fn new(reason: Reason) -> Self {
-        Self { reason, entry: None, name: None, cleanup: None }
+        Self {
+            reason,
+            entry: None,
+            name: None,
+            cleanup: None,
+        }
     }
 
     /// An error at entry `index` (0-based, counting every header) named `name` (raw bytes).
     pub fn at(reason: Reason, index: u64, name: Option<&[u8]>) -> Self {
-        Self { reason, entry: Some(index), name: name.map(escape), cleanup: None }
+        Self {
+            reason,
+            entry: Some(index),
+            name: name.map(escape),
+            cleanup: None,
+        }
     }
 
     pub(crate) fn with_cleanup_error(mut self, e: io::Error) -> Self {

@@ -54,13 +54,21 @@ type TarStream<R> = Decompressed<GzipReader<Compressed<R>>>;
 
 /// Extract (or, with [`crate::NullSink`], only check) one tar.gz read from `input` in one pass.
 /// On any error the sink's partial output is removed before returning.
-pub fn extract<R: Read>(input: R, sink: &mut dyn Sink, opts: &Options) -> Result<Summary, ExtractError> {
+pub fn extract<R: Read>(
+    input: R,
+    sink: &mut dyn Sink,
+    opts: &Options,
+) -> Result<Summary, ExtractError> {
     let span = tracing::debug_span!("extract");
     let _guard = span.enter();
     let wire: Tripwire = std::rc::Rc::new(Shared::default());
     match run(input, sink, opts, &wire) {
         Ok(summary) => {
-            tracing::debug!(entries = summary.entries, bytes = summary.file_bytes, "archive accepted");
+            tracing::debug!(
+                entries = summary.entries,
+                bytes = summary.file_bytes,
+                "archive accepted"
+            );
             Ok(summary)
         }
         Err(err) => {
@@ -85,7 +93,12 @@ fn classify(wire: &Shared, e: &io::Error) -> Reason {
     }
 }
 
-fn run<R: Read>(input: R, sink: &mut dyn Sink, opts: &Options, wire: &Tripwire) -> Result<Summary, ExtractError> {
+fn run<R: Read>(
+    input: R,
+    sink: &mut dyn Sink,
+    opts: &Options,
+    wire: &Tripwire,
+) -> Result<Summary, ExtractError> {
     let limits = &opts.limits;
     let deadline = Instant::now() + limits.wall_clock;
     let compressed = Compressed::new(input, limits, deadline, wire.clone());
@@ -107,7 +120,9 @@ fn run<R: Read>(input: R, sink: &mut dyn Sink, opts: &Options, wire: &Tripwire) 
     let mut end_of_entries: u64 = 0;
     let mut headers: u64 = 0;
     {
-        let entries = archive.entries().map_err(|e| ExtractError::new(classify(wire, &e)))?;
+        let entries = archive
+            .entries()
+            .map_err(|e| ExtractError::new(classify(wire, &e)))?;
         for (index, entry) in entries.raw(true).enumerate() {
             let index = index as u64;
             headers = index + 1;
@@ -124,7 +139,9 @@ fn run<R: Read>(input: R, sink: &mut dyn Sink, opts: &Options, wire: &Tripwire) 
             let pax_body = match pax_body_len(&block, limits).map_err(fail)? {
                 Some(len) => {
                     let mut body = vec![0u8; len];
-                    entry.read_exact(&mut body).map_err(|e| fail(classify(wire, &e)))?;
+                    entry
+                        .read_exact(&mut body)
+                        .map_err(|e| fail(classify(wire, &e)))?;
                     Some(body)
                 }
                 None => None,
@@ -133,13 +150,17 @@ fn run<R: Read>(input: R, sink: &mut dyn Sink, opts: &Options, wire: &Tripwire) 
                 Decision::SkipRoot | Decision::Pax => {}
                 Decision::Dir { at, exists } => {
                     if !exists {
-                        sink.dir(&at.path, at.new_parents).map_err(|e| fail(Reason::io("create directory", e)))?;
+                        sink.dir(&at.path, at.new_parents)
+                            .map_err(|e| fail(Reason::io("create directory", e)))?;
                     }
                     s.dirs += 1;
                     s.entries += 1;
                 }
                 Decision::File { at, size, mode } => {
-                    let mut tracked = Tracked { inner: &mut entry, failed: None };
+                    let mut tracked = Tracked {
+                        inner: &mut entry,
+                        failed: None,
+                    };
                     let written = sink.file(&at.path, at.new_parents, mode, &mut tracked);
                     let failed = tracked.failed.take();
                     let written = match (written, failed) {
@@ -163,7 +184,9 @@ fn run<R: Read>(input: R, sink: &mut dyn Sink, opts: &Options, wire: &Tripwire) 
             }
         }
     }
-    state.finish().map_err(|r| ExtractError::at(r, headers, None))?;
+    state
+        .finish()
+        .map_err(|r| ExtractError::at(r, headers, None))?;
 
     // The tar parser stopped at a zero block or at EOF; what follows must be zeros, and there
     // must be the two-block end marker in total.
@@ -178,13 +201,13 @@ fn run<R: Read>(input: R, sink: &mut dyn Sink, opts: &Options, wire: &Tripwire) 
     let compressed = tar_stream.into_inner().into_inner();
     s.compressed_bytes = wire.compressed();
     s.sha256 = compressed.finish();
-    if let Some(expected) = opts.expected_sha256 {
-        if expected != s.sha256 {
-            return Err(ExtractError::new(Reason::ChecksumMismatch {
-                expected: hex::encode(expected),
-                actual: s.sha256_hex(),
-            }));
-        }
+    if let Some(expected) = opts.expected_sha256
+        && expected != s.sha256
+    {
+        return Err(ExtractError::new(Reason::ChecksumMismatch {
+            expected: hex::encode(expected),
+            actual: s.sha256_hex(),
+        }));
     }
     Ok(s)
 }
@@ -206,7 +229,10 @@ fn drain_zeros<R: Read>(r: &mut R, limits: &Limits, wire: &Shared) -> Result<u64
         }
         total += n as u64;
         if total > limits.trailing_bytes + 2 * BLOCK as u64 {
-            return Err(ExtractError::new(Reason::limit(LimitKind::TrailingBytes, limits.trailing_bytes)));
+            return Err(ExtractError::new(Reason::limit(
+                LimitKind::TrailingBytes,
+                limits.trailing_bytes,
+            )));
         }
     }
 }

@@ -41,7 +41,9 @@ pub(crate) struct GzipReader<R: Read> {
 
 impl<R: Read> std::fmt::Debug for GzipReader<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GzipReader").field("state", &self.state).finish_non_exhaustive()
+        f.debug_struct("GzipReader")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
     }
 }
 
@@ -84,7 +86,8 @@ impl<R: Read> GzipReader<R> {
             return Err(self.wire.trip(Reason::Truncated));
         }
         let mut fixed = [0u8; 10];
-        read_exact(self.deflate.get_mut(), &mut fixed, &mut hcrc).map_err(|e| self.input_err(e, "header"))?;
+        read_exact(self.deflate.get_mut(), &mut fixed, &mut hcrc)
+            .map_err(|e| self.input_err(e, "header"))?;
         if fixed[0] != 0x1f || fixed[1] != 0x8b {
             return Err(self.fail("not gzip data (bad magic)"));
         }
@@ -97,13 +100,15 @@ impl<R: Read> GzipReader<R> {
         }
         if flags & FEXTRA != 0 {
             let mut len = [0u8; 2];
-            read_exact(self.deflate.get_mut(), &mut len, &mut hcrc).map_err(|e| self.input_err(e, "header"))?;
+            read_exact(self.deflate.get_mut(), &mut len, &mut hcrc)
+                .map_err(|e| self.input_err(e, "header"))?;
             let len = u16::from_le_bytes(len) as usize;
             if len > self.field_cap {
                 return Err(self.over_cap());
             }
             let mut extra = vec![0u8; len];
-            read_exact(self.deflate.get_mut(), &mut extra, &mut hcrc).map_err(|e| self.input_err(e, "header"))?;
+            read_exact(self.deflate.get_mut(), &mut extra, &mut hcrc)
+                .map_err(|e| self.input_err(e, "header"))?;
         }
         for flag in [FNAME, FCOMMENT] {
             if flags & flag != 0 {
@@ -113,8 +118,12 @@ impl<R: Read> GzipReader<R> {
         if flags & FHCRC != 0 {
             let expect = (hcrc.clone().finalize() & 0xffff) as u16;
             let mut got = [0u8; 2];
-            read_exact(self.deflate.get_mut(), &mut got, &mut crc32fast::Hasher::new())
-                .map_err(|e| self.input_err(e, "header"))?;
+            read_exact(
+                self.deflate.get_mut(),
+                &mut got,
+                &mut crc32fast::Hasher::new(),
+            )
+            .map_err(|e| self.input_err(e, "header"))?;
             if u16::from_le_bytes(got) != expect {
                 return Err(self.fail("header crc mismatch"));
             }
@@ -123,14 +132,18 @@ impl<R: Read> GzipReader<R> {
     }
 
     fn over_cap(&self) -> io::Error {
-        self.wire.trip(Reason::limit(LimitKind::GzipHeaderBytes, self.field_cap as u64))
+        self.wire.trip(Reason::limit(
+            LimitKind::GzipHeaderBytes,
+            self.field_cap as u64,
+        ))
     }
 
     fn skip_cstring(&mut self, hcrc: &mut crc32fast::Hasher) -> io::Result<()> {
         let mut seen = 0usize;
         loop {
             let mut b = [0u8; 1];
-            read_exact(self.deflate.get_mut(), &mut b, hcrc).map_err(|e| self.input_err(e, "header"))?;
+            read_exact(self.deflate.get_mut(), &mut b, hcrc)
+                .map_err(|e| self.input_err(e, "header"))?;
             if b[0] == 0 {
                 return Ok(());
             }
@@ -143,8 +156,12 @@ impl<R: Read> GzipReader<R> {
 
     fn read_trailer(&mut self) -> io::Result<()> {
         let mut t = [0u8; 8];
-        read_exact(self.deflate.get_mut(), &mut t, &mut crc32fast::Hasher::new())
-            .map_err(|e| self.input_err(e, "trailer"))?;
+        read_exact(
+            self.deflate.get_mut(),
+            &mut t,
+            &mut crc32fast::Hasher::new(),
+        )
+        .map_err(|e| self.input_err(e, "trailer"))?;
         let crc = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
         let isize = u32::from_le_bytes([t[4], t[5], t[6], t[7]]);
         if crc != self.crc.clone().finalize() {
@@ -165,7 +182,11 @@ impl<R: Read> GzipReader<R> {
 }
 
 /// `read_exact` that also feeds the header CRC.
-fn read_exact<B: BufRead>(src: &mut B, out: &mut [u8], hcrc: &mut crc32fast::Hasher) -> io::Result<()> {
+fn read_exact<B: BufRead>(
+    src: &mut B,
+    out: &mut [u8],
+    hcrc: &mut crc32fast::Hasher,
+) -> io::Result<()> {
     src.read_exact(out)?;
     hcrc.update(out);
     Ok(())
@@ -183,7 +204,10 @@ impl<R: Read> Read for GzipReader<R> {
                     if buf.is_empty() {
                         return Ok(0);
                     }
-                    let n = self.deflate.read(buf).map_err(|e| self.input_err(e, "deflate"))?;
+                    let n = self
+                        .deflate
+                        .read(buf)
+                        .map_err(|e| self.input_err(e, "deflate"))?;
                     if n == 0 {
                         self.read_trailer()?;
                         self.state = State::Done;

@@ -76,7 +76,14 @@ pub fn parse(block: &[u8; BLOCK]) -> Result<Header, Reason> {
     }
     let linkname = cstr(&block[157..257], "linkname")?.to_vec();
     let mode = u32::try_from(mode).map_err(|_| Reason::BadNumber("mode"))?;
-    Ok(Header { typeflag: block[156], name, linkname, mode, size, format })
+    Ok(Header {
+        typeflag: block[156],
+        name,
+        linkname,
+        mode,
+        size,
+        format,
+    })
 }
 
 /// The typeflag byte and declared size, for deciding whether to read a PAX body before
@@ -138,11 +145,26 @@ mod tests {
         assert_eq!(number(b"\0\0\0\0\0\0\0\0", "mode").unwrap(), 0);
         assert_eq!(number(b"77777777777\0", "size").unwrap(), 0o77777777777);
         assert_eq!(number(b"777777777777", "size").unwrap(), 0o777777777777);
-        assert!(matches!(number(b"\x80\0\0\0\0\0\0\x02", "size"), Err(Reason::Base256(_))));
-        assert!(matches!(number(b"0000648\0", "mode"), Err(Reason::BadNumber(_))));
-        assert!(matches!(number(b"-000001\0", "mode"), Err(Reason::BadNumber(_))));
-        assert!(matches!(number(b"00 00644", "mode"), Err(Reason::BadNumber(_))));
-        assert!(matches!(number(b"0x1\0\0\0\0\0", "mode"), Err(Reason::BadNumber(_))));
+        assert!(matches!(
+            number(b"\x80\0\0\0\0\0\0\x02", "size"),
+            Err(Reason::Base256(_))
+        ));
+        assert!(matches!(
+            number(b"0000648\0", "mode"),
+            Err(Reason::BadNumber(_))
+        ));
+        assert!(matches!(
+            number(b"-000001\0", "mode"),
+            Err(Reason::BadNumber(_))
+        ));
+        assert!(matches!(
+            number(b"00 00644", "mode"),
+            Err(Reason::BadNumber(_))
+        ));
+        assert!(matches!(
+            number(b"0x1\0\0\0\0\0", "mode"),
+            Err(Reason::BadNumber(_))
+        ));
     }
 
     #[test]

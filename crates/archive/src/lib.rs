@@ -43,8 +43,13 @@ pub fn check<R: Read>(input: R, opts: &Options) -> Result<Summary, ExtractError>
 }
 
 /// Extract into the directory at `dir`, which must exist and be empty.
-pub fn extract_to_dir<R: Read>(input: R, dir: &Path, opts: &Options) -> Result<Summary, ExtractError> {
-    let fd = DirWriter::open_root(dir).map_err(|e| ExtractError::new(Reason::io("open destination", e)))?;
+pub fn extract_to_dir<R: Read>(
+    input: R,
+    dir: &Path,
+    opts: &Options,
+) -> Result<Summary, ExtractError> {
+    let fd = DirWriter::open_root(dir)
+        .map_err(|e| ExtractError::new(Reason::io("open destination", e)))?;
     let mut writer = DirWriter::new(fd, Resolver::Auto)
         .map_err(|e| ExtractError::new(Reason::io("read destination", e)))?
         .map_err(ExtractError::new)?;

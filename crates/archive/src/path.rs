@@ -55,7 +55,11 @@ pub fn normalize(raw: &[u8], is_dir: bool, limits: &Limits) -> Result<Option<Ent
         return Err(Reason::AbsolutePath);
     }
     if raw == b"." || raw == b"./" {
-        return if is_dir { Ok(None) } else { Err(Reason::RootNotDirectory) };
+        return if is_dir {
+            Ok(None)
+        } else {
+            Err(Reason::RootNotDirectory)
+        };
     }
     let mut name = raw.strip_prefix(b"./").unwrap_or(raw);
     if let Some(stripped) = name.strip_suffix(b"/") {
@@ -65,7 +69,10 @@ pub fn normalize(raw: &[u8], is_dir: bool, limits: &Limits) -> Result<Option<Ent
         name = stripped;
     }
     if name.len() > limits.path_bytes {
-        return Err(Reason::limit(LimitKind::PathBytes, limits.path_bytes as u64));
+        return Err(Reason::limit(
+            LimitKind::PathBytes,
+            limits.path_bytes as u64,
+        ));
     }
     let mut depth = 0usize;
     for comp in name.split(|&b| b == b'/') {
@@ -74,13 +81,19 @@ pub fn normalize(raw: &[u8], is_dir: bool, limits: &Limits) -> Result<Option<Ent
             b"." => return Err(Reason::DotComponent),
             b".." => return Err(Reason::DotDot),
             c if c.len() > limits.component_bytes => {
-                return Err(Reason::limit(LimitKind::ComponentBytes, limits.component_bytes as u64));
+                return Err(Reason::limit(
+                    LimitKind::ComponentBytes,
+                    limits.component_bytes as u64,
+                ));
             }
             _ => depth += 1,
         }
     }
     if depth > limits.path_depth {
-        return Err(Reason::limit(LimitKind::PathDepth, limits.path_depth as u64));
+        return Err(Reason::limit(
+            LimitKind::PathDepth,
+            limits.path_depth as u64,
+        ));
     }
     Ok(Some(EntryPath(name.to_vec())))
 }
@@ -93,7 +106,10 @@ pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result
         return Err(Reason::EmptyName);
     }
     if target.len() > limits.link_target_bytes {
-        return Err(Reason::limit(LimitKind::LinkTargetBytes, limits.link_target_bytes as u64));
+        return Err(Reason::limit(
+            LimitKind::LinkTargetBytes,
+            limits.link_target_bytes as u64,
+        ));
     }
     check_bytes(target)?;
     if target[0] == b'/' {
@@ -128,7 +144,11 @@ mod tests {
     fn names() {
         assert_eq!(n("a/b").unwrap().unwrap().as_bytes(), b"a/b");
         assert_eq!(n("./a").unwrap().unwrap().as_bytes(), b"a");
-        assert!(normalize(b"d/", true, &Limits::default()).unwrap().is_some());
+        assert!(
+            normalize(b"d/", true, &Limits::default())
+                .unwrap()
+                .is_some()
+        );
         assert!(matches!(n("d/"), Err(Reason::EmptyComponent)));
         assert!(matches!(n("/etc/x"), Err(Reason::AbsolutePath)));
         assert!(matches!(n("a/../b"), Err(Reason::DotDot)));

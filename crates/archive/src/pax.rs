@@ -19,7 +19,16 @@ pub struct Pax {
 
 /// Keys Go's writer can emit for regular files, directories and symlinks.
 const ALLOWED: &[&[u8]] = &[
-    b"path", b"linkpath", b"size", b"uid", b"gid", b"uname", b"gname", b"mtime", b"atime", b"ctime",
+    b"path",
+    b"linkpath",
+    b"size",
+    b"uid",
+    b"gid",
+    b"uname",
+    b"gname",
+    b"mtime",
+    b"atime",
+    b"ctime",
 ];
 
 /// Parse the body of a `x` header.
@@ -109,7 +118,11 @@ fn time(v: &[u8]) -> Result<(), Reason> {
         && secs.len() <= 19
         && secs.iter().all(u8::is_ascii_digit)
         && frac.is_none_or(|f| !f.is_empty() && f.iter().all(u8::is_ascii_digit));
-    if ok { Ok(()) } else { Err(Reason::PaxMalformed("bad time value")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(Reason::PaxMalformed("bad time value"))
+    }
 }
 
 #[cfg(test)]

@@ -77,7 +77,9 @@ impl<R: Read> Compressed<R> {
 impl<R: Read> Read for Compressed<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if Instant::now() > self.deadline {
-            return Err(self.wire.trip(Reason::limit(LimitKind::WallClock, self.wall_secs)));
+            return Err(self
+                .wire
+                .trip(Reason::limit(LimitKind::WallClock, self.wall_secs)));
         }
         let n = loop {
             match self.inner.read(buf) {
@@ -89,7 +91,9 @@ impl<R: Read> Read for Compressed<R> {
         let total = self.wire.compressed.get() + n as u64;
         self.wire.compressed.set(total);
         if total > self.cap {
-            return Err(self.wire.trip(Reason::limit(LimitKind::CompressedBytes, self.cap)));
+            return Err(self
+                .wire
+                .trip(Reason::limit(LimitKind::CompressedBytes, self.cap)));
         }
         self.hasher.update(&buf[..n]);
         Ok(n)
@@ -137,17 +141,23 @@ impl<R: Read> Decompressed<R> {
 impl<R: Read> Read for Decompressed<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if Instant::now() > self.deadline {
-            return Err(self.wire.trip(Reason::limit(LimitKind::WallClock, self.wall_secs)));
+            return Err(self
+                .wire
+                .trip(Reason::limit(LimitKind::WallClock, self.wall_secs)));
         }
         let n = self.inner.read(buf)?;
         self.count += n as u64;
         if self.count > self.cap {
-            return Err(self.wire.trip(Reason::limit(LimitKind::ExtractedBytes, self.cap)));
+            return Err(self
+                .wire
+                .trip(Reason::limit(LimitKind::ExtractedBytes, self.cap)));
         }
         if self.count >= self.grace
             && self.count > self.wire.compressed().saturating_mul(self.max_ratio)
         {
-            return Err(self.wire.trip(Reason::limit(LimitKind::CompressionRatio, self.max_ratio)));
+            return Err(self
+                .wire
+                .trip(Reason::limit(LimitKind::CompressionRatio, self.max_ratio)));
         }
         Ok(n)
     }

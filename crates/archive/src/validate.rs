@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use crate::error::{LimitKind, Reason};
 use crate::header::{self, BLOCK};
 use crate::limits::Limits;
-use crate::pax::{self, Pax};
 use crate::path::{self, EntryPath};
+use crate::pax::{self, Pax};
 
 /// What an accepted path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,12 +94,20 @@ impl State {
 
     /// Called at end of archive: a PAX header must not dangle.
     pub fn finish(&self) -> Result<(), Reason> {
-        if self.pending.is_some() { Err(Reason::PaxDangling) } else { Ok(()) }
+        if self.pending.is_some() {
+            Err(Reason::PaxDangling)
+        } else {
+            Ok(())
+        }
     }
 
     /// Decide one header. `pax_body` is the data of a `x` header (the caller reads at most
     /// `limits.pax_header_bytes` of it, see [`pax_body_len`]).
-    pub fn validate(&mut self, block: &[u8; BLOCK], pax_body: Option<&[u8]>) -> Result<Decision, Reason> {
+    pub fn validate(
+        &mut self,
+        block: &[u8; BLOCK],
+        pax_body: Option<&[u8]>,
+    ) -> Result<Decision, Reason> {
         let hdr = header::parse(block)?;
         match hdr.typeflag {
             b'x' => {
@@ -115,10 +123,13 @@ impl State {
         }
         let pax = self.pending.take().unwrap_or_default();
         let name = pax.path.as_deref().unwrap_or(&hdr.name);
-        if let Some(size) = pax.size {
-            if size != hdr.size {
-                return Err(Reason::PaxSizeMismatch { pax: size, header: hdr.size });
-            }
+        if let Some(size) = pax.size
+            && size != hdr.size
+        {
+            return Err(Reason::PaxSizeMismatch {
+                pax: size,
+                header: hdr.size,
+            });
         }
         if pax.linkpath.is_some() && hdr.typeflag != b'2' {
             return Err(Reason::PaxLinkpathOnNonLink);
@@ -160,7 +171,11 @@ impl State {
                     return Err(Reason::limit(LimitKind::FileBytes, self.limits.file_bytes));
                 }
                 let exec = self.preserve_file_mode && hdr.mode & 0o100 != 0;
-                Decision::File { at, size: hdr.size, mode: if exec { 0o755 } else { 0o644 } }
+                Decision::File {
+                    at,
+                    size: hdr.size,
+                    mode: if exec { 0o755 } else { 0o644 },
+                }
             }
             Kind::Symlink => {
                 let target = pax.linkpath.unwrap_or(hdr.linkname);
@@ -173,10 +188,13 @@ impl State {
             }
         };
         let key = match &decision {
-            Decision::Dir { at, .. } | Decision::File { at, .. } | Decision::Symlink { at, .. } => at,
+            Decision::Dir { at, .. } | Decision::File { at, .. } | Decision::Symlink { at, .. } => {
+                at
+            }
             _ => unreachable!("only entries reach here"),
         };
-        self.paths.insert(key.path.as_bytes().to_vec(), (kind, true));
+        self.paths
+            .insert(key.path.as_bytes().to_vec(), (kind, true));
         Ok(decision)
     }
 
@@ -184,8 +202,12 @@ impl State {
     /// implicit directories. Returns how many are new.
     fn check_parents(&mut self, path: &EntryPath) -> Result<usize, Reason> {
         let bytes = path.as_bytes();
-        let cuts: Vec<usize> =
-            bytes.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i).collect();
+        let cuts: Vec<usize> = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .map(|(i, _)| i)
+            .collect();
         // Walk up from the immediate parent until an existing directory is found.
         let mut missing = 0;
         for &cut in cuts.iter().rev() {
@@ -224,12 +246,19 @@ pub fn pax_body_len(block: &[u8; BLOCK], limits: &Limits) -> Result<Option<usize
         return Ok(None);
     }
     if size > limits.pax_header_bytes {
-        return Err(Reason::limit(LimitKind::PaxHeaderBytes, limits.pax_header_bytes));
+        return Err(Reason::limit(
+            LimitKind::PaxHeaderBytes,
+            limits.pax_header_bytes,
+        ));
     }
     Ok(Some(size as usize))
 }
 
 /// Free-function form of [`State::validate`].
-pub fn validate(block: &[u8; BLOCK], pax_body: Option<&[u8]>, state: &mut State) -> Result<Decision, Reason> {
+pub fn validate(
+    block: &[u8; BLOCK],
+    pax_body: Option<&[u8]>,
+    state: &mut State,
+) -> Result<Decision, Reason> {
     state.validate(block, pax_body)
 }

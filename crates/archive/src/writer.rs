@@ -22,7 +22,13 @@ pub trait Sink {
     /// Create a directory at `path` (after its `new_parents` innermost missing ancestors).
     fn dir(&mut self, path: &EntryPath, new_parents: usize) -> io::Result<()>;
     /// Create a file and copy `data` into it; returns the bytes copied.
-    fn file(&mut self, path: &EntryPath, new_parents: usize, mode: u32, data: &mut dyn Read) -> io::Result<u64>;
+    fn file(
+        &mut self,
+        path: &EntryPath,
+        new_parents: usize,
+        mode: u32,
+        data: &mut dyn Read,
+    ) -> io::Result<u64>;
     /// Create a symlink.
     fn symlink(&mut self, path: &EntryPath, new_parents: usize, target: &[u8]) -> io::Result<()>;
     /// Remove everything written so far (called once, on rejection).
@@ -67,7 +73,10 @@ pub struct DirWriter {
     buf: Vec<u8>,
 }
 
-const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
 
 impl DirWriter {
     /// Take ownership of `root`, which must be an empty directory.
@@ -75,7 +84,12 @@ impl DirWriter {
         if !is_empty(root.as_fd())? {
             return Ok(Err(crate::Reason::DestinationNotEmpty));
         }
-        Ok(Ok(Self { root, resolver, cached: None, buf: vec![0; 256 * 1024] }))
+        Ok(Ok(Self {
+            root,
+            resolver,
+            cached: None,
+            buf: vec![0; 256 * 1024],
+        }))
     }
 
     /// Open a directory path as the root (the path itself is trusted: it comes from the operator).
@@ -137,7 +151,11 @@ impl DirWriter {
             let fd = fd.ok_or_else(|| io::Error::other("empty parent path"))?;
             self.cached = Some((parent.to_vec(), fd));
         }
-        Ok(self.cached.as_ref().map(|(_, fd)| fd.as_fd()).unwrap_or(self.root.as_fd()))
+        Ok(self
+            .cached
+            .as_ref()
+            .map(|(_, fd)| fd.as_fd())
+            .unwrap_or(self.root.as_fd()))
     }
 }
 
@@ -159,10 +177,17 @@ impl Sink for DirWriter {
         Ok(())
     }
 
-    fn file(&mut self, path: &EntryPath, new_parents: usize, mode: u32, data: &mut dyn Read) -> io::Result<u64> {
+    fn file(
+        &mut self,
+        path: &EntryPath,
+        new_parents: usize,
+        mode: u32,
+        data: &mut dyn Read,
+    ) -> io::Result<u64> {
         let (_, name) = path.split_last();
         let parent = self.parent(path, new_parents)?;
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rfs::openat(parent, name, flags, Mode::from_raw_mode(mode))?;
         rfs::fchmod(&fd, Mode::from_raw_mode(mode))?;
         let mut file = File::from(fd);
@@ -194,8 +219,7 @@ impl Sink for DirWriter {
 }
 
 fn is_empty(dir: BorrowedFd<'_>) -> io::Result<bool> {
-    let mut it = rfs::Dir::read_from(dir)?;
-    while let Some(ent) = it.next() {
+    for ent in rfs::Dir::read_from(dir)? {
         let name = ent?.file_name().to_bytes().to_vec();
         if name != b"." && name != b".." {
             return Ok(false);
@@ -219,8 +243,7 @@ fn remove_level(dir: BorrowedFd<'_>, depth: usize) -> io::Result<()> {
         return Err(io::Error::other("tree too deep to remove"));
     }
     let mut names = Vec::new();
-    let mut it = rfs::Dir::read_from(dir)?;
-    while let Some(ent) = it.next() {
+    for ent in rfs::Dir::read_from(dir)? {
         let ent = ent?;
         let name = ent.file_name().to_bytes();
         if name != b"." && name != b".." {
@@ -230,17 +253,20 @@ fn remove_level(dir: BorrowedFd<'_>, depth: usize) -> io::Result<()> {
     for (name, ftype) in names {
         let is_dir = match ftype {
             rfs::FileType::Directory => true,
-            rfs::FileType::Unknown => {
-                rfs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
-                    .map(|st| rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory)?
-            }
+            rfs::FileType::Unknown => rfs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                .map(|st| rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory)?,
             _ => false,
         };
         if is_dir {
             let sub = match rfs::openat(dir, name.as_slice(), DIR_FLAGS, Mode::empty()) {
                 Err(Errno::ACCESS) => {
                     // Regain access to a directory a tool locked down (no-follow, one component).
-                    rfs::chmodat(dir, name.as_slice(), Mode::from_raw_mode(0o700), AtFlags::SYMLINK_NOFOLLOW)?;
+                    rfs::chmodat(
+                        dir,
+                        name.as_slice(),
+                        Mode::from_raw_mode(0o700),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )?;
                     rfs::openat(dir, name.as_slice(), DIR_FLAGS, Mode::empty())?
                 }
                 other => other?,

@@ -19,12 +19,25 @@ fn sample_repo(dir: &Path) {
     w("README.md", b"# repo\n");
     w(".git/HEAD", b"ref: refs/heads/main\n");
     w(".git/objects/ab/cdef0123", &[0u8, 159, 146, 150, 255]);
-    w("apps/guestbook/kustomization.yaml", b"resources: [deploy.yaml]\n");
-    w("apps/guestbook/deploy.yaml", b"apiVersion: v1\nkind: ConfigMap\n");
+    w(
+        "apps/guestbook/kustomization.yaml",
+        b"resources: [deploy.yaml]\n",
+    );
+    w(
+        "apps/guestbook/deploy.yaml",
+        b"apiVersion: v1\nkind: ConfigMap\n",
+    );
     w("base/values.yaml", b"replicas: 2\n");
-    w("overlays/prod/kustomization.yaml", b"resources: [../../base]\n");
+    w(
+        "overlays/prod/kustomization.yaml",
+        b"resources: [../../base]\n",
+    );
     w("scripts/generate.sh", b"#!/bin/sh\ncat *.yaml\n");
-    fs::set_permissions(dir.join("scripts/generate.sh"), fs::Permissions::from_mode(0o755)).expect("chmod");
+    fs::set_permissions(
+        dir.join("scripts/generate.sh"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
     w("empty", b"");
     fs::create_dir_all(dir.join("empty-dir")).expect("mkdir");
     w("with space/and 'quotes'.yaml", b"a: 1\n");
@@ -35,11 +48,19 @@ fn sample_repo(dir: &Path) {
     // Needs a PAX path (no split possible).
     let pax = format!("{}/{}.yaml", "q".repeat(200), "r".repeat(180));
     w(&pax, b"d: 4\n");
-    symlink("../../base/values.yaml", dir.join("overlays/prod/values.yaml")).expect("symlink");
+    symlink(
+        "../../base/values.yaml",
+        dir.join("overlays/prod/values.yaml"),
+    )
+    .expect("symlink");
     symlink("../README.md", dir.join("apps/README.md")).expect("symlink");
     symlink("./README.md", dir.join("readme-link")).expect("symlink");
     symlink("..", dir.join("apps/guestbook-root")).expect("symlink");
-    symlink(format!("../{}", "t".repeat(150)), dir.join("apps/long-target")).expect("symlink");
+    symlink(
+        format!("../{}", "t".repeat(150)),
+        dir.join("apps/long-target"),
+    )
+    .expect("symlink");
 }
 
 /// What the tree should look like after extraction: modes sanitised.
@@ -49,7 +70,14 @@ fn expected(src: &Path, preserve: bool) -> BTreeMap<String, Node> {
         .map(|(k, n)| {
             let n = match n {
                 Node::Dir(_) => Node::Dir(0o755),
-                Node::File(m, h) => Node::File(if preserve && m & 0o100 != 0 { 0o755 } else { 0o644 }, h),
+                Node::File(m, h) => Node::File(
+                    if preserve && m & 0o100 != 0 {
+                        0o755
+                    } else {
+                        0o644
+                    },
+                    h,
+                ),
                 other => other,
             };
             (k, n)
@@ -60,8 +88,11 @@ fn expected(src: &Path, preserve: bool) -> BTreeMap<String, Node> {
 fn extract(tgz: &[u8], opts: &Options, resolver: Resolver) -> (Sentinel, archive::Summary) {
     let s = Sentinel::new();
     let fd = archive::DirWriter::open_root(&s.root).expect("open");
-    let mut w = archive::DirWriter::new(fd, resolver).expect("read").expect("empty");
-    let sum = archive::extract(tgz, &mut w, opts).unwrap_or_else(|e| panic!("legitimate archive refused: {e}"));
+    let mut w = archive::DirWriter::new(fd, resolver)
+        .expect("read")
+        .expect("empty");
+    let sum = archive::extract(tgz, &mut w, opts)
+        .unwrap_or_else(|e| panic!("legitimate archive refused: {e}"));
     check_contained(&s.root).expect("contained");
     s.assert_outside_untouched();
     (s, sum)
@@ -74,7 +105,10 @@ fn argo_shaped_archive_extracts_identically() {
     let tgz = argo_tgz(src.path());
     for preserve in [false, true] {
         for resolver in [Resolver::Auto, Resolver::ComponentWise] {
-            let opts = Options { preserve_file_mode: preserve, ..Options::default() };
+            let opts = Options {
+                preserve_file_mode: preserve,
+                ..Options::default()
+            };
             let (s, sum) = extract(&tgz, &opts, resolver);
             assert_eq!(describe_tree(&s.root), expected(src.path(), preserve));
             assert_eq!(sum.entries as usize, describe_tree(src.path()).len());
@@ -88,18 +122,40 @@ fn argo_shaped_archive_matches_gnu_tar_reference() {
     let src = tempfile::tempdir().expect("tmp");
     sample_repo(src.path());
     let tgz = argo_tgz(src.path());
-    let (ours, _) = extract(&tgz, &Options { preserve_file_mode: true, ..Options::default() }, Resolver::Auto);
+    let (ours, _) = extract(
+        &tgz,
+        &Options {
+            preserve_file_mode: true,
+            ..Options::default()
+        },
+        Resolver::Auto,
+    );
     let reference = tempfile::tempdir().expect("tmp");
     let archive_file = reference.path().join("a.tgz");
     fs::write(&archive_file, &tgz).expect("write");
     let out = reference.path().join("out");
     fs::create_dir(&out).expect("mkdir");
-    let st = Command::new("tar").arg("-xzf").arg(&archive_file).arg("-C").arg(&out).status().expect("run GNU tar");
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive_file)
+        .arg("-C")
+        .arg(&out)
+        .status()
+        .expect("run GNU tar");
     assert!(st.success());
     // GNU tar keeps header modes; compare shape, contents and targets.
     let strip = |m: BTreeMap<String, Node>| -> BTreeMap<String, Node> {
         m.into_iter()
-            .map(|(k, n)| (k, match n { Node::Dir(_) => Node::Dir(0), Node::File(_, h) => Node::File(0, h), o => o }))
+            .map(|(k, n)| {
+                (
+                    k,
+                    match n {
+                        Node::Dir(_) => Node::Dir(0),
+                        Node::File(_, h) => Node::File(0, h),
+                        o => o,
+                    },
+                )
+            })
             .collect()
     };
     assert_eq!(strip(describe_tree(&ours.root)), strip(describe_tree(&out)));
@@ -109,7 +165,12 @@ fn argo_shaped_archive_matches_gnu_tar_reference() {
 fn gnu_tar_archives_are_accepted() {
     let src = tempfile::tempdir().expect("tmp");
     // GNU format would need 'L' headers for long names, which we refuse: keep names short.
-    for (p, d) in [("a.yaml", "a"), ("d/b.yaml", "b"), ("d/e/c.yaml", "c"), ("ü/x", "x")] {
+    for (p, d) in [
+        ("a.yaml", "a"),
+        ("d/b.yaml", "b"),
+        ("d/e/c.yaml", "c"),
+        ("ü/x", "x"),
+    ] {
         let p = src.path().join(p);
         fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         fs::write(p, d).expect("write");
@@ -127,8 +188,16 @@ fn gnu_tar_archives_are_accepted() {
             .status()
             .expect("tar");
         assert!(st.success());
-        let (s, _) = extract(&fs::read(&file).expect("read"), &Options::default(), Resolver::Auto);
-        assert_eq!(describe_tree(&s.root), expected(src.path(), false), "format {format}");
+        let (s, _) = extract(
+            &fs::read(&file).expect("read"),
+            &Options::default(),
+            Resolver::Auto,
+        );
+        assert_eq!(
+            describe_tree(&s.root),
+            expected(src.path(), false),
+            "format {format}"
+        );
     }
 }
 
@@ -137,11 +206,21 @@ fn repository_sized_archive() {
     let src = tempfile::tempdir().expect("tmp");
     for d in 0..60 {
         for f in 0..50 {
-            let p = src.path().join(format!("team-{d:02}/app-{}/manifests/f{f:03}.yaml", f % 5));
+            let p = src
+                .path()
+                .join(format!("team-{d:02}/app-{}/manifests/f{f:03}.yaml", f % 5));
             fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            fs::write(&p, format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{d}-{f}}}\n")).expect("write");
+            fs::write(
+                &p,
+                format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{d}-{f}}}\n"),
+            )
+            .expect("write");
         }
-        symlink("../shared.yaml", src.path().join(format!("team-{d:02}/shared-link"))).expect("symlink");
+        symlink(
+            "../shared.yaml",
+            src.path().join(format!("team-{d:02}/shared-link")),
+        )
+        .expect("symlink");
     }
     fs::write(src.path().join("shared.yaml"), b"x: 1\n").expect("write");
     let tgz = argo_tgz(src.path());

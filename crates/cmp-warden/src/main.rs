@@ -14,7 +14,12 @@ use clap::{Parser, Subcommand};
 #[command(name = "cmp-warden", version, about)]
 struct Cli {
     /// Log level (error, warn, info, debug, trace).
-    #[arg(long = "loglevel", global = true, default_value = "warn", env = "CMP_WARDEN_LOGLEVEL")]
+    #[arg(
+        long = "loglevel",
+        global = true,
+        default_value = "warn",
+        env = "CMP_WARDEN_LOGLEVEL"
+    )]
     log_level: String,
     #[command(subcommand)]
     command: Command,
@@ -31,7 +36,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match cli.command {
         Command::Archive(c) => cmd::archive::run(c),
     }

@@ -11,9 +11,14 @@ pub struct QuantityError {
 /// Parse a non-negative quantity into a whole number (bytes, counts). Binary suffixes
 /// `Ki Mi Gi Ti Pi Ei`, decimal `k K M G T P E`; a fraction is allowed when the result is whole.
 pub fn parse_quantity(input: &str) -> Result<u64, QuantityError> {
-    let err = |why| QuantityError { input: input.to_owned(), why };
+    let err = |why| QuantityError {
+        input: input.to_owned(),
+        why,
+    };
     let s = input.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, suffix) = s.split_at(split);
     let mult: u128 = match suffix {
         "" => 1,
@@ -35,7 +40,10 @@ pub fn parse_quantity(input: &str) -> Result<u64, QuantityError> {
         Some((i, f)) => (i, f),
         None => (num, ""),
     };
-    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+    if int.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
         return Err(err("not a number"));
     }
     if num.ends_with('.') || frac.len() > 9 {
@@ -43,8 +51,14 @@ pub fn parse_quantity(input: &str) -> Result<u64, QuantityError> {
     }
     let int: u128 = int.parse().map_err(|_| err("too large"))?;
     let scale = 10u128.pow(frac.len() as u32);
-    let frac_v: u128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| err("not a number"))? };
-    let total = (int * scale + frac_v).checked_mul(mult).ok_or_else(|| err("too large"))?;
+    let frac_v: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().map_err(|_| err("not a number"))?
+    };
+    let total = (int * scale + frac_v)
+        .checked_mul(mult)
+        .ok_or_else(|| err("too large"))?;
     if total % scale != 0 {
         return Err(err("not a whole number"));
     }
@@ -63,7 +77,16 @@ mod tests {
         assert_eq!(parse_quantity("1.5Gi"), Ok(3 << 29));
         assert_eq!(parse_quantity("2k"), Ok(2000));
         assert_eq!(parse_quantity("64M"), Ok(64_000_000));
-        for bad in ["", "Mi", "-1", "1.5", "1x", "1..2Mi", "99999999999999999999999Ei", "1.Mi"] {
+        for bad in [
+            "",
+            "Mi",
+            "-1",
+            "1.5",
+            "1x",
+            "1..2Mi",
+            "99999999999999999999999Ei",
+            "1.Mi",
+        ] {
             assert!(parse_quantity(bad).is_err(), "{bad}");
         }
     }

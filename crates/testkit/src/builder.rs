@@ -265,10 +265,18 @@ pub fn argo_tgz_with(dir: &Path, exclude: &[&str]) -> Vec<u8> {
 }
 
 fn walk(root: &Path, dir: &Path, exclude: &[&str], t: &mut TarBuilder) {
-    let mut names: Vec<_> = fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry").path()).collect();
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
     names.sort();
     for p in names {
-        let rel = p.strip_prefix(root).expect("under root").to_str().expect("utf-8 test names").to_owned();
+        let rel = p
+            .strip_prefix(root)
+            .expect("under root")
+            .to_str()
+            .expect("utf-8 test names")
+            .to_owned();
         if exclude.contains(&rel.as_str()) {
             continue;
         }
@@ -277,7 +285,14 @@ fn walk(root: &Path, dir: &Path, exclude: &[&str], t: &mut TarBuilder) {
         let ft = md.file_type();
         if ft.is_symlink() {
             let target = fs::read_link(&p).expect("readlink");
-            go_entry(t, &rel, b'2', 0o120000 | perm, target.to_str().expect("utf-8").as_bytes(), &[]);
+            go_entry(
+                t,
+                &rel,
+                b'2',
+                0o120000 | perm,
+                target.to_str().expect("utf-8").as_bytes(),
+                &[],
+            );
         } else if ft.is_dir() {
             go_entry(t, &rel, b'5', 0o40000 | perm, b"", &[]);
             walk(root, &p, exclude, t);
@@ -330,13 +345,25 @@ fn go_entry(t: &mut TarBuilder, name: &str, typeflag: u8, mode: u32, link: &[u8]
     }
     if !fits(link, 100) {
         pax.push(("linkpath", link));
-        h.linkname = link.iter().copied().filter(u8::is_ascii).take(100).collect();
+        h.linkname = link
+            .iter()
+            .copied()
+            .filter(u8::is_ascii)
+            .take(100)
+            .collect();
     }
     if !pax.is_empty() {
         pax.sort();
         let body: Vec<u8> = pax.iter().flat_map(|(k, v)| pax_record(k, v)).collect();
         let (dir, base) = name.rsplit_once('/').unwrap_or((".", name));
-        let mut x = Hdr::new(format!("{dir}/PaxHeaders.0/{base}").bytes().filter(u8::is_ascii).take(100).collect::<Vec<u8>>(), b'x');
+        let mut x = Hdr::new(
+            format!("{dir}/PaxHeaders.0/{base}")
+                .bytes()
+                .filter(u8::is_ascii)
+                .take(100)
+                .collect::<Vec<u8>>(),
+            b'x',
+        );
         x.size = body.len() as u64;
         t.header(&x).data(&body);
     }

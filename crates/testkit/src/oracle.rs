@@ -33,12 +33,21 @@ fn describe(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
     let Ok(rd) = fs::read_dir(dir) else { return };
     for e in rd {
         let p = e.expect("dir entry").path();
-        let rel = p.strip_prefix(root).expect("beneath").to_string_lossy().into_owned();
+        let rel = p
+            .strip_prefix(root)
+            .expect("beneath")
+            .to_string_lossy()
+            .into_owned();
         let md = fs::symlink_metadata(&p).expect("lstat");
         let perm = md.permissions().mode() & 0o7777;
         let ft = md.file_type();
         let node = if ft.is_symlink() {
-            Node::Symlink(fs::read_link(&p).expect("readlink").to_string_lossy().into_owned())
+            Node::Symlink(
+                fs::read_link(&p)
+                    .expect("readlink")
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         } else if ft.is_dir() {
             describe(root, &p, out);
             Node::Dir(perm)
@@ -69,12 +78,16 @@ pub fn check_contained(root: &Path) -> Result<(), String> {
         match node {
             Node::Special => return Err(format!("{rel}: special file")),
             Node::Dir(m) if m != 0o755 => return Err(format!("{rel}: dir mode {m:o}")),
-            Node::File(m, _) if m != 0o644 && m != 0o755 => return Err(format!("{rel}: file mode {m:o}")),
+            Node::File(m, _) if m != 0o644 && m != 0o755 => {
+                return Err(format!("{rel}: file mode {m:o}"));
+            }
             Node::Symlink(_) => {
                 let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
                 match rustix::fs::openat2(&rootfd, rel.as_str(), OFlags::PATH, Mode::empty(), how) {
                     Ok(_) | Err(Errno::NOENT) | Err(Errno::LOOP) | Err(Errno::NOTDIR) => {}
-                    Err(Errno::XDEV) => return Err(format!("{rel}: symlink resolves outside the root")),
+                    Err(Errno::XDEV) => {
+                        return Err(format!("{rel}: symlink resolves outside the root"));
+                    }
                     Err(e) => return Err(format!("{rel}: resolving: {e}")),
                 }
             }
@@ -101,7 +114,10 @@ pub struct Sentinel {
 impl Sentinel {
     /// Fresh layout.
     pub fn new() -> Self {
-        let outer = tempfile::Builder::new().prefix("cmpw-sentinel").tempdir().expect("tempdir");
+        let outer = tempfile::Builder::new()
+            .prefix("cmpw-sentinel")
+            .tempdir()
+            .expect("tempdir");
         let decoy = outer.path().join("decoy");
         fs::create_dir_all(decoy.join("dir")).expect("mkdir");
         fs::write(decoy.join("victim.txt"), b"original\n").expect("write");
@@ -109,7 +125,13 @@ impl Sentinel {
         let root = sentinel.join("root");
         fs::create_dir_all(&root).expect("mkdir");
         let before = describe_outside(outer.path());
-        Self { outer, root, sentinel, decoy, before }
+        Self {
+            outer,
+            root,
+            sentinel,
+            decoy,
+            before,
+        }
     }
 
     /// The scratch directory holding everything.
@@ -123,8 +145,16 @@ impl Sentinel {
             .expect("read sentinel")
             .map(|e| e.expect("entry").file_name())
             .collect();
-        assert_eq!(in_sentinel, vec![std::ffi::OsString::from("root")], "sentinel holds only the root");
-        assert_eq!(describe_outside(self.outer.path()), self.before, "scratch dir outside the root changed");
+        assert_eq!(
+            in_sentinel,
+            vec![std::ffi::OsString::from("root")],
+            "sentinel holds only the root"
+        );
+        assert_eq!(
+            describe_outside(self.outer.path()),
+            self.before,
+            "scratch dir outside the root changed"
+        );
     }
 
     /// The root exists and is empty.

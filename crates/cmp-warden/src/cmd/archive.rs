@@ -94,11 +94,17 @@ impl ArchiveOpts {
             None => None,
             Some(h) => {
                 let v = hex::decode(h.trim()).context("--sha256 is not hex")?;
-                let Ok(a) = <[u8; 32]>::try_from(v.as_slice()) else { bail!("--sha256 must be 64 hex digits") };
+                let Ok(a) = <[u8; 32]>::try_from(v.as_slice()) else {
+                    bail!("--sha256 must be 64 hex digits")
+                };
                 Some(a)
             }
         };
-        Ok(Options { limits, preserve_file_mode: self.preserve_file_mode, expected_sha256 })
+        Ok(Options {
+            limits,
+            preserve_file_mode: self.preserve_file_mode,
+            expected_sha256,
+        })
     }
 }
 
@@ -106,7 +112,9 @@ fn open_input(file: &str) -> anyhow::Result<Box<dyn Read>> {
     if file == "-" {
         Ok(Box::new(io::stdin().lock()))
     } else {
-        Ok(Box::new(File::open(file).with_context(|| format!("cannot open {file}"))?))
+        Ok(Box::new(
+            File::open(file).with_context(|| format!("cannot open {file}"))?,
+        ))
     }
 }
 
@@ -142,7 +150,8 @@ fn run_inner(cmd: ArchiveCmd) -> anyhow::Result<ExitCode> {
         }
         ArchiveCmd::Extract { into, file, opts } => {
             let opts = opts.to_options()?;
-            std::fs::create_dir_all(&into).with_context(|| format!("cannot create {}", into.display()))?;
+            std::fs::create_dir_all(&into)
+                .with_context(|| format!("cannot create {}", into.display()))?;
             let input = open_input(&file)?;
             (archive::extract_to_dir(input, &into, &opts), Some(into))
         }
