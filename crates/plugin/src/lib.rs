@@ -1,0 +1,10 @@
+//! Argo CD plugin semantics, with no processes and no sockets: `plugin.yaml` parsing exactly as
+//! Argo CD accepts it, discovery matching (Go `filepath.Glob`, go-zglob), parameters, environment
+//! composition, and generate-output splitting.
+#![forbid(unsafe_code)]
+
+pub mod json;
+pub mod split;
+pub mod yaml;
+
+pub use split::{SplitError, split_manifests};
