@@ -43,7 +43,10 @@ impl Json {
             Node::Uint(u) => Json::Uint(*u),
             Node::Float(f) => {
                 if !f.is_finite() {
-                    return Err(ConvertError(format!("json: unsupported value: {}", go_float_name(*f))));
+                    return Err(ConvertError(format!(
+                        "json: unsupported value: {}",
+                        go_float_name(*f)
+                    )));
                 }
                 Json::Float(*f)
             }
@@ -123,7 +126,11 @@ fn key_string(k: &Node) -> Result<String, ConvertError> {
         Node::Bool(b) => b.to_string(),
         Node::Float(f) => go_format_g(*f, false),
         Node::Null => "null".to_owned(),
-        _ => return Err(ConvertError("unsupported map key of type sequence or mapping".into())),
+        _ => {
+            return Err(ConvertError(
+                "unsupported map key of type sequence or mapping".into(),
+            ));
+        }
     })
 }
 
@@ -147,12 +154,20 @@ pub fn go_json_float(f: f64) -> String {
 /// Go `strconv.FormatFloat(f, 'g', -1, 32|64)`.
 pub fn go_format_g(f: f64, bits32: bool) -> String {
     if f.is_infinite() {
-        return if f > 0.0 { "+Inf".into() } else { "-Inf".into() };
+        return if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
     }
     if f.is_nan() {
         return "NaN".into();
     }
-    let sci = if bits32 { format!("{:e}", f as f32) } else { format!("{f:e}") };
+    let sci = if bits32 {
+        format!("{:e}", f as f32)
+    } else {
+        format!("{f:e}")
+    };
     let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let (neg, mant) = match mant.strip_prefix('-') {
@@ -162,16 +177,32 @@ pub fn go_format_g(f: f64, bits32: bool) -> String {
     let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
     let sign = if neg { "-" } else { "" };
     // Shortest 'g' uses %e when exp < -4 || exp >= 6 (strconv/ftoa.go, eprec = 6).
-    if exp < -4 || exp >= 6 {
-        let m = if digits.len() > 1 { format!("{}.{}", &digits[..1], &digits[1..]) } else { digits.clone() };
-        return format!("{sign}{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    if !(-4..6).contains(&exp) {
+        let m = if digits.len() > 1 {
+            format!("{}.{}", &digits[..1], &digits[1..])
+        } else {
+            digits.clone()
+        };
+        return format!(
+            "{sign}{m}e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        );
     }
     if exp < 0 {
         format!("{sign}0.{}{}", "0".repeat((-exp - 1) as usize), digits)
     } else if (exp as usize) + 1 >= digits.len() {
-        format!("{sign}{}{}", digits, "0".repeat(exp as usize + 1 - digits.len()))
+        format!(
+            "{sign}{}{}",
+            digits,
+            "0".repeat(exp as usize + 1 - digits.len())
+        )
     } else {
-        format!("{sign}{}.{}", &digits[..=exp as usize], &digits[exp as usize + 1..])
+        format!(
+            "{sign}{}.{}",
+            &digits[..=exp as usize],
+            &digits[exp as usize + 1..]
+        )
     }
 }
 

@@ -29,7 +29,8 @@ pub fn split_manifests(out: &str) -> Result<Vec<String>, SplitError> {
 fn split_json(out: &str) -> Result<Vec<String>, (usize, SplitError)> {
     let mut docs = Vec::new();
     let mut seen = 0;
-    let stream = serde_json::Deserializer::from_str(out).into_iter::<&serde_json::value::RawValue>();
+    let stream =
+        serde_json::Deserializer::from_str(out).into_iter::<&serde_json::value::RawValue>();
     for item in stream {
         let raw = item.map_err(|e| (seen, SplitError(e.to_string())))?;
         seen += 1;
@@ -44,9 +45,11 @@ fn split_json(out: &str) -> Result<Vec<String>, (usize, SplitError)> {
 fn split_yaml(out: &str) -> Result<Vec<String>, SplitError> {
     let mut docs = Vec::new();
     for chunk in yaml_documents(out)? {
-        let node = yaml::parse_one(&chunk).map_err(|e| SplitError(format!("error converting YAML to JSON: {e}")))?;
+        let node = yaml::parse_one(&chunk)
+            .map_err(|e| SplitError(format!("error converting YAML to JSON: {e}")))?;
         let Some(node) = node else { continue };
-        let json = Json::from_yaml(&node).map_err(|e| SplitError(format!("error converting YAML to JSON: {e}")))?;
+        let json = Json::from_yaml(&node)
+            .map_err(|e| SplitError(format!("error converting YAML to JSON: {e}")))?;
         let s = json.to_go_string();
         if s != "null" && !s.is_empty() {
             docs.push(s);
@@ -64,7 +67,9 @@ fn yaml_documents(out: &str) -> Result<Vec<String>, SplitError> {
         if let Some(rest) = line.strip_prefix("---") {
             let trimmed = rest.trim();
             if !trimmed.is_empty() && !trimmed.starts_with('#') {
-                return Err(SplitError(format!("invalid Yaml document separator: {trimmed}")));
+                return Err(SplitError(format!(
+                    "invalid Yaml document separator: {trimmed}"
+                )));
             }
             if !buf.is_empty() {
                 docs.push(std::mem::take(&mut buf));
@@ -88,23 +93,39 @@ mod tests {
         let out = "apiVersion: v1\ndata:\n  foo: bar\nkind: ConfigMap\nmetadata:\n  name: my-map\n";
         assert_eq!(
             split_manifests(out).unwrap(),
-            [r#"{"apiVersion":"v1","data":{"foo":"bar"},"kind":"ConfigMap","metadata":{"name":"my-map"}}"#]
+            [
+                r#"{"apiVersion":"v1","data":{"foo":"bar"},"kind":"ConfigMap","metadata":{"name":"my-map"}}"#
+            ]
         );
     }
 
     #[test]
     fn documents_and_separators() {
         let out = "---\na: 1\n--- # comment\n# only a comment\n---\n\n---\nb: <x>\n...\n";
-        assert_eq!(split_manifests(out).unwrap(), [r#"{"a":1}"#, r#"{"b":"\u003cx\u003e"}"#]);
-        assert!(split_manifests("a: 1\n--- b\n").unwrap_err().0.contains("invalid Yaml document separator: b"));
+        assert_eq!(
+            split_manifests(out).unwrap(),
+            [r#"{"a":1}"#, r#"{"b":"\u003cx\u003e"}"#]
+        );
+        assert!(
+            split_manifests("a: 1\n--- b\n")
+                .unwrap_err()
+                .0
+                .contains("invalid Yaml document separator: b")
+        );
         assert!(split_manifests("invalid yaml: }").is_err());
         assert_eq!(split_manifests("").unwrap(), Vec::<String>::new());
-        assert_eq!(split_manifests("null\n---\n~\n").unwrap(), Vec::<String>::new());
+        assert_eq!(
+            split_manifests("null\n---\n~\n").unwrap(),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
     fn json_streams_pass_through() {
         let out = "{\"kind\": \"A\",  \"z\":1}\n{\"kind\":\"B\"}\nnull\n";
-        assert_eq!(split_manifests(out).unwrap(), [r#"{"kind": "A",  "z":1}"#, r#"{"kind":"B"}"#]);
+        assert_eq!(
+            split_manifests(out).unwrap(),
+            [r#"{"kind": "A",  "z":1}"#, r#"{"kind":"B"}"#]
+        );
     }
 }

@@ -37,7 +37,11 @@ const NODE_BUDGET: usize = 1_000_000;
 
 /// Parse the first document of `text` (`None` when there is none or it is empty).
 pub fn parse_one(text: &str) -> Result<Option<Node>, YamlError> {
-    let mut b = Builder { parser: Parser::new_from_str(text), anchors: HashMap::new(), budget: NODE_BUDGET };
+    let mut b = Builder {
+        parser: Parser::new_from_str(text),
+        anchors: HashMap::new(),
+        budget: NODE_BUDGET,
+    };
     loop {
         match b.next()? {
             Event::StreamEnd => return Ok(None),
@@ -69,7 +73,10 @@ impl<'a> Builder<'a> {
     }
 
     fn spend(&mut self, n: usize) -> Result<(), YamlError> {
-        self.budget = self.budget.checked_sub(n).ok_or_else(|| YamlError("document too large (alias expansion)".into()))?;
+        self.budget = self
+            .budget
+            .checked_sub(n)
+            .ok_or_else(|| YamlError("document too large (alias expansion)".into()))?;
         Ok(())
     }
 
@@ -85,7 +92,11 @@ impl<'a> Builder<'a> {
                 Ok(n)
             }
             Event::Alias(id) => {
-                let n = self.anchors.get(&id).cloned().ok_or_else(|| YamlError("unknown anchor".into()))?;
+                let n = self
+                    .anchors
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| YamlError("unknown anchor".into()))?;
                 self.spend(count(&n))?;
                 Ok(n)
             }
@@ -111,7 +122,8 @@ impl<'a> Builder<'a> {
                         ev => ev,
                     };
                     // Only a plain, untagged `<<` is a merge key (go-yaml v2's !!merge).
-                    let is_merge = matches!(&kev, Event::Scalar(v, ScalarStyle::Plain, _, None) if v == "<<");
+                    let is_merge =
+                        matches!(&kev, Event::Scalar(v, ScalarStyle::Plain, _, None) if v == "<<");
                     let k = self.node(kev)?;
                     let ev = self.next()?;
                     let v = self.node(ev)?;
@@ -141,11 +153,19 @@ fn merge(pairs: &mut Vec<(Node, Node)>, v: Node) -> Result<(), YamlError> {
             for item in items.into_iter().rev() {
                 match item {
                     Node::Map(m) => pairs.extend(m),
-                    _ => return Err(YamlError("map merge requires map or sequence of maps as the value".into())),
+                    _ => {
+                        return Err(YamlError(
+                            "map merge requires map or sequence of maps as the value".into(),
+                        ));
+                    }
                 }
             }
         }
-        _ => return Err(YamlError("map merge requires map or sequence of maps as the value".into())),
+        _ => {
+            return Err(YamlError(
+                "map merge requires map or sequence of maps as the value".into(),
+            ));
+        }
     }
     Ok(())
 }
@@ -194,11 +214,15 @@ fn resolve(v: &str, style: ScalarStyle, tag: Option<&str>) -> Result<Node, YamlE
 fn resolve_plain(v: &str) -> Node {
     match v {
         "" | "~" | "null" | "Null" | "NULL" => return Node::Null,
-        "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => return Node::Bool(true),
+        "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
+            return Node::Bool(true);
+        }
         "n" | "N" | "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => {
             return Node::Bool(false);
         }
-        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => return Node::Float(f64::INFINITY),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Node::Float(f64::INFINITY);
+        }
         "-.inf" | "-.Inf" | "-.INF" => return Node::Float(f64::NEG_INFINITY),
         ".nan" | ".NaN" | ".NAN" => return Node::Float(f64::NAN),
         _ => {}
@@ -230,7 +254,11 @@ fn go_parse_int(s: &str) -> Option<i64> {
     };
     let mag = go_parse_uint(body)?;
     if neg {
-        if mag <= i64::MAX as u64 + 1 { Some((mag as i128).wrapping_neg() as i64) } else { None }
+        if mag <= i64::MAX as u64 + 1 {
+            Some((mag as i128).wrapping_neg() as i64)
+        } else {
+            None
+        }
     } else {
         i64::try_from(mag).ok()
     }
@@ -327,11 +355,14 @@ mod tests {
     fn merges_and_aliases() {
         let n = one("base: &b {a: 1, b: 2}\nx:\n  <<: *b\n  b: 3\n");
         let Node::Map(top) = n else { panic!() };
-        assert_eq!(top[1].1, Node::Map(vec![
-            (Node::Str("a".into()), Node::Int(1)),
-            (Node::Str("b".into()), Node::Int(2)),
-            (Node::Str("b".into()), Node::Int(3)),
-        ]));
+        assert_eq!(
+            top[1].1,
+            Node::Map(vec![
+                (Node::Str("a".into()), Node::Int(1)),
+                (Node::Str("b".into()), Node::Int(2)),
+                (Node::Str("b".into()), Node::Int(3)),
+            ])
+        );
         let bomb = "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n";
         assert!(parse_one(bomb).is_err());
     }

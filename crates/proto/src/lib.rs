@@ -1,7 +1,12 @@
 //! Generated types for `plugin.ConfigManagementPluginService` and `repository.ParameterAnnouncement`.
 //! Only this crate knows protobuf; everything else converts at the server edge.
 #![forbid(unsafe_code)]
-#![allow(missing_docs, missing_debug_implementations, unused_qualifications, clippy::all)]
+#![allow(
+    missing_docs,
+    missing_debug_implementations,
+    unused_qualifications,
+    clippy::all
+)]
 
 /// Package `repository` (only `ParameterAnnouncement`).
 pub mod repository {
