@@ -28,12 +28,10 @@ pub fn split_manifests(out: &str) -> Result<Vec<String>, SplitError> {
 /// Concatenated JSON values; on error, how many values were read before it.
 fn split_json(out: &str) -> Result<Vec<String>, (usize, SplitError)> {
     let mut docs = Vec::new();
-    let mut seen = 0;
     let stream =
         serde_json::Deserializer::from_str(out).into_iter::<&serde_json::value::RawValue>();
-    for item in stream {
+    for (seen, item) in stream.enumerate() {
         let raw = item.map_err(|e| (seen, SplitError(e.to_string())))?;
-        seen += 1;
         let t = raw.get().trim();
         if !t.is_empty() && t != "null" {
             docs.push(t.to_owned());
