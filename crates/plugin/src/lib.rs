@@ -3,8 +3,14 @@
 //! composition, and generate-output splitting.
 #![forbid(unsafe_code)]
 
+pub mod config;
+pub mod env;
+pub mod glob;
 pub mod json;
+pub mod params;
 pub mod split;
 pub mod yaml;
 
 pub use split::{SplitError, split_manifests};
+
+pub use config::{Command, ConfigError, Discover, Loaded, ParameterAnnouncement, PluginConfig};
