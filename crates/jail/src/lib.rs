@@ -1,0 +1,39 @@
+//! Running a request's untrusted work: archive extraction, discovery, init, generate and
+//! parameter commands. The server calls only [`Runner`]; today [`Unconfined`] runs the work in
+//! the server's own process and user, and the confined runner (unique UID, Landlock, seccomp,
+//! cgroups) replaces it behind the same trait without touching the server.
+//!
+//! Knows nothing of gRPC.
+#![forbid(unsafe_code)]
+
+pub mod cancel;
+pub mod request;
+pub mod run;
+
+use std::io::Read;
+
+pub use cancel::{CancelReason, CancelToken};
+pub use request::{Operation, Outcome, RequestError, RequestSpec, execute};
+pub use run::{CmdError, CmdOutput, CmdSpec};
+
+/// Executes requests. Blocking: the server calls it from a blocking thread.
+pub trait Runner: Send + Sync + std::fmt::Debug {
+    /// Run `spec`, reading the archive from `input`, until done or `cancel` fires.
+    fn execute(&self, spec: &RequestSpec, input: Box<dyn Read + Send>, cancel: &CancelToken) -> Result<Outcome, RequestError>;
+    /// One line describing what this runner enforces (logged at start-up).
+    fn describe(&self) -> &'static str;
+}
+
+/// Runs requests in the server's own process, as its own user (no confinement yet).
+#[derive(Debug, Default)]
+pub struct Unconfined;
+
+impl Runner for Unconfined {
+    fn execute(&self, spec: &RequestSpec, input: Box<dyn Read + Send>, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+        execute(spec, input, cancel)
+    }
+
+    fn describe(&self) -> &'static str {
+        "unconfined: commands run as the server's user in their own process group (no UID, Landlock or seccomp isolation yet)"
+    }
+}

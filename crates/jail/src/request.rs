@@ -1,0 +1,191 @@
+//! One whole request: extract the archive into the request tree, resolve `appRelPath` beneath
+//! it, then run discovery, init + generate, or the parameters command, and return a typed
+//! result. Knows nothing of gRPC; the server maps [`RequestError`] to statuses in one place.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use archive::{DirWriter, ExtractError, Options, Resolver};
+use plugin::config::ParameterAnnouncement;
+use plugin::{PluginConfig, glob, params, split_manifests};
+
+use crate::cancel::CancelToken;
+use crate::run::{CmdError, CmdSpec, run};
+
+/// What the request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// GenerateManifest: init, generate, split.
+    Generate,
+    /// MatchRepository: discovery.
+    Match,
+    /// GetParametersAnnouncement: dynamic command + static list.
+    Parameters,
+}
+
+/// Everything a request needs besides its archive bytes.
+#[derive(Debug, Clone)]
+pub struct RequestSpec {
+    /// Which RPC.
+    pub op: Operation,
+    /// The plugin.
+    pub config: PluginConfig,
+    /// The empty directory the archive is extracted into.
+    pub tree: PathBuf,
+    /// `metadata.appRelPath`.
+    pub app_rel_path: String,
+    /// Environment for commands (already composed).
+    pub env: Vec<(String, String)>,
+    /// Archive limits; `preserve_file_mode` comes from the plugin config.
+    pub archive: Options,
+    /// Budget for each command's stdout and stderr.
+    pub output_bytes: u64,
+    /// When the request must be finished.
+    pub deadline: Option<Instant>,
+}
+
+/// A request's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Generated manifests, one compact JSON string each.
+    Manifests(Vec<String>),
+    /// Discovery verdict.
+    Match {
+        /// `isSupported`.
+        supported: bool,
+        /// `isDiscoveryEnabled`.
+        discovery_enabled: bool,
+    },
+    /// Parameter announcements (dynamic then static).
+    Parameters(Vec<ParameterAnnouncement>),
+}
+
+/// Why a request failed. Messages follow Argo CD's wording where it has one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The archive was refused.
+    #[error("error receiving tgz file: {0}")]
+    Archive(#[from] ExtractError),
+    /// `appRelPath` leaves the tree.
+    #[error("illegal appPath: out of workDir bound")]
+    AppPathOutOfBounds,
+    /// A command failed (prefix is Argo's per-RPC wording).
+    #[error("{prefix}: {source}")]
+    Command {
+        /// e.g. `error generating manifests`.
+        prefix: &'static str,
+        /// The command failure.
+        source: CmdError,
+    },
+    /// Generate output is not YAML/JSON.
+    #[error("error generating manifests: {0}")]
+    Split(#[from] plugin::SplitError),
+    /// Discovery failed (bad pattern, missing path).
+    #[error("match repository error: {0}")]
+    Discovery(String),
+    /// Dynamic parameters output invalid.
+    #[error("get parameters announcement error: {0}")]
+    Params(#[from] params::ParamsError),
+    /// Setting up the request tree failed.
+    #[error("error creating workdir for manifest generation: {0}")]
+    Workdir(std::io::Error),
+}
+
+/// Run a request to completion, reading the archive from `input`.
+pub fn execute(spec: &RequestSpec, input: impl Read, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+    let root = DirWriter::open_root(&spec.tree).map_err(RequestError::Workdir)?;
+    let mut writer = DirWriter::new(root, Resolver::Auto)
+        .map_err(RequestError::Workdir)?
+        .map_err(|r| RequestError::Archive(ExtractError::new(r)))?;
+    let mut opts = spec.archive.clone();
+    opts.preserve_file_mode = spec.config.spec.preserve_file_mode;
+    let summary = archive::extract(input, &mut writer, &opts)?;
+    tracing::debug!(entries = summary.entries, bytes = summary.file_bytes, sha256 = %summary.sha256_hex(), "archive extracted");
+    let app = resolve_app_path(&spec.tree, &spec.app_rel_path)?;
+    match spec.op {
+        Operation::Generate => generate(spec, &app, cancel),
+        Operation::Match => discover(spec, &app, cancel),
+        Operation::Parameters => parameters(spec, &app, cancel),
+    }
+}
+
+/// Lexically clean `rel` beneath `tree` (Argo's check), then make sure the real directory, with
+/// any in-tree symlinks resolved, is still beneath the tree.
+pub fn resolve_app_path(tree: &Path, rel: &str) -> Result<PathBuf, RequestError> {
+    let tree_s = tree.display().to_string();
+    let joined = glob::clean(&format!("{tree_s}/{rel}"));
+    let tree_c = glob::clean(&tree_s);
+    if joined != tree_c && !joined.starts_with(&format!("{tree_c}/")) {
+        return Err(RequestError::AppPathOutOfBounds);
+    }
+    let joined = PathBuf::from(joined);
+    if let (Ok(real), Ok(real_tree)) = (joined.canonicalize(), tree.canonicalize())
+        && !real.starts_with(&real_tree)
+    {
+        return Err(RequestError::AppPathOutOfBounds);
+    }
+    Ok(joined)
+}
+
+fn command(spec: &RequestSpec, app: &Path, argv: &[String], cancel: &CancelToken) -> Result<String, CmdError> {
+    let cs = CmdSpec { argv, env: &spec.env, cwd: app, stdout_cap: spec.output_bytes, stderr_cap: spec.output_bytes };
+    let out = run(&cs, spec.deadline, cancel)?;
+    if !out.stderr.is_empty() {
+        tracing::info!(stderr = %String::from_utf8_lossy(&out.stderr), argv = ?argv, "plugin command stderr");
+    }
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    if s.ends_with('\n') {
+        s.pop();
+    }
+    Ok(s)
+}
+
+fn generate(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+    let wrap = |source| RequestError::Command { prefix: "error generating manifests", source };
+    let init = spec.config.spec.init.argv();
+    if !spec.config.spec.init.command.is_empty() {
+        command(spec, app, &init, cancel).map_err(wrap)?;
+    }
+    let out = command(spec, app, &spec.config.spec.generate.argv(), cancel).map_err(wrap)?;
+    if out.is_empty() {
+        tracing::warn!("Plugin command returned zero output");
+    }
+    Ok(Outcome::Manifests(split_manifests(&out)?))
+}
+
+fn discover(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+    let d = &spec.config.spec.discover;
+    let supported = if !d.file_name.is_empty() {
+        let m = glob::go_glob(&spec.tree, app, &d.file_name).map_err(|e| {
+            RequestError::Discovery(format!("error finding filename match for pattern \"{}\": {e}", d.file_name))
+        })?;
+        !m.is_empty()
+    } else if !d.find.glob.is_empty() {
+        let m = glob::zglob(&spec.tree, app, &d.find.glob).map_err(|e| {
+            RequestError::Discovery(format!("error finding glob match for pattern \"{}\": {e}", d.find.glob))
+        })?;
+        !m.is_empty()
+    } else if !d.find.command.command.is_empty() {
+        let out = command(spec, app, &d.find.command.argv(), cancel)
+            .map_err(|e| RequestError::Discovery(format!("error running find command: {e}")))?;
+        !out.is_empty()
+    } else {
+        return Ok(Outcome::Match { supported: false, discovery_enabled: false });
+    };
+    Ok(Outcome::Match { supported, discovery_enabled: true })
+}
+
+fn parameters(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+    let p = &spec.config.spec.parameters;
+    let mut dynamic = Vec::new();
+    if !p.dynamic.command.is_empty() {
+        let out = command(spec, app, &p.dynamic.argv(), cancel).map_err(|source| RequestError::Command {
+            prefix: "get parameters announcement error: error executing dynamic parameter output command",
+            source,
+        })?;
+        dynamic = params::parse_dynamic(&out)?;
+    }
+    Ok(Outcome::Parameters(params::announce(dynamic, &p.static_)))
+}

@@ -1,0 +1,374 @@
+//! Running one plugin command: no shell, a new process group, stdin from /dev/null, stdout and
+//! stderr read with byte budgets, and on deadline, cancel or budget overrun SIGTERM to the whole
+//! group, then SIGKILL after a grace period. Whatever happens, the group is SIGKILLed when the
+//! command ends (Argo CD does the same), and the exit is observed with `waitid(WNOWAIT)` before
+//! that kill, so the process-group id cannot have been reused.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, WaitIdOptions, kill_process_group};
+
+use crate::cancel::{CancelReason, CancelToken};
+
+/// Time between SIGTERM and SIGKILL (Argo CD's value).
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// One command to run.
+#[derive(Debug, Clone)]
+pub struct CmdSpec<'a> {
+    /// argv (argv[0] looked up in the child's PATH).
+    pub argv: &'a [String],
+    /// The complete environment.
+    pub env: &'a [(String, String)],
+    /// Working directory.
+    pub cwd: &'a Path,
+    /// Maximum stdout bytes.
+    pub stdout_cap: u64,
+    /// Maximum stderr bytes.
+    pub stderr_cap: u64,
+}
+
+/// What a successful command printed.
+#[derive(Debug, Clone, Default)]
+pub struct CmdOutput {
+    /// stdout.
+    pub stdout: Vec<u8>,
+    /// stderr.
+    pub stderr: Vec<u8>,
+}
+
+/// How a command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmdError {
+    /// Empty command.
+    #[error("Command is empty")]
+    Empty,
+    /// Could not start (Go-style message).
+    #[error("{0}")]
+    Start(String),
+    /// Non-zero exit or killed by a signal: Argo's `` `argv` failed <cause>: <stderr> ``.
+    #[error("`{argv}` failed {cause}{}", if stderr.is_empty() { String::new() } else { format!(": {stderr}") })]
+    Failed {
+        /// argv as Argo prints it.
+        argv: String,
+        /// `exit status N` or `signal: killed`.
+        cause: String,
+        /// stderr, trimmed and capped.
+        stderr: String,
+    },
+    /// The deadline passed; the group was killed.
+    #[error("context deadline exceeded: `{argv}` was killed")]
+    Deadline {
+        /// argv.
+        argv: String,
+        /// stderr collected before the kill.
+        stderr: String,
+    },
+    /// Cancelled by the client or shutdown.
+    #[error("context canceled: `{argv}` was killed")]
+    Cancelled {
+        /// argv.
+        argv: String,
+        /// Why.
+        reason: CancelReason,
+    },
+    /// stdout or stderr exceeded its budget.
+    #[error("`{argv}` exceeded the {stream} limit of {limit} bytes and was killed")]
+    OutputLimit {
+        /// argv.
+        argv: String,
+        /// "stdout" or "stderr".
+        stream: &'static str,
+        /// The budget.
+        limit: u64,
+    },
+}
+
+/// Longest stderr excerpt put into an error message.
+const STDERR_IN_ERROR: usize = 16 * 1024;
+
+/// Argo's argv rendering: args with whitespace Go-quoted, empty args as `""`.
+pub fn argv_for_log(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.is_empty() {
+                "\"\"".to_owned()
+            } else if a.chars().any(char::is_whitespace) {
+                go_quote(a)
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn go_quote(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\t' => o.push_str("\\t"),
+            '\r' => o.push_str("\\r"),
+            c if c.is_control() => o.push_str(&format!("\\x{:02x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "hangup",
+        2 => "interrupt",
+        3 => "quit",
+        4 => "illegal instruction",
+        6 => "aborted",
+        7 => "bus error",
+        8 => "floating point exception",
+        9 => "killed",
+        11 => "segmentation fault",
+        13 => "broken pipe",
+        14 => "alarm clock",
+        15 => "terminated",
+        24 => "CPU time limit exceeded",
+        25 => "file size limit exceeded",
+        31 => "bad system call",
+        n => return format!("signal {n}"),
+    };
+    name.to_owned()
+}
+
+fn trimmed_stderr(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let t = s.trim();
+    if t.len() > STDERR_IN_ERROR {
+        let mut cut = STDERR_IN_ERROR;
+        while !t.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!("{}... (truncated)", &t[..cut])
+    } else {
+        t.to_owned()
+    }
+}
+
+struct Capture {
+    data: Vec<u8>,
+    over: bool,
+}
+
+fn reader(mut src: impl Read + Send + 'static, cap: u64, over: Arc<AtomicBool>, token: CancelToken) -> thread::JoinHandle<Capture> {
+    thread::spawn(move || {
+        let mut data = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        let mut over_cap = false;
+        loop {
+            match src.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if over_cap {
+                        continue; // keep draining so the writer is not blocked while we kill it
+                    }
+                    if data.len() as u64 + n as u64 > cap {
+                        over_cap = true;
+                        over.store(true, Ordering::SeqCst);
+                        token.poke();
+                        continue;
+                    }
+                    data.extend_from_slice(&buf[..n]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        Capture { data, over: over_cap }
+    })
+}
+
+/// Run `spec` until it exits, `deadline` passes, `cancel` fires or an output budget is exceeded.
+pub fn run(spec: &CmdSpec<'_>, deadline: Option<Instant>, cancel: &CancelToken) -> Result<CmdOutput, CmdError> {
+    let Some(program) = spec.argv.first() else { return Err(CmdError::Empty) };
+    let argv_log = argv_for_log(spec.argv);
+    if !spec.cwd.is_dir() {
+        return Err(CmdError::Start(format!("chdir {}: no such file or directory", spec.cwd.display())));
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child: Child = cmd.spawn().map_err(|e| start_error(program, &e))?;
+    let pid = child.id() as i32;
+    let started = Instant::now();
+    tracing::debug!(pid, argv = %argv_log, cwd = %spec.cwd.display(), "command started");
+
+    let over = Arc::new(AtomicBool::new(false));
+    let out_over = Arc::new(AtomicBool::new(false));
+    let err_over = Arc::new(AtomicBool::new(false));
+    let out_t = reader(child.stdout.take().expect("piped"), spec.stdout_cap, out_over.clone(), cancel.clone());
+    let err_t = reader(child.stderr.take().expect("piped"), spec.stderr_cap, err_over.clone(), cancel.clone());
+    let _ = &over;
+
+    // A waiter observes the exit without reaping it, so the group id stays ours until we reap.
+    let exited = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let exited = exited.clone();
+        let token = cancel.clone();
+        thread::spawn(move || {
+            let p = Pid::from_raw(pid).expect("child pid is positive");
+            loop {
+                match rustix::process::waitid(
+                    rustix::process::WaitId::Pid(p),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+                ) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    _ => break,
+                }
+            }
+            exited.store(true, Ordering::SeqCst);
+            token.poke();
+        })
+    };
+
+    let timed_out = cancel.wait_until(deadline, || {
+        exited.load(Ordering::SeqCst) || out_over.load(Ordering::SeqCst) || err_over.load(Ordering::SeqCst)
+    });
+    let cancelled = cancel.reason();
+    let overrun = out_over.load(Ordering::SeqCst) || err_over.load(Ordering::SeqCst);
+    let must_stop = !exited.load(Ordering::SeqCst) && (timed_out || cancelled.is_some() || overrun);
+    let pgid = Pid::from_raw(pid).expect("child pid is positive");
+    if must_stop {
+        let _ = kill_process_group(pgid, Signal::TERM);
+        let grace_end = Instant::now() + KILL_GRACE;
+        let fresh = CancelToken::new();
+        // Wait for the exit (poked by nobody: poll the flag on a short cadence within the grace).
+        while !exited.load(Ordering::SeqCst) && Instant::now() < grace_end {
+            let _ = fresh.wait_until(Some((Instant::now() + Duration::from_millis(20)).min(grace_end)), || {
+                exited.load(Ordering::SeqCst)
+            });
+        }
+    }
+    // Kill whatever is left of the group (daemons, stragglers) while the id is still reserved.
+    let _ = kill_process_group(pgid, Signal::KILL);
+    let _ = waiter.join();
+    let status = child.wait().map_err(|e| CmdError::Start(e.to_string()))?;
+    let out = out_t.join().unwrap_or(Capture { data: Vec::new(), over: false });
+    let err = err_t.join().unwrap_or(Capture { data: Vec::new(), over: false });
+    tracing::debug!(pid, status = %status, ms = started.elapsed().as_millis() as u64, "command finished");
+
+    if out.over || err.over {
+        let (stream, limit) = if out.over { ("stdout", spec.stdout_cap) } else { ("stderr", spec.stderr_cap) };
+        return Err(CmdError::OutputLimit { argv: argv_log, stream, limit });
+    }
+    if must_stop {
+        if let Some(reason) = cancelled {
+            return Err(CmdError::Cancelled { argv: argv_log, reason });
+        }
+        return Err(CmdError::Deadline { argv: argv_log, stderr: trimmed_stderr(&err.data) });
+    }
+    if !status.success() {
+        let cause = match (status.code(), status.signal()) {
+            (Some(c), _) => format!("exit status {c}"),
+            (None, Some(s)) => format!("signal: {}", signal_name(s)),
+            _ => "unknown status".to_owned(),
+        };
+        return Err(CmdError::Failed { argv: argv_log, cause, stderr: trimmed_stderr(&err.data) });
+    }
+    Ok(CmdOutput { stdout: out.data, stderr: err.data })
+}
+
+fn start_error(program: &str, e: &std::io::Error) -> CmdError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        if program.contains('/') {
+            CmdError::Start(format!("fork/exec {program}: no such file or directory"))
+        } else {
+            CmdError::Start(format!("exec: \"{program}\": executable file not found in $PATH"))
+        }
+    } else if e.kind() == std::io::ErrorKind::PermissionDenied {
+        CmdError::Start(format!("fork/exec {program}: permission denied"))
+    } else {
+        CmdError::Start(format!("fork/exec {program}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    fn env() -> Vec<(String, String)> {
+        vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())]
+    }
+
+    fn spec<'a>(argv: &'a [String], env: &'a [(String, String)]) -> CmdSpec<'a> {
+        CmdSpec { argv, env, cwd: Path::new("/"), stdout_cap: 1 << 20, stderr_cap: 1 << 20 }
+    }
+
+    #[test]
+    fn success_failure_and_not_found() {
+        let e = env();
+        let argv = sh("echo out; echo err >&2");
+        let o = run(&spec(&argv, &e), None, &CancelToken::new()).unwrap();
+        assert_eq!(o.stdout, b"out\n");
+        let argv = sh("echo boom >&2; exit 3");
+        let err = run(&spec(&argv, &e), None, &CancelToken::new()).unwrap_err();
+        assert_eq!(err.to_string(), "`sh -c \"echo boom >&2; exit 3\"` failed exit status 3: boom");
+        let argv = vec!["bad-command".to_owned()];
+        let err = run(&spec(&argv, &e), None, &CancelToken::new()).unwrap_err();
+        assert_eq!(err.to_string(), "exec: \"bad-command\": executable file not found in $PATH");
+        assert_eq!(run(&spec(&[], &e), None, &CancelToken::new()).unwrap_err().to_string(), "Command is empty");
+    }
+
+    #[test]
+    fn deadline_kills_the_group_with_term_first() {
+        let e = env();
+        let argv = sh("trap 'echo cleanup completed >&2; exit 1' TERM; sleep 30 & wait");
+        let t = Instant::now();
+        let err = run(&spec(&argv, &e), Some(Instant::now() + Duration::from_millis(300)), &CancelToken::new()).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+        match err {
+            CmdError::Deadline { stderr, .. } => assert_eq!(stderr, "cleanup completed"),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn output_budget() {
+        let e = env();
+        let argv = sh("yes");
+        let s = CmdSpec { stdout_cap: 100_000, ..spec(&argv, &e) };
+        assert!(matches!(run(&s, None, &CancelToken::new()), Err(CmdError::OutputLimit { stream: "stdout", .. })));
+    }
+
+    #[test]
+    fn cancel() {
+        let e = env();
+        let argv = sh("sleep 30");
+        let tok = CancelToken::new();
+        let t2 = tok.clone();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(200));
+            t2.cancel(CancelReason::Cancelled);
+        });
+        assert!(matches!(run(&spec(&argv, &e), None, &tok), Err(CmdError::Cancelled { .. })));
+    }
+}
