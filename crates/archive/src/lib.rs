@@ -23,6 +23,7 @@ mod extract;
 mod gzip;
 pub mod header;
 mod limits;
+pub mod pack;
 pub mod path;
 pub mod pax;
 mod stream;
@@ -32,6 +33,7 @@ mod writer;
 pub use error::{ErrorClass, ExtractError, LimitKind, Reason, escape};
 pub use extract::{Options, Summary, extract};
 pub use limits::Limits;
+pub use pack::{PackSummary, pack_dir};
 pub use writer::{DirWriter, NullSink, Resolver, Sink, remove_contents};
 
 use std::io::Read;

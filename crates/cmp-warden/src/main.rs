@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod cmd;
+mod logging;
 
 use std::process::ExitCode;
 
@@ -13,34 +14,70 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "cmp-warden", version, about)]
 struct Cli {
-    /// Log level (error, warn, info, debug, trace).
-    #[arg(
-        long = "loglevel",
-        global = true,
-        default_value = "warn",
-        env = "CMP_WARDEN_LOGLEVEL"
-    )]
-    log_level: String,
+    /// Log level: trace, debug, info, warn, error [default: info for serve, warn otherwise].
+    #[arg(long = "loglevel", global = true, env = "ARGOCD_CMP_SERVER_LOGLEVEL")]
+    log_level: Option<String>,
+    /// Log format: json or text [default: json for serve, text otherwise].
+    #[arg(long = "logformat", global = true, env = "ARGOCD_CMP_SERVER_LOGFORMAT")]
+    log_format: Option<String>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the plugin on its unix socket (the argocd-cmp-server entrypoint; the default).
+    Serve(cmd::serve::ServeArgs),
+    /// Talk to a running server as the repo-server does (pack a directory, call an RPC).
+    Client(cmd::client::ClientArgs),
+    /// Run discovery, init and generate on a local directory and print the manifests.
+    Render(cmd::render::RenderArgs),
     /// Check or extract a tar.gz exactly as the server would.
     #[command(subcommand)]
     Archive(cmd::archive::ArchiveCmd),
 }
 
+/// Invoked with no subcommand (as `argocd-cmp-server` is, possibly with flags such as
+/// `--config-dir-path`), behave as `serve`.
+fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const SUBCOMMANDS: &[&str] = &["serve", "client", "render", "archive", "help"];
+    const TOP_LEVEL: &[&str] = &["-h", "--help", "-V", "--version"];
+    let first = args.get(1).and_then(|a| a.to_str()).map(str::to_owned);
+    let insert = match first.as_deref() {
+        None => true,
+        Some(a) if SUBCOMMANDS.contains(&a) || TOP_LEVEL.contains(&a) => false,
+        Some(a) => a.starts_with('-'),
+    };
+    if insert {
+        args.insert(1.min(args.len()), "serve".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    match cli.command {
+    let cli = Cli::parse_from(with_default_subcommand(std::env::args_os().collect()));
+    let Some(command) = cli.command else {
+        eprintln!("no subcommand");
+        return ExitCode::from(2);
+    };
+    let serving = matches!(command, Command::Serve(_));
+    let level = cli
+        .log_level
+        .unwrap_or_else(|| if serving { "info" } else { "warn" }.to_owned());
+    let json = match cli.log_format.as_deref() {
+        Some("json") => true,
+        Some("text") => false,
+        Some(other) => {
+            eprintln!("unknown log format {other:?} (json or text)");
+            return ExitCode::from(2);
+        }
+        None => serving,
+    };
+    logging::init(&level, json);
+    match command {
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Client(a) => cmd::client::run(a),
+        Command::Render(a) => cmd::render::run(a),
         Command::Archive(c) => cmd::archive::run(c),
     }
 }

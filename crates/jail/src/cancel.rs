@@ -40,7 +40,11 @@ impl CancelToken {
 
     /// The reason, if cancelled.
     pub fn reason(&self) -> Option<CancelReason> {
-        self.inner.0.lock().unwrap_or_else(|e| e.into_inner()).reason
+        self.inner
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reason
     }
 
     /// Wake waiters without cancelling (a watched event happened).
@@ -51,7 +55,11 @@ impl CancelToken {
     }
 
     /// Wait until poked, cancelled or `until`; returns whether the deadline passed.
-    pub(crate) fn wait_until(&self, until: Option<Instant>, mut done: impl FnMut() -> bool) -> bool {
+    pub(crate) fn wait_until(
+        &self,
+        until: Option<Instant>,
+        mut done: impl FnMut() -> bool,
+    ) -> bool {
         let (m, cv) = &*self.inner;
         let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -68,7 +76,10 @@ impl CancelToken {
                 }
                 None => Duration::from_secs(3600),
             };
-            s = cv.wait_timeout(s, wait).unwrap_or_else(|e| e.into_inner()).0;
+            s = cv
+                .wait_timeout(s, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 }

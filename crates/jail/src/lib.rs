@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cancel;
+pub mod reaper;
 pub mod request;
 pub mod run;
 
@@ -19,7 +20,12 @@ pub use run::{CmdError, CmdOutput, CmdSpec};
 /// Executes requests. Blocking: the server calls it from a blocking thread.
 pub trait Runner: Send + Sync + std::fmt::Debug {
     /// Run `spec`, reading the archive from `input`, until done or `cancel` fires.
-    fn execute(&self, spec: &RequestSpec, input: Box<dyn Read + Send>, cancel: &CancelToken) -> Result<Outcome, RequestError>;
+    fn execute(
+        &self,
+        spec: &RequestSpec,
+        input: Box<dyn Read + Send>,
+        cancel: &CancelToken,
+    ) -> Result<Outcome, RequestError>;
     /// One line describing what this runner enforces (logged at start-up).
     fn describe(&self) -> &'static str;
 }
@@ -29,7 +35,12 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
 pub struct Unconfined;
 
 impl Runner for Unconfined {
-    fn execute(&self, spec: &RequestSpec, input: Box<dyn Read + Send>, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+    fn execute(
+        &self,
+        spec: &RequestSpec,
+        input: Box<dyn Read + Send>,
+        cancel: &CancelToken,
+    ) -> Result<Outcome, RequestError> {
         execute(spec, input, cancel)
     }
 

@@ -94,7 +94,11 @@ pub enum RequestError {
 }
 
 /// Run a request to completion, reading the archive from `input`.
-pub fn execute(spec: &RequestSpec, input: impl Read, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+pub fn execute(
+    spec: &RequestSpec,
+    input: impl Read,
+    cancel: &CancelToken,
+) -> Result<Outcome, RequestError> {
     let root = DirWriter::open_root(&spec.tree).map_err(RequestError::Workdir)?;
     let mut writer = DirWriter::new(root, Resolver::Auto)
         .map_err(RequestError::Workdir)?
@@ -129,8 +133,19 @@ pub fn resolve_app_path(tree: &Path, rel: &str) -> Result<PathBuf, RequestError>
     Ok(joined)
 }
 
-fn command(spec: &RequestSpec, app: &Path, argv: &[String], cancel: &CancelToken) -> Result<String, CmdError> {
-    let cs = CmdSpec { argv, env: &spec.env, cwd: app, stdout_cap: spec.output_bytes, stderr_cap: spec.output_bytes };
+fn command(
+    spec: &RequestSpec,
+    app: &Path,
+    argv: &[String],
+    cancel: &CancelToken,
+) -> Result<String, CmdError> {
+    let cs = CmdSpec {
+        argv,
+        env: &spec.env,
+        cwd: app,
+        stdout_cap: spec.output_bytes,
+        stderr_cap: spec.output_bytes,
+    };
     let out = run(&cs, spec.deadline, cancel)?;
     if !out.stderr.is_empty() {
         tracing::info!(stderr = %String::from_utf8_lossy(&out.stderr), argv = ?argv, "plugin command stderr");
@@ -143,7 +158,10 @@ fn command(spec: &RequestSpec, app: &Path, argv: &[String], cancel: &CancelToken
 }
 
 fn generate(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outcome, RequestError> {
-    let wrap = |source| RequestError::Command { prefix: "error generating manifests", source };
+    let wrap = |source| RequestError::Command {
+        prefix: "error generating manifests",
+        source,
+    };
     let init = spec.config.spec.init.argv();
     if !spec.config.spec.init.command.is_empty() {
         command(spec, app, &init, cancel).map_err(wrap)?;
@@ -159,12 +177,18 @@ fn discover(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outc
     let d = &spec.config.spec.discover;
     let supported = if !d.file_name.is_empty() {
         let m = glob::go_glob(&spec.tree, app, &d.file_name).map_err(|e| {
-            RequestError::Discovery(format!("error finding filename match for pattern \"{}\": {e}", d.file_name))
+            RequestError::Discovery(format!(
+                "error finding filename match for pattern \"{}\": {e}",
+                d.file_name
+            ))
         })?;
         !m.is_empty()
     } else if !d.find.glob.is_empty() {
         let m = glob::zglob(&spec.tree, app, &d.find.glob).map_err(|e| {
-            RequestError::Discovery(format!("error finding glob match for pattern \"{}\": {e}", d.find.glob))
+            RequestError::Discovery(format!(
+                "error finding glob match for pattern \"{}\": {e}",
+                d.find.glob
+            ))
         })?;
         !m.is_empty()
     } else if !d.find.command.command.is_empty() {
@@ -172,12 +196,22 @@ fn discover(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outc
             .map_err(|e| RequestError::Discovery(format!("error running find command: {e}")))?;
         !out.is_empty()
     } else {
-        return Ok(Outcome::Match { supported: false, discovery_enabled: false });
+        return Ok(Outcome::Match {
+            supported: false,
+            discovery_enabled: false,
+        });
     };
-    Ok(Outcome::Match { supported, discovery_enabled: true })
+    Ok(Outcome::Match {
+        supported,
+        discovery_enabled: true,
+    })
 }
 
-fn parameters(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outcome, RequestError> {
+fn parameters(
+    spec: &RequestSpec,
+    app: &Path,
+    cancel: &CancelToken,
+) -> Result<Outcome, RequestError> {
     let p = &spec.config.spec.parameters;
     let mut dynamic = Vec::new();
     if !p.dynamic.command.is_empty() {

@@ -169,7 +169,12 @@ struct Capture {
     over: bool,
 }
 
-fn reader(mut src: impl Read + Send + 'static, cap: u64, over: Arc<AtomicBool>, token: CancelToken) -> thread::JoinHandle<Capture> {
+fn reader(
+    mut src: impl Read + Send + 'static,
+    cap: u64,
+    over: Arc<AtomicBool>,
+    token: CancelToken,
+) -> thread::JoinHandle<Capture> {
     thread::spawn(move || {
         let mut data = Vec::new();
         let mut buf = [0u8; 64 * 1024];
@@ -193,16 +198,28 @@ fn reader(mut src: impl Read + Send + 'static, cap: u64, over: Arc<AtomicBool>, 
                 Err(_) => break,
             }
         }
-        Capture { data, over: over_cap }
+        Capture {
+            data,
+            over: over_cap,
+        }
     })
 }
 
 /// Run `spec` until it exits, `deadline` passes, `cancel` fires or an output budget is exceeded.
-pub fn run(spec: &CmdSpec<'_>, deadline: Option<Instant>, cancel: &CancelToken) -> Result<CmdOutput, CmdError> {
-    let Some(program) = spec.argv.first() else { return Err(CmdError::Empty) };
+pub fn run(
+    spec: &CmdSpec<'_>,
+    deadline: Option<Instant>,
+    cancel: &CancelToken,
+) -> Result<CmdOutput, CmdError> {
+    let Some(program) = spec.argv.first() else {
+        return Err(CmdError::Empty);
+    };
     let argv_log = argv_for_log(spec.argv);
     if !spec.cwd.is_dir() {
-        return Err(CmdError::Start(format!("chdir {}: no such file or directory", spec.cwd.display())));
+        return Err(CmdError::Start(format!(
+            "chdir {}: no such file or directory",
+            spec.cwd.display()
+        )));
     }
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..])
@@ -215,14 +232,25 @@ pub fn run(spec: &CmdSpec<'_>, deadline: Option<Instant>, cancel: &CancelToken) 
         .process_group(0);
     let mut child: Child = cmd.spawn().map_err(|e| start_error(program, &e))?;
     let pid = child.id() as i32;
+    crate::reaper::track(pid);
     let started = Instant::now();
     tracing::debug!(pid, argv = %argv_log, cwd = %spec.cwd.display(), "command started");
 
     let over = Arc::new(AtomicBool::new(false));
     let out_over = Arc::new(AtomicBool::new(false));
     let err_over = Arc::new(AtomicBool::new(false));
-    let out_t = reader(child.stdout.take().expect("piped"), spec.stdout_cap, out_over.clone(), cancel.clone());
-    let err_t = reader(child.stderr.take().expect("piped"), spec.stderr_cap, err_over.clone(), cancel.clone());
+    let out_t = reader(
+        child.stdout.take().expect("piped"),
+        spec.stdout_cap,
+        out_over.clone(),
+        cancel.clone(),
+    );
+    let err_t = reader(
+        child.stderr.take().expect("piped"),
+        spec.stderr_cap,
+        err_over.clone(),
+        cancel.clone(),
+    );
     let _ = &over;
 
     // A waiter observes the exit without reaping it, so the group id stays ours until we reap.
@@ -247,7 +275,9 @@ pub fn run(spec: &CmdSpec<'_>, deadline: Option<Instant>, cancel: &CancelToken) 
     };
 
     let timed_out = cancel.wait_until(deadline, || {
-        exited.load(Ordering::SeqCst) || out_over.load(Ordering::SeqCst) || err_over.load(Ordering::SeqCst)
+        exited.load(Ordering::SeqCst)
+            || out_over.load(Ordering::SeqCst)
+            || err_over.load(Ordering::SeqCst)
     });
     let cancelled = cancel.reason();
     let overrun = out_over.load(Ordering::SeqCst) || err_over.load(Ordering::SeqCst);
@@ -259,28 +289,51 @@ pub fn run(spec: &CmdSpec<'_>, deadline: Option<Instant>, cancel: &CancelToken) 
         let fresh = CancelToken::new();
         // Wait for the exit (poked by nobody: poll the flag on a short cadence within the grace).
         while !exited.load(Ordering::SeqCst) && Instant::now() < grace_end {
-            let _ = fresh.wait_until(Some((Instant::now() + Duration::from_millis(20)).min(grace_end)), || {
-                exited.load(Ordering::SeqCst)
-            });
+            let _ = fresh.wait_until(
+                Some((Instant::now() + Duration::from_millis(20)).min(grace_end)),
+                || exited.load(Ordering::SeqCst),
+            );
         }
     }
     // Kill whatever is left of the group (daemons, stragglers) while the id is still reserved.
     let _ = kill_process_group(pgid, Signal::KILL);
     let _ = waiter.join();
-    let status = child.wait().map_err(|e| CmdError::Start(e.to_string()))?;
-    let out = out_t.join().unwrap_or(Capture { data: Vec::new(), over: false });
-    let err = err_t.join().unwrap_or(Capture { data: Vec::new(), over: false });
+    let status = child.wait();
+    crate::reaper::untrack(pid);
+    let status = status.map_err(|e| CmdError::Start(e.to_string()))?;
+    let out = out_t.join().unwrap_or(Capture {
+        data: Vec::new(),
+        over: false,
+    });
+    let err = err_t.join().unwrap_or(Capture {
+        data: Vec::new(),
+        over: false,
+    });
     tracing::debug!(pid, status = %status, ms = started.elapsed().as_millis() as u64, "command finished");
 
     if out.over || err.over {
-        let (stream, limit) = if out.over { ("stdout", spec.stdout_cap) } else { ("stderr", spec.stderr_cap) };
-        return Err(CmdError::OutputLimit { argv: argv_log, stream, limit });
+        let (stream, limit) = if out.over {
+            ("stdout", spec.stdout_cap)
+        } else {
+            ("stderr", spec.stderr_cap)
+        };
+        return Err(CmdError::OutputLimit {
+            argv: argv_log,
+            stream,
+            limit,
+        });
     }
     if must_stop {
         if let Some(reason) = cancelled {
-            return Err(CmdError::Cancelled { argv: argv_log, reason });
+            return Err(CmdError::Cancelled {
+                argv: argv_log,
+                reason,
+            });
         }
-        return Err(CmdError::Deadline { argv: argv_log, stderr: trimmed_stderr(&err.data) });
+        return Err(CmdError::Deadline {
+            argv: argv_log,
+            stderr: trimmed_stderr(&err.data),
+        });
     }
     if !status.success() {
         let cause = match (status.code(), status.signal()) {
@@ -288,9 +341,16 @@ pub fn run(spec: &CmdSpec<'_>, deadline: Option<Instant>, cancel: &CancelToken) 
             (None, Some(s)) => format!("signal: {}", signal_name(s)),
             _ => "unknown status".to_owned(),
         };
-        return Err(CmdError::Failed { argv: argv_log, cause, stderr: trimmed_stderr(&err.data) });
+        return Err(CmdError::Failed {
+            argv: argv_log,
+            cause,
+            stderr: trimmed_stderr(&err.data),
+        });
     }
-    Ok(CmdOutput { stdout: out.data, stderr: err.data })
+    Ok(CmdOutput {
+        stdout: out.data,
+        stderr: err.data,
+    })
 }
 
 fn start_error(program: &str, e: &std::io::Error) -> CmdError {
@@ -298,7 +358,9 @@ fn start_error(program: &str, e: &std::io::Error) -> CmdError {
         if program.contains('/') {
             CmdError::Start(format!("fork/exec {program}: no such file or directory"))
         } else {
-            CmdError::Start(format!("exec: \"{program}\": executable file not found in $PATH"))
+            CmdError::Start(format!(
+                "exec: \"{program}\": executable file not found in $PATH"
+            ))
         }
     } else if e.kind() == std::io::ErrorKind::PermissionDenied {
         CmdError::Start(format!("fork/exec {program}: permission denied"))
@@ -320,7 +382,13 @@ mod tests {
     }
 
     fn spec<'a>(argv: &'a [String], env: &'a [(String, String)]) -> CmdSpec<'a> {
-        CmdSpec { argv, env, cwd: Path::new("/"), stdout_cap: 1 << 20, stderr_cap: 1 << 20 }
+        CmdSpec {
+            argv,
+            env,
+            cwd: Path::new("/"),
+            stdout_cap: 1 << 20,
+            stderr_cap: 1 << 20,
+        }
     }
 
     #[test]
@@ -331,11 +399,22 @@ mod tests {
         assert_eq!(o.stdout, b"out\n");
         let argv = sh("echo boom >&2; exit 3");
         let err = run(&spec(&argv, &e), None, &CancelToken::new()).unwrap_err();
-        assert_eq!(err.to_string(), "`sh -c \"echo boom >&2; exit 3\"` failed exit status 3: boom");
+        assert_eq!(
+            err.to_string(),
+            "`sh -c \"echo boom >&2; exit 3\"` failed exit status 3: boom"
+        );
         let argv = vec!["bad-command".to_owned()];
         let err = run(&spec(&argv, &e), None, &CancelToken::new()).unwrap_err();
-        assert_eq!(err.to_string(), "exec: \"bad-command\": executable file not found in $PATH");
-        assert_eq!(run(&spec(&[], &e), None, &CancelToken::new()).unwrap_err().to_string(), "Command is empty");
+        assert_eq!(
+            err.to_string(),
+            "exec: \"bad-command\": executable file not found in $PATH"
+        );
+        assert_eq!(
+            run(&spec(&[], &e), None, &CancelToken::new())
+                .unwrap_err()
+                .to_string(),
+            "Command is empty"
+        );
     }
 
     #[test]
@@ -343,8 +422,17 @@ mod tests {
         let e = env();
         let argv = sh("trap 'echo cleanup completed >&2; exit 1' TERM; sleep 30 & wait");
         let t = Instant::now();
-        let err = run(&spec(&argv, &e), Some(Instant::now() + Duration::from_millis(300)), &CancelToken::new()).unwrap_err();
-        assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+        let err = run(
+            &spec(&argv, &e),
+            Some(Instant::now() + Duration::from_millis(300)),
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            t.elapsed()
+        );
         match err {
             CmdError::Deadline { stderr, .. } => assert_eq!(stderr, "cleanup completed"),
             other => panic!("{other}"),
@@ -355,8 +443,17 @@ mod tests {
     fn output_budget() {
         let e = env();
         let argv = sh("yes");
-        let s = CmdSpec { stdout_cap: 100_000, ..spec(&argv, &e) };
-        assert!(matches!(run(&s, None, &CancelToken::new()), Err(CmdError::OutputLimit { stream: "stdout", .. })));
+        let s = CmdSpec {
+            stdout_cap: 100_000,
+            ..spec(&argv, &e)
+        };
+        assert!(matches!(
+            run(&s, None, &CancelToken::new()),
+            Err(CmdError::OutputLimit {
+                stream: "stdout",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -369,6 +466,9 @@ mod tests {
             thread::sleep(Duration::from_millis(200));
             t2.cancel(CancelReason::Cancelled);
         });
-        assert!(matches!(run(&spec(&argv, &e), None, &tok), Err(CmdError::Cancelled { .. })));
+        assert!(matches!(
+            run(&spec(&argv, &e), None, &tok),
+            Err(CmdError::Cancelled { .. })
+        ));
     }
 }

@@ -1,0 +1,212 @@
+//! `cmp-warden client`: pack a directory as the repo-server does and call one RPC over the unix
+//! socket; prints the response as JSON. The debugging tool operators lack, and the benchmark
+//! load generator.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use hyper_util::rt::TokioIo;
+use proto::plugin::config_management_plugin_service_client::ConfigManagementPluginServiceClient;
+use proto::plugin::{
+    AppStreamRequest, EnvEntry, File, ManifestRequestMetadata, app_stream_request,
+};
+use serde_json::json;
+use tonic::transport::{Channel, Endpoint};
+
+/// Which RPC.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Rpc {
+    /// CheckPluginConfiguration
+    Check,
+    /// MatchRepository
+    Match,
+    /// GenerateManifest
+    Generate,
+    /// GetParametersAnnouncement
+    Params,
+}
+
+/// `client` flags.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The plugin socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// RPC to call.
+    rpc: Rpc,
+    /// Repository root to pack (not needed for `check`).
+    dir: Option<PathBuf>,
+    /// App directory relative to DIR.
+    #[arg(long, default_value = ".")]
+    app_rel_path: String,
+    /// Request environment entry (repeatable).
+    #[arg(long = "env", value_parser = super::parse_env)]
+    env: Vec<(String, String)>,
+    /// Bytes per file chunk (the repo-server's ARGOCD_CMP_CHUNK_SIZE).
+    #[arg(long, default_value_t = 1024)]
+    chunk_size: usize,
+    /// Go filepath.Match globs of relative paths to leave out (repeatable), as --plugin-tar-exclude.
+    #[arg(long)]
+    exclude: Vec<String>,
+    /// Request deadline in seconds (sent as grpc-timeout).
+    #[arg(long)]
+    timeout: Option<u64>,
+}
+
+/// Run one client call; exit 1 with the status on stderr on failure.
+pub fn run(a: ClientArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(call(a)) {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            match e.downcast_ref::<tonic::Status>() {
+                Some(s) => eprintln!("error: code={:?} message={}", s.code(), s.message()),
+                None => eprintln!("error: {e:#}"),
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Connect to a unix socket as grpc-go does (the socket path as authority is irrelevant here).
+pub async fn connect(socket: PathBuf) -> anyhow::Result<Channel> {
+    let ch = Endpoint::try_from("http://localhost")?
+        .connect_with_connector(tower::service_fn(move |_| {
+            let p = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?))
+            }
+        }))
+        .await
+        .context("connecting to the plugin socket")?;
+    Ok(ch)
+}
+
+/// Pack `dir` (Argo's layout and exclusions) into memory.
+pub fn pack(
+    dir: &std::path::Path,
+    exclude: &[String],
+) -> anyhow::Result<(Vec<u8>, archive::PackSummary)> {
+    let excl = |rel: &str| {
+        exclude
+            .iter()
+            .any(|g| plugin::glob::go_match(g, rel).unwrap_or(false))
+    };
+    let mut buf = Vec::new();
+    let s = archive::pack_dir(dir, &excl, &mut buf)?;
+    Ok((buf, s))
+}
+
+/// The request stream: metadata, then chunks.
+pub fn requests(
+    buf: Vec<u8>,
+    sha: &str,
+    app_name: String,
+    app_rel_path: String,
+    env: &[(String, String)],
+    chunk: usize,
+) -> Vec<AppStreamRequest> {
+    let size = buf.len() as i64;
+    let mut msgs = vec![AppStreamRequest {
+        request: Some(app_stream_request::Request::Metadata(
+            ManifestRequestMetadata {
+                app_name,
+                app_rel_path,
+                checksum: sha.to_owned(),
+                size,
+                env: env
+                    .iter()
+                    .map(|(k, v)| EnvEntry {
+                        name: k.clone(),
+                        value: v.clone(),
+                    })
+                    .collect(),
+            },
+        )),
+    }];
+    for c in buf.chunks(chunk.max(1)) {
+        msgs.push(AppStreamRequest {
+            request: Some(app_stream_request::Request::File(File {
+                chunk: c.to_vec(),
+            })),
+        });
+    }
+    msgs
+}
+
+async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
+    let mut client = ConfigManagementPluginServiceClient::new(connect(a.socket.clone()).await?)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    if let Rpc::Check = a.rpc {
+        let r = client.check_plugin_configuration(()).await?.into_inner();
+        return Ok(
+            json!({"isDiscoveryConfigured": r.is_discovery_configured, "provideGitCreds": r.provide_git_creds}),
+        );
+    }
+    let dir = a.dir.clone().context("DIR is required for this RPC")?;
+    let (buf, sum) = pack(&dir, &a.exclude)?;
+    let app_dir = dir.join(&a.app_rel_path);
+    let app_name = app_dir
+        .canonicalize()
+        .unwrap_or(app_dir)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let msgs = requests(
+        buf,
+        &hex::encode(sum.sha256),
+        app_name,
+        a.app_rel_path.clone(),
+        &a.env,
+        a.chunk_size,
+    );
+    let mut req = tonic::Request::new(tokio_stream_iter(msgs));
+    if let Some(t) = a.timeout {
+        req.set_timeout(Duration::from_secs(t));
+    }
+    Ok(match a.rpc {
+        Rpc::Generate => {
+            json!({"manifests": client.generate_manifest(req).await?.into_inner().manifests})
+        }
+        Rpc::Match => {
+            let r = client.match_repository(req).await?.into_inner();
+            json!({"isSupported": r.is_supported, "isDiscoveryEnabled": r.is_discovery_enabled})
+        }
+        Rpc::Params => {
+            let r = client.get_parameters_announcement(req).await?.into_inner();
+            let list: Vec<_> = r
+                .parameter_announcements
+                .into_iter()
+                .map(|p| {
+                    json!({"name": p.name, "title": p.title, "tooltip": p.tooltip, "required": p.required,
+                           "itemType": p.item_type, "collectionType": p.collection_type, "string": p.string,
+                           "array": p.array, "map": p.map})
+                })
+                .collect();
+            json!({"parameterAnnouncements": list})
+        }
+        Rpc::Check => unreachable!("handled above"),
+    })
+}
+
+fn tokio_stream_iter(
+    msgs: Vec<AppStreamRequest>,
+) -> impl tonic::codegen::tokio_stream::Stream<Item = AppStreamRequest> {
+    tonic::codegen::tokio_stream::iter(msgs)
+}

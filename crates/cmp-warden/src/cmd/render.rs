@@ -1,0 +1,106 @@
+//! `cmp-warden render`: discovery, init and generate on a local directory through the same code
+//! path the server uses (pack → runner → split), for plugin authors without a cluster.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use jail::{CancelToken, Operation, Outcome, RequestSpec, Runner};
+use plugin::PluginConfig;
+
+/// `render` flags.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// Repository root.
+    dir: PathBuf,
+    /// Directory holding plugin.yaml.
+    #[arg(long, default_value = "/home/argocd/cmp-server/config")]
+    config_dir_path: PathBuf,
+    /// App directory relative to DIR.
+    #[arg(long, default_value = ".")]
+    app_rel_path: String,
+    /// Request environment entry (repeatable).
+    #[arg(long = "env", value_parser = super::parse_env)]
+    env: Vec<(String, String)>,
+    /// Go filepath.Match globs of relative paths to leave out (repeatable).
+    #[arg(long)]
+    exclude: Vec<String>,
+}
+
+/// Print each manifest as one JSON line; exit 1 on failure.
+pub fn run(a: RenderArgs) -> ExitCode {
+    match render(a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn render(a: RenderArgs) -> anyhow::Result<()> {
+    let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
+    for k in &loaded.unknown_keys {
+        eprintln!("warning: plugin.yaml: unknown key {k} ignored");
+    }
+    let config = loaded.config;
+    let (buf, _) = super::client::pack(&a.dir, &a.exclude)?;
+    let base: Vec<(String, String)> = std::env::vars().collect();
+    let work = tempfile_dir()?;
+    let runner = jail::Unconfined;
+    let spec = |op| RequestSpec {
+        op,
+        config: config.clone(),
+        tree: work.join(format!("{op:?}")),
+        app_rel_path: a.app_rel_path.clone(),
+        env: plugin::env::compose(&base, &a.env),
+        archive: archive::Options::default(),
+        output_bytes: 64 << 20,
+        deadline: None,
+    };
+    let result = (|| -> anyhow::Result<()> {
+        if config.spec.discover.is_defined() {
+            let s = spec(Operation::Match);
+            std::fs::create_dir(&s.tree)?;
+            match runner.execute(
+                &s,
+                Box::new(std::io::Cursor::new(buf.clone())),
+                &CancelToken::new(),
+            ) {
+                Ok(Outcome::Match { supported, .. }) => {
+                    eprintln!(
+                        "discovery: {}",
+                        if supported {
+                            "matches"
+                        } else {
+                            "does NOT match (rendering anyway)"
+                        }
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("discovery: error: {e}"),
+            }
+        }
+        let s = spec(Operation::Generate);
+        std::fs::create_dir(&s.tree)?;
+        let out = runner.execute(&s, Box::new(std::io::Cursor::new(buf)), &CancelToken::new())?;
+        let Outcome::Manifests(m) = out else {
+            anyhow::bail!("unexpected outcome")
+        };
+        let mut stdout = std::io::stdout().lock();
+        for doc in m {
+            writeln!(stdout, "{doc}")?;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let d = std::env::temp_dir().join(format!("cmp-warden-render-{}", std::process::id()));
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(d)
+}

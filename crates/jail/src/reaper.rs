@@ -1,0 +1,86 @@
+//! Reaping orphans when we are PID 1 (Argo CD's cmp-server does not, issues #13026, #29349).
+//!
+//! Our own command children are reaped by the runner; a blanket `waitpid(-1)` would steal their
+//! statuses. So the reaper looks in /proc for zombies whose parent is us and reaps only those the
+//! runner is not tracking.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use rustix::process::{Pid, WaitOptions, waitpid};
+
+fn tracked() -> &'static Mutex<HashSet<i32>> {
+    static T: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    T.get_or_init(Mutex::default)
+}
+
+/// The runner spawned `pid` and will reap it.
+pub(crate) fn track(pid: i32) {
+    tracked()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(pid);
+}
+
+/// The runner reaped `pid`.
+pub(crate) fn untrack(pid: i32) {
+    tracked()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&pid);
+}
+
+/// Reap untracked zombie children once.
+pub fn reap_orphans() -> usize {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let mut reaped = 0;
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command name: state ppid ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let (Some(state), Some(ppid)) = (f.next(), f.next().and_then(|p| p.parse::<i32>().ok()))
+        else {
+            continue;
+        };
+        if state != "Z"
+            || ppid != me
+            || tracked()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&pid)
+        {
+            continue;
+        }
+        if let Some(p) = Pid::from_raw(pid)
+            && matches!(waitpid(Some(p), WaitOptions::NOHANG), Ok(Some(_)))
+        {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
+/// Start a background thread reaping orphans every second.
+pub fn start_orphan_reaper() {
+    let _ = std::thread::Builder::new().name("reaper".into()).spawn(|| {
+        loop {
+            let n = reap_orphans();
+            if n > 0 {
+                tracing::debug!(reaped = n, "reaped orphaned processes");
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+}

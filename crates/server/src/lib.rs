@@ -1,0 +1,11 @@
+//! The CMP gRPC service and its listeners. Knows gRPC; knows nothing of how requests are
+//! confined (that is the runner's business, `jail::Runner`).
+#![forbid(unsafe_code)]
+
+pub mod authority;
+pub mod listener;
+pub mod service;
+pub mod status;
+
+pub use listener::{ListenOptions, bind, serve};
+pub use service::{CmpService, ServiceConfig};

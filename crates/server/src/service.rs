@@ -1,0 +1,403 @@
+//! `plugin.ConfigManagementPluginService`: receives the stream, feeds the archive to the runner
+//! as it arrives (hashing and counting it), releases end-of-file only once the checksum matches,
+//! and enforces the deadline (`grpc-timeout` minus 100 ms, as Argo CD).
+
+use std::future::Future;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jail::{CancelReason, CancelToken, Operation, Outcome, RequestSpec, Runner};
+use plugin::PluginConfig;
+use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginService;
+use proto::plugin::{
+    AppStreamRequest, CheckPluginConfigurationResponse, ManifestResponse,
+    ParametersAnnouncementResponse, RepositoryResponse, app_stream_request,
+};
+use proto::repository::ParameterAnnouncement;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use crate::status::{StreamError, to_status};
+
+/// Argo CD starts work 100 ms before the client's deadline.
+const DEADLINE_BUFFER: Duration = Duration::from_millis(100);
+
+/// Settings the service needs.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// The plugin.
+    pub plugin: PluginConfig,
+    /// `<workdir>/_cmp_server`: per-request trees are created here.
+    pub work_dir: PathBuf,
+    /// Archive limits (compressed cap enforced while receiving too).
+    pub archive: archive::Options,
+    /// Per-command stdout/stderr budget.
+    pub output_bytes: u64,
+    /// Base environment for commands (the server's own, as Argo CD).
+    pub base_env: Vec<(String, String)>,
+}
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct CmpService {
+    cfg: Arc<ServiceConfig>,
+    runner: Arc<dyn Runner>,
+    active: Arc<Mutex<Vec<(u64, CancelToken)>>>,
+    next_id: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CmpService {
+    /// A service using `runner`.
+    pub fn new(cfg: ServiceConfig, runner: Arc<dyn Runner>) -> Self {
+        Self {
+            cfg: Arc::new(cfg),
+            runner,
+            active: Arc::default(),
+            next_id: Arc::default(),
+        }
+    }
+
+    /// Cancel every request in flight (shutdown after the grace period).
+    pub fn cancel_all(&self) {
+        for (_, t) in self.active.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            t.cancel(CancelReason::Shutdown);
+        }
+    }
+
+    /// Requests in flight.
+    pub fn active(&self) -> usize {
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    async fn handle(
+        &self,
+        op: Operation,
+        req: Request<Streaming<AppStreamRequest>>,
+    ) -> Result<Outcome, Status> {
+        let deadline = grpc_deadline(&req);
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let request_id = uuid::Uuid::new_v4();
+        let span =
+            tracing::info_span!("request", %request_id, rpc = ?op, app = tracing::field::Empty);
+        self.handle_inner(op, req.into_inner(), deadline, id, request_id)
+            .instrument(span)
+            .await
+    }
+
+    async fn handle_inner(
+        &self,
+        op: Operation,
+        mut stream: Streaming<AppStreamRequest>,
+        deadline: Option<Instant>,
+        id: u64,
+        request_id: uuid::Uuid,
+    ) -> Result<Outcome, Status> {
+        let started = Instant::now();
+        let first = match with_deadline(deadline, stream.message()).await {
+            None => return Err(StreamError::Deadline.to_status()),
+            Some(Err(s)) => return Err(StreamError::Header(s.message().to_owned()).to_status()),
+            Some(Ok(None)) => return Err(StreamError::Header("EOF".into()).to_status()),
+            Some(Ok(Some(m))) => m,
+        };
+        let Some(app_stream_request::Request::Metadata(meta)) = first.request else {
+            return Err(StreamError::NoMetadata.to_status());
+        };
+        tracing::Span::current().record("app", meta.app_name.as_str());
+        tracing::info!(app_rel_path = %meta.app_rel_path, deadline_ms = ?deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64), "request received");
+
+        let tree = self.cfg.work_dir.join(request_id.to_string());
+        std::fs::create_dir(&tree).map_err(|e| StreamError::Workdir(e.to_string()).to_status())?;
+        let env: Vec<(String, String)> = meta
+            .env
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect();
+        let spec = RequestSpec {
+            op,
+            config: self.cfg.plugin.clone(),
+            tree: tree.clone(),
+            app_rel_path: meta.app_rel_path.clone(),
+            env: plugin::env::compose(&self.cfg.base_env, &env),
+            archive: self.cfg.archive.clone(),
+            output_bytes: self.cfg.output_bytes,
+            deadline,
+        };
+        let cancel = CancelToken::new();
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, cancel.clone()));
+        let _guard = ActiveGuard {
+            list: self.active.clone(),
+            id,
+            cancel: cancel.clone(),
+        };
+
+        // The runner reads the archive from a channel; EOF is only delivered after the
+        // checksum matched, so nothing runs on unverified bytes.
+        let (tx, rx) = mpsc::channel::<Chunk>(32);
+        let runner = self.runner.clone();
+        let run_cancel = cancel.clone();
+        let span = tracing::Span::current();
+        let task = tokio::task::spawn_blocking(move || {
+            let _e = span.enter();
+            let result = runner.execute(
+                &spec,
+                Box::new(ChannelReader {
+                    rx,
+                    cur: Vec::new(),
+                    pos: 0,
+                }),
+                &run_cancel,
+            );
+            remove_tree(&tree);
+            result
+        });
+
+        let received = self
+            .receive(&mut stream, &tx, &meta.checksum, deadline)
+            .await;
+        let received = match received {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = tx.try_send(Chunk::Abort);
+                if matches!(e, StreamError::Cancelled) {
+                    cancel.cancel(CancelReason::Cancelled);
+                }
+                Err(e)
+            }
+        };
+        drop(tx);
+        let result = match deadline {
+            Some(d) => match tokio::time::timeout_at(d.into(), task).await {
+                Ok(r) => r,
+                Err(_) => {
+                    // The runner kills its commands (TERM, then KILL) once cancelled.
+                    cancel.cancel(CancelReason::Cancelled);
+                    let _ = received;
+                    return Err(StreamError::Deadline.to_status());
+                }
+            },
+            None => task.await,
+        };
+        let result = result.map_err(|e| Status::internal(format!("request task failed: {e}")))?;
+        let out = match (received, result) {
+            (Err(e), _) => Err(e.to_status()),
+            (Ok(()), Ok(o)) => Ok(o),
+            (Ok(()), Err(e)) => Err(to_status(&e)),
+        };
+        match &out {
+            Ok(_) => tracing::info!(
+                ms = started.elapsed().as_millis() as u64,
+                "request finished"
+            ),
+            Err(s) => {
+                tracing::warn!(ms = started.elapsed().as_millis() as u64, code = ?s.code(), error = %s.message(), "request failed")
+            }
+        }
+        out
+    }
+
+    async fn receive(
+        &self,
+        stream: &mut Streaming<AppStreamRequest>,
+        tx: &mpsc::Sender<Chunk>,
+        checksum: &str,
+        deadline: Option<Instant>,
+    ) -> Result<(), StreamError> {
+        let cap = self.cfg.archive.limits.compressed_bytes;
+        let mut hasher = Sha256::new();
+        let mut total: u64 = 0;
+        let mut runner_gone = false;
+        loop {
+            let msg = match with_deadline(deadline, stream.message()).await {
+                None => return Err(StreamError::Deadline),
+                Some(Err(s)) if s.code() == tonic::Code::Cancelled => {
+                    return Err(StreamError::Cancelled);
+                }
+                Some(Err(s)) => return Err(StreamError::Receive(s.message().to_owned())),
+                Some(Ok(None)) => break,
+                Some(Ok(Some(m))) => m,
+            };
+            let Some(app_stream_request::Request::File(file)) = msg.request else {
+                return Err(StreamError::NotAFile);
+            };
+            total += file.chunk.len() as u64;
+            if total > cap {
+                return Err(StreamError::TooLarge(cap));
+            }
+            hasher.update(&file.chunk);
+            if !runner_gone && tx.send(Chunk::Data(file.chunk)).await.is_err() {
+                // The runner already refused the archive; keep draining to report its error.
+                runner_gone = true;
+            }
+        }
+        let actual = hex::encode(hasher.finalize());
+        if actual != checksum {
+            return Err(StreamError::Checksum);
+        }
+        let _ = tx.send(Chunk::End).await;
+        Ok(())
+    }
+}
+
+struct ActiveGuard {
+    list: Arc<Mutex<Vec<(u64, CancelToken)>>>,
+    id: u64,
+    cancel: CancelToken,
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        // If the handler is dropped (client went away), the runner must stop too.
+        self.cancel.cancel(CancelReason::Cancelled);
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(i, _)| *i != self.id);
+    }
+}
+
+fn remove_tree(tree: &std::path::Path) {
+    let res = archive::DirWriter::open_root(tree)
+        .and_then(|fd| archive::remove_contents(std::os::fd::AsFd::as_fd(&fd)))
+        .and_then(|()| std::fs::remove_dir(tree));
+    if let Err(e) = res {
+        tracing::error!(tree = %tree.display(), error = %e, "failed to remove request tree");
+    }
+}
+
+async fn with_deadline<F: Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// `grpc-timeout` → the instant work must end (minus Argo's 100 ms buffer).
+fn grpc_deadline<T>(req: &Request<T>) -> Option<Instant> {
+    let v = req.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = num.parse().ok()?;
+    let d = match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    };
+    Some(Instant::now() + d.saturating_sub(DEADLINE_BUFFER))
+}
+
+enum Chunk {
+    Data(Vec<u8>),
+    End,
+    Abort,
+}
+
+/// Blocking reader over the chunk channel.
+struct ChannelReader {
+    rx: mpsc::Receiver<Chunk>,
+    cur: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.cur.len() {
+            match self.rx.blocking_recv() {
+                Some(Chunk::Data(d)) => {
+                    self.cur = d;
+                    self.pos = 0;
+                }
+                Some(Chunk::End) => return Ok(0),
+                Some(Chunk::Abort) | None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "archive stream aborted",
+                    ));
+                }
+            }
+        }
+        let n = (self.cur.len() - self.pos).min(buf.len());
+        buf[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+fn announcement(a: plugin::ParameterAnnouncement) -> ParameterAnnouncement {
+    ParameterAnnouncement {
+        name: a.name,
+        title: a.title,
+        tooltip: a.tooltip,
+        required: a.required,
+        item_type: a.item_type,
+        collection_type: a.collection_type,
+        string: a.string,
+        array: a.array,
+        map: a.map.into_iter().collect(),
+    }
+}
+
+#[tonic::async_trait]
+impl ConfigManagementPluginService for CmpService {
+    async fn generate_manifest(
+        &self,
+        req: Request<Streaming<AppStreamRequest>>,
+    ) -> Result<Response<ManifestResponse>, Status> {
+        match self.handle(Operation::Generate, req).await? {
+            Outcome::Manifests(manifests) => Ok(Response::new(ManifestResponse {
+                manifests,
+                source_type: String::new(),
+            })),
+            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+        }
+    }
+
+    async fn check_plugin_configuration(
+        &self,
+        _req: Request<()>,
+    ) -> Result<Response<CheckPluginConfigurationResponse>, Status> {
+        Ok(Response::new(CheckPluginConfigurationResponse {
+            is_discovery_configured: self.cfg.plugin.spec.discover.is_defined(),
+            provide_git_creds: self.cfg.plugin.spec.provide_git_creds,
+        }))
+    }
+
+    async fn match_repository(
+        &self,
+        req: Request<Streaming<AppStreamRequest>>,
+    ) -> Result<Response<RepositoryResponse>, Status> {
+        match self.handle(Operation::Match, req).await? {
+            Outcome::Match {
+                supported,
+                discovery_enabled,
+            } => Ok(Response::new(RepositoryResponse {
+                is_supported: supported,
+                is_discovery_enabled: discovery_enabled,
+            })),
+            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+        }
+    }
+
+    async fn get_parameters_announcement(
+        &self,
+        req: Request<Streaming<AppStreamRequest>>,
+    ) -> Result<Response<ParametersAnnouncementResponse>, Status> {
+        match self.handle(Operation::Parameters, req).await? {
+            Outcome::Parameters(list) => Ok(Response::new(ParametersAnnouncementResponse {
+                parameter_announcements: list.into_iter().map(announcement).collect(),
+            })),
+            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+        }
+    }
+}
