@@ -7,6 +7,7 @@
 //! with sanitising (modes, owners, times, loops) assert that outcome and the containment oracle.
 
 use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
@@ -1488,5 +1489,28 @@ fn g62_partial_failure_removes_everything() {
             })
         },
         is!(Reason::DotDot),
+    );
+}
+
+#[test]
+fn non_utf8_names_are_accepted_and_contained() {
+    // Linux names are bytes; Go's writer passes them through. Found by the `entries` fuzz target
+    // (the oracle, not the extractor, mishandled them).
+    accept_with(
+        |_| {
+            tgz(|t| {
+                t.header(&Hdr::new(b"caf\xe9.yaml", b'0'))
+                    .symlink("l", "caf\u{e9}");
+            })
+        },
+        Options::default(),
+        |s| {
+            let names = testkit::describe_paths(&s.root);
+            assert!(
+                names.contains_key(std::path::Path::new(std::ffi::OsStr::from_bytes(
+                    b"caf\xe9.yaml"
+                )))
+            );
+        },
     );
 }

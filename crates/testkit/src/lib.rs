@@ -14,4 +14,4 @@ mod builder;
 mod oracle;
 
 pub use builder::{Hdr, Magic, TarBuilder, argo_tgz, argo_tgz_with, gzip, pax_record};
-pub use oracle::{Node, Sentinel, check_contained, describe_tree};
+pub use oracle::{Node, Sentinel, check_contained, describe_paths, describe_tree};

@@ -22,22 +22,27 @@ pub enum Node {
     Special,
 }
 
-/// Describe every path beneath `root` (not following symlinks), keyed by relative path.
+/// Describe every path beneath `root` (not following symlinks), keyed by relative path
+/// (lossy UTF-8 for display and comparison; see [`describe_paths`] for exact names).
 pub fn describe_tree(root: &Path) -> BTreeMap<String, Node> {
+    describe_paths(root)
+        .into_iter()
+        .map(|(p, n)| (p.to_string_lossy().into_owned(), n))
+        .collect()
+}
+
+/// Like [`describe_tree`], keyed by the exact relative paths (names may be any bytes).
+pub fn describe_paths(root: &Path) -> BTreeMap<PathBuf, Node> {
     let mut out = BTreeMap::new();
     describe(root, root, &mut out);
     out
 }
 
-fn describe(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
+fn describe(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Node>) {
     let Ok(rd) = fs::read_dir(dir) else { return };
     for e in rd {
         let p = e.expect("dir entry").path();
-        let rel = p
-            .strip_prefix(root)
-            .expect("beneath")
-            .to_string_lossy()
-            .into_owned();
+        let rel = p.strip_prefix(root).expect("beneath").to_path_buf();
         let md = fs::symlink_metadata(&p).expect("lstat");
         let perm = md.permissions().mode() & 0o7777;
         let ft = md.file_type();
@@ -70,8 +75,9 @@ pub fn check_contained(root: &Path) -> Result<(), String> {
     let rootfd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
         .map_err(|e| format!("open root: {e}"))?;
     let euid = rustix::process::geteuid().as_raw();
-    for (rel, node) in describe_tree(root) {
-        let md = fs::symlink_metadata(root.join(&rel)).map_err(|e| e.to_string())?;
+    for (path, node) in describe_paths(root) {
+        let rel = path.display().to_string();
+        let md = fs::symlink_metadata(root.join(&path)).map_err(|e| format!("{rel}: {e}"))?;
         if md.uid() != euid {
             return Err(format!("{rel}: owned by uid {}", md.uid()));
         }
@@ -83,7 +89,8 @@ pub fn check_contained(root: &Path) -> Result<(), String> {
             }
             Node::Symlink(_) => {
                 let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-                match rustix::fs::openat2(&rootfd, rel.as_str(), OFlags::PATH, Mode::empty(), how) {
+                match rustix::fs::openat2(&rootfd, path.as_path(), OFlags::PATH, Mode::empty(), how)
+                {
                     Ok(_) | Err(Errno::NOENT) | Err(Errno::LOOP) | Err(Errno::NOTDIR) => {}
                     Err(Errno::XDEV) => {
                         return Err(format!("{rel}: symlink resolves outside the root"));
@@ -108,7 +115,7 @@ pub struct Sentinel {
     pub sentinel: PathBuf,
     /// A directory outside the sentinel that attacks aim at.
     pub decoy: PathBuf,
-    before: BTreeMap<String, Node>,
+    before: BTreeMap<PathBuf, Node>,
 }
 
 impl Sentinel {
@@ -170,8 +177,8 @@ impl Default for Sentinel {
     }
 }
 
-fn describe_outside(outer: &Path) -> BTreeMap<String, Node> {
-    let mut all = describe_tree(outer);
-    all.retain(|k, _| !k.starts_with("sentinel/root/"));
+fn describe_outside(outer: &Path) -> BTreeMap<PathBuf, Node> {
+    let mut all = describe_paths(outer);
+    all.retain(|k, _| !k.starts_with("sentinel/root"));
     all
 }
