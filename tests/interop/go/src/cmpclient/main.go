@@ -1,0 +1,245 @@
+// cmpclient dials a CMP plugin socket exactly as Argo CD's repo-server does and calls one RPC.
+//
+// Packing mirrors util/io/files/tar.go (Tgz): filepath.Walk, tar.FileInfoHeader, names relative
+// to the root ("." for the root), no trailing slash on directories, Go's archive/tar writer,
+// compress/gzip default level. The dial mirrors util/grpc BlockingDial: the socket path is the
+// dial target and a custom unix dialer connects, so grpc-go derives :authority from the path.
+// -authority overrides it to reproduce the percent-encoded forms of newer grpc-go releases.
+package main
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/golang/protobuf/jsonpb"
+	"github.com/golang/protobuf/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	pb "cmpclient/pluginpb"
+)
+
+type envList []string
+
+func (e *envList) String() string     { return strings.Join(*e, ",") }
+func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
+
+func tgz(root string, w io.Writer, exclude []string) error {
+	gz := gzip.NewWriter(w)
+	tw := tar.NewWriter(gz)
+	files := 0
+	err := filepath.Walk(root, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		for _, ex := range exclude {
+			if ok, _ := filepath.Match(ex, rel); ok {
+				if fi.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+		}
+		mode := fi.Mode()
+		if !(mode.IsRegular() || mode.IsDir() || mode&os.ModeSymlink != 0) {
+			return nil
+		}
+		link := ""
+		if mode&os.ModeSymlink != 0 {
+			if link, err = os.Readlink(path); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if mode.IsRegular() {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := io.Copy(tw, f); err != nil {
+				return err
+			}
+			files++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if files == 0 {
+		return fmt.Errorf("no files to send(%s)", root)
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return gz.Close()
+}
+
+func fail(err error) {
+	st, _ := status.FromError(err)
+	out, _ := json.Marshal(map[string]interface{}{"code": int(st.Code()), "message": st.Message()})
+	fmt.Println(string(out))
+	os.Exit(3)
+}
+
+func main() {
+	socket := flag.String("socket", "", "plugin socket path")
+	rpc := flag.String("rpc", "check", "check|match|generate|params")
+	dir := flag.String("dir", "", "repository root to pack")
+	tgzFile := flag.String("tgz", "", "send this archive instead of packing -dir")
+	appRel := flag.String("app-rel-path", ".", "appRelPath")
+	authority := flag.String("authority", "", "override :authority (encoded forms)")
+	chunk := flag.Int("chunk", 1024, "chunk size")
+	timeout := flag.Duration("timeout", 30*time.Second, "request deadline")
+	checksum := flag.String("checksum", "", "override the checksum sent")
+	var env envList
+	flag.Var(&env, "env", "NAME=VALUE (repeatable)")
+	var exclude envList
+	flag.Var(&exclude, "exclude", "glob (repeatable)")
+	flag.Parse()
+
+	opts := []grpc.DialOption{
+		grpc.WithInsecure(),
+		grpc.WithBlock(),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", addr)
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(100*1024*1024), grpc.MaxCallSendMsgSize(100*1024*1024)),
+	}
+	if *authority != "" {
+		opts = append(opts, grpc.WithAuthority(*authority))
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer dcancel()
+	conn, err := grpc.DialContext(dctx, *socket, opts...)
+	if err != nil {
+		fail(err)
+	}
+	defer conn.Close()
+	client := pb.NewConfigManagementPluginServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var resp proto.Message
+	if *rpc == "check" {
+		r, err := client.CheckPluginConfiguration(ctx, &emptypb.Empty{})
+		if err != nil {
+			fail(err)
+		}
+		resp = r
+	} else {
+		var data []byte
+		if *tgzFile != "" {
+			data, err = os.ReadFile(*tgzFile)
+		} else {
+			var buf strings.Builder
+			err = tgz(*dir, &buf, exclude)
+			data = []byte(buf.String())
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		sum := sha256.Sum256(data)
+		cs := hex.EncodeToString(sum[:])
+		if *checksum != "" {
+			cs = *checksum
+		}
+		var entries []*pb.EnvEntry
+		for _, e := range env {
+			kv := strings.SplitN(e, "=", 2)
+			if len(kv) == 2 {
+				entries = append(entries, &pb.EnvEntry{Name: kv[0], Value: kv[1]})
+			}
+		}
+		appPath := filepath.Join(*dir, *appRel)
+		meta := &pb.AppStreamRequest{Request: &pb.AppStreamRequest_Metadata{Metadata: &pb.ManifestRequestMetadata{
+			AppName: filepath.Base(appPath), AppRelPath: *appRel, Checksum: cs, Size: int64(len(data)), Env: entries}}}
+		type sender interface {
+			Send(*pb.AppStreamRequest) error
+		}
+		send := func(s sender) {
+			if err := s.Send(meta); err != nil {
+				fail(err)
+			}
+			for off := 0; off < len(data); off += *chunk {
+				end := off + *chunk
+				if end > len(data) {
+					end = len(data)
+				}
+				if err := s.Send(&pb.AppStreamRequest{Request: &pb.AppStreamRequest_File{File: &pb.File{Chunk: data[off:end]}}}); err != nil {
+					return // the server answered early; CloseAndRecv reports it
+				}
+			}
+		}
+		switch *rpc {
+		case "generate":
+			s, err := client.GenerateManifest(ctx)
+			if err != nil {
+				fail(err)
+			}
+			send(s)
+			r, err := s.CloseAndRecv()
+			if err != nil {
+				fail(err)
+			}
+			resp = r
+		case "match":
+			s, err := client.MatchRepository(ctx)
+			if err != nil {
+				fail(err)
+			}
+			send(s)
+			r, err := s.CloseAndRecv()
+			if err != nil {
+				fail(err)
+			}
+			resp = r
+		case "params":
+			s, err := client.GetParametersAnnouncement(ctx)
+			if err != nil {
+				fail(err)
+			}
+			send(s)
+			r, err := s.CloseAndRecv()
+			if err != nil {
+				fail(err)
+			}
+			resp = r
+		default:
+			fmt.Fprintln(os.Stderr, "unknown rpc", *rpc)
+			os.Exit(2)
+		}
+	}
+	out, err := (&jsonpb.Marshaler{EmitDefaults: true}).MarshalToString(resp)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println(out)
+}
