@@ -15,7 +15,14 @@ pub fn parse_dynamic(out: &str) -> Result<Vec<ParameterAnnouncement>, ParamsErro
     if out.trim().is_empty() {
         return Err(ParamsError("unexpected end of JSON input".into()));
     }
-    let v: serde_json::Value = serde_json::from_str(out).map_err(|e| ParamsError(e.to_string()))?;
+    let v: serde_json::Value = serde_json::from_str(out).map_err(|e| {
+        // Go's encoding/json says this for any truncated input (Argo's test expects it).
+        ParamsError(if e.is_eof() {
+            "unexpected end of JSON input".to_owned()
+        } else {
+            e.to_string()
+        })
+    })?;
     let items = match v {
         serde_json::Value::Null => return Ok(Vec::new()),
         serde_json::Value::Array(items) => items,
@@ -148,7 +155,10 @@ mod tests {
             parse_dynamic("").unwrap_err().0,
             "unexpected end of JSON input"
         );
-        assert!(parse_dynamic("[").is_err());
+        assert_eq!(
+            parse_dynamic("[").unwrap_err().0,
+            "unexpected end of JSON input"
+        );
         assert!(parse_dynamic("null").unwrap().is_empty());
         let v = parse_dynamic(
             r#"[{"name":"a","String":"x","Required":true,"unknown":1,"map":{"k":"v"}}]"#,

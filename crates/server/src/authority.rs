@@ -239,6 +239,7 @@ impl Rewriter {
             if name.as_slice() == b":authority"
                 && http::uri::Authority::try_from(value.as_slice()).is_err()
             {
+                tracing::debug!(original = %String::from_utf8_lossy(value), "rewrote :authority");
                 *value = REPLACEMENT.to_vec();
                 self.rewritten += 1;
             }

@@ -1,0 +1,206 @@
+//! Harness: a real `cmp-warden serve` on a real socket, and real clients (grpc-go, grpcio, ours).
+#![allow(dead_code, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub sock: PathBuf,
+    pub log: PathBuf,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_cmp-warden")
+}
+
+impl Server {
+    /// Start with this plugin.yaml; waits for the socket.
+    pub fn start(plugin_yaml: &str, args: &[&str]) -> Server {
+        Self::start_env(plugin_yaml, args, &[])
+    }
+
+    pub fn start_env(plugin_yaml: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("cmpw-srv")
+            .tempdir()
+            .expect("tmp");
+        let cfg = dir.path().join("config");
+        let socks = dir.path().join("plugins");
+        let work = dir.path().join("work");
+        for d in [&cfg, &socks, &work] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        std::fs::write(cfg.join("plugin.yaml"), plugin_yaml).expect("write plugin.yaml");
+        let log = dir.path().join("server.log");
+        let logf = std::fs::File::create(&log).expect("log");
+        let child = Command::new(bin())
+            .args(["--loglevel", "debug", "--config-dir-path"])
+            .arg(&cfg)
+            .args(args)
+            .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
+            .env("ARGOCD_CMP_WORKDIR", &work)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(logf)
+            .spawn()
+            .expect("spawn server");
+        let mut s = Server {
+            child: Some(child),
+            dir,
+            sock: PathBuf::new(),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(p) = std::fs::read_dir(&socks)
+                .ok()
+                .and_then(|mut r| r.next())
+                .and_then(|e| e.ok())
+                .map(|e| e.path())
+            {
+                s.sock = p;
+                return s;
+            }
+            if let Some(st) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("server exited early ({st}):\n{}", s.logs());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "socket never appeared:\n{}",
+                s.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `<ARGOCD_CMP_WORKDIR>/_cmp_server` entries (must be empty between requests).
+    pub fn work_entries(&self) -> Vec<PathBuf> {
+        let w = self.dir.path().join("work/_cmp_server");
+        std::fs::read_dir(&w)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Wait until no request tree is left (removal happens right after the response).
+    pub fn assert_work_dir_empties(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.work_entries().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "request trees left behind: {:?}",
+                self.work_entries()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        rustix::process::kill_process(
+            rustix::process::Pid::from_child(&c),
+            rustix::process::Signal::TERM,
+        )
+        .expect("kill");
+        c.wait().expect("wait")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The grpc-go client (built once from Debian's packages).
+pub fn go_client() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cmpclient-go");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/build-go-client.sh");
+        let st =
+            Command::new("bash").arg(&script).arg(&out).status().expect(
+                "run build-go-client.sh (needs golang-go etc.: scripts/setup installs them)",
+            );
+        assert!(st.success(), "building the grpc-go client failed");
+        out
+    })
+}
+
+/// Result of a client call: Ok(JSON response) or Err((grpc code, message)).
+pub type CallResult = Result<serde_json::Value, (i64, String)>;
+
+/// Run the Go client: `-rpc RPC` and extra args.
+pub fn go(server: &Server, rpc: &str, args: &[&str]) -> CallResult {
+    let out = Command::new(go_client())
+        .arg("-socket")
+        .arg(&server.sock)
+        .args(["-rpc", rpc])
+        .args(args)
+        .output()
+        .expect("run go client");
+    parse_client_output(&out)
+}
+
+pub fn parse_client_output(out: &std::process::Output) -> CallResult {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "client output not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    match out.status.code() {
+        Some(0) => Ok(v),
+        Some(3) => Err((
+            v["code"].as_i64().unwrap_or(-1),
+            v["message"].as_str().unwrap_or_default().to_owned(),
+        )),
+        other => panic!(
+            "client failed ({other:?}): {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// Write files (`path` → content; content starting with `->` makes a symlink).
+pub fn repo(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix("cmpw-repo")
+        .tempdir()
+        .expect("tmp");
+    for (p, c) in files {
+        let path = d.path().join(p);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        match c.strip_prefix("->") {
+            Some(target) => std::os::unix::fs::symlink(target, &path).expect("symlink"),
+            None => std::fs::write(&path, c).expect("write"),
+        }
+    }
+    d
+}
+
+pub fn plugin(spec: &str) -> String {
+    format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata:\n  name: test\nspec:\n{spec}"
+    )
+}
+
+/// gRPC codes.
+pub const INVALID_ARGUMENT: i64 = 3;
+pub const DEADLINE_EXCEEDED: i64 = 4;
+pub const RESOURCE_EXHAUSTED: i64 = 8;
+pub const UNKNOWN: i64 = 2;
+pub const DATA_LOSS: i64 = 15;
+pub const UNAVAILABLE: i64 = 14;
