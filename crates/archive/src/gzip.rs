@@ -78,12 +78,18 @@ impl<R: Read> GzipReader<R> {
 
     fn read_header(&mut self) -> io::Result<()> {
         let mut hcrc = crc32fast::Hasher::new();
-        let empty = match self.deflate.get_mut().fill_buf() {
-            Ok(b) => b.is_empty(),
+        let (empty, bad_magic) = match self.deflate.get_mut().fill_buf() {
+            Ok(b) => (
+                b.is_empty(),
+                b.first().is_some_and(|&x| x != 0x1f) || b.get(1).is_some_and(|&x| x != 0x8b),
+            ),
             Err(e) => return Err(self.input_err(e, "header")),
         };
         if empty {
             return Err(self.wire.trip(Reason::Truncated));
+        }
+        if bad_magic {
+            return Err(self.fail("not gzip data (bad magic)"));
         }
         let mut fixed = [0u8; 10];
         read_exact(self.deflate.get_mut(), &mut fixed, &mut hcrc)

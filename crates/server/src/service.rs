@@ -133,10 +133,11 @@ impl CmpService {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((id, cancel.clone()));
-        let _guard = ActiveGuard {
+        let mut guard = ActiveGuard {
             list: self.active.clone(),
             id,
             cancel: cancel.clone(),
+            done: false,
         };
 
         // The runner reads the archive from a channel; EOF is only delivered after the
@@ -179,6 +180,7 @@ impl CmpService {
                 Ok(r) => r,
                 Err(_) => {
                     // The runner kills its commands (TERM, then KILL) once cancelled.
+                    guard.done = true;
                     cancel.cancel(CancelReason::Cancelled);
                     let _ = received;
                     return Err(StreamError::Deadline.to_status());
@@ -186,6 +188,7 @@ impl CmpService {
             },
             None => task.await,
         };
+        guard.done = true;
         let result = result.map_err(|e| Status::internal(format!("request task failed: {e}")))?;
         let out = match (received, result) {
             (Err(e), _) => Err(e.to_status()),
@@ -251,11 +254,15 @@ struct ActiveGuard {
     list: Arc<Mutex<Vec<(u64, CancelToken)>>>,
     id: u64,
     cancel: CancelToken,
+    done: bool,
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
         // If the handler is dropped (client went away), the runner must stop too.
+        if !self.done {
+            tracing::warn!("request abandoned by the client: cancelling its commands");
+        }
         self.cancel.cancel(CancelReason::Cancelled);
         self.list
             .lock()

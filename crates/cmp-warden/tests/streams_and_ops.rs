@@ -1,0 +1,406 @@
+//! Malformed streams, limits, cancellation, hostile archives through the server, and the
+//! operational contract (socket handling, peer UIDs, shutdown, health, config errors).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use proto::plugin::config_management_plugin_service_client::ConfigManagementPluginServiceClient;
+use proto::plugin::{AppStreamRequest, File, ManifestRequestMetadata, app_stream_request};
+use tonic::Code;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn client(s: &Server) -> ConfigManagementPluginServiceClient<tonic::transport::Channel> {
+    let sock = s.sock.clone();
+    let ch = tonic::transport::Endpoint::try_from("http://localhost")
+        .expect("endpoint")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let p = sock.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(p).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connect");
+    ConfigManagementPluginServiceClient::new(ch)
+}
+
+fn meta(checksum: &str, app_rel_path: &str) -> AppStreamRequest {
+    AppStreamRequest {
+        request: Some(app_stream_request::Request::Metadata(
+            ManifestRequestMetadata {
+                app_name: "app".into(),
+                app_rel_path: app_rel_path.into(),
+                checksum: checksum.into(),
+                size: 0,
+                env: vec![],
+            },
+        )),
+    }
+}
+
+fn file(chunk: &[u8]) -> AppStreamRequest {
+    AppStreamRequest {
+        request: Some(app_stream_request::Request::File(File {
+            chunk: chunk.to_vec(),
+        })),
+    }
+}
+
+fn sha(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+fn good_tgz() -> Vec<u8> {
+    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let mut buf = Vec::new();
+    archive::pack_dir(r.path(), &|_| false, &mut buf).expect("pack");
+    buf
+}
+
+async fn generate(s: &Server, msgs: Vec<AppStreamRequest>) -> Result<Vec<String>, tonic::Status> {
+    let mut c = client(s).await;
+    c.generate_manifest(tokio_stream::iter(msgs))
+        .await
+        .map(|r| r.into_inner().manifests)
+}
+
+const CAT: &str = "  generate:\n    command: [cat, cm.yaml]\n";
+
+#[test]
+fn malformed_streams_get_the_right_status_and_leave_nothing() {
+    let s = Server::start(&plugin(CAT), &["--max-compressed", "64Ki"]);
+    let tgz = good_tgz();
+    let rt = rt();
+    let cases: Vec<(&str, Vec<AppStreamRequest>, Code, &str)> = vec![
+        (
+            "empty stream",
+            vec![],
+            Code::InvalidArgument,
+            "error receiving stream header",
+        ),
+        (
+            "file before metadata",
+            vec![file(&tgz)],
+            Code::InvalidArgument,
+            "metadata is nil",
+        ),
+        (
+            "metadata twice",
+            vec![meta(&sha(&tgz), "."), meta(&sha(&tgz), ".")],
+            Code::InvalidArgument,
+            "stream request file is nil",
+        ),
+        (
+            "wrong checksum",
+            vec![meta(&sha(b"other"), "."), file(&tgz)],
+            Code::DataLoss,
+            "file checksum validation error",
+        ),
+        (
+            "escaping appRelPath",
+            vec![meta(&sha(&tgz), "../../etc"), file(&tgz)],
+            Code::InvalidArgument,
+            "illegal appPath",
+        ),
+        (
+            "not gzip",
+            vec![meta(&sha(b"hello"), "."), file(b"hello")],
+            Code::DataLoss,
+            "gzip",
+        ),
+        (
+            "oversize",
+            vec![meta("x", "."), file(&vec![0u8; 70 * 1024])],
+            Code::ResourceExhausted,
+            "exceeds the limit",
+        ),
+    ];
+    for (name, msgs, code, text) in cases {
+        let err = rt.block_on(generate(&s, msgs)).expect_err(name);
+        assert_eq!(err.code(), code, "{name}: {}", err.message());
+        assert!(err.message().contains(text), "{name}: {}", err.message());
+        s.assert_work_dir_empties();
+    }
+    // And the legitimate request still works on the same server.
+    assert_eq!(
+        rt.block_on(generate(&s, vec![meta(&sha(&tgz), "."), file(&tgz)]))
+            .expect("ok"),
+        [r#"{"kind":"ConfigMap"}"#]
+    );
+}
+
+#[test]
+fn hostile_archives_are_refused_by_the_server() {
+    let s = Server::start(&plugin(CAT), &[]);
+    let rt = rt();
+    let mut t = testkit::TarBuilder::new();
+    t.dir(".")
+        .file("cm.yaml", b"kind: X\n")
+        .symlink("evil", "../../../../etc/shadow");
+    let bad = t.tgz();
+    let err = rt
+        .block_on(generate(&s, vec![meta(&sha(&bad), "."), file(&bad)]))
+        .expect_err("refused");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("symlink target escapes the root"),
+        "{}",
+        err.message()
+    );
+    let mut t = testkit::TarBuilder::new();
+    t.file("../escape", b"x");
+    let bad = t.tgz();
+    let err = rt
+        .block_on(generate(&s, vec![meta(&sha(&bad), "."), file(&bad)]))
+        .expect_err("refused");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    s.assert_work_dir_empties();
+}
+
+#[test]
+fn client_cancel_mid_stream_and_mid_command() {
+    let s = Server::start(
+        &plugin("  generate:\n    command: [sh, -c, 'sleep 31.5']\n"),
+        &[],
+    );
+    let rt = rt();
+    let tgz = good_tgz();
+    // Mid-stream: send metadata and half the archive, then drop the call.
+    rt.block_on(async {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(meta(&sha(&tgz), ".")).await.expect("send");
+        tx.send(file(&tgz[..tgz.len() / 2])).await.expect("send");
+        let mut c = client(&s).await;
+        let call = tokio::spawn(async move {
+            c.generate_manifest(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        call.abort();
+        drop(tx);
+    });
+    s.assert_work_dir_empties();
+    // Mid-command: the request is running `sleep 30`; cancelling must kill it promptly.
+    rt.block_on(async {
+        let mut c = client(&s).await;
+        let msgs = vec![meta(&sha(&tgz), "."), file(&tgz)];
+        let call = tokio::spawn(async move { c.generate_manifest(tokio_stream::iter(msgs)).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        call.abort();
+    });
+    s.assert_work_dir_empties();
+    assert!(
+        s.logs().contains("request abandoned by the client"),
+        "{}",
+        s.logs()
+    );
+    // The tree is removed only after the runner returned, i.e. after the command group was killed.
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 31.5"])
+        .output()
+        .expect("pgrep");
+    assert!(
+        left.stdout.is_empty(),
+        "command survived the cancelled request"
+    );
+}
+
+#[test]
+fn socket_mode_stale_socket_and_shutdown() {
+    // A stale file at the socket path is replaced.
+    let mut s = Server::start(&plugin(CAT), &["--socket-mode", "0660"]);
+    let mode = std::fs::metadata(&s.sock)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .expect("stat");
+    assert_eq!(mode, 0o660);
+    let sock = s.sock.clone();
+    let st = s.stop();
+    assert!(st.success(), "SIGTERM must exit 0: {st}");
+    assert!(!sock.exists(), "socket removed on shutdown");
+    assert!(s.logs().contains("shut down cleanly"));
+
+    let pre = tempfile::tempdir().expect("tmp");
+    let socks = pre.path().join("plugins");
+    std::fs::create_dir_all(&socks).expect("mkdir");
+    std::fs::write(socks.join("test.sock"), b"stale").expect("stale file");
+    let cfg = pre.path().join("config");
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    std::fs::write(cfg.join("plugin.yaml"), plugin(CAT)).expect("write");
+    let mut child = std::process::Command::new(bin())
+        .arg("--config-dir-path")
+        .arg(&cfg)
+        .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
+        .env("ARGOCD_CMP_WORKDIR", pre.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::symlink_metadata(socks.join("test.sock"))
+        .map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+        .unwrap_or(false)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stale socket not replaced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn peers_are_authorised_by_uid() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED peers_are_authorised_by_uid: needs root to run a client as another uid");
+        return;
+    }
+    let s = Server::start(&plugin(CAT), &["--socket-mode", "0777"]);
+    // Allowed (root is the server's own uid).
+    assert!(go(&s, "check", &[]).is_ok());
+    // A process as uid 4242 can reach the socket (mode 0777) but is refused by peer credentials.
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
+        .arg(go_client())
+        .arg("-socket")
+        .arg(&s.sock)
+        .args(["-rpc", "check"])
+        .output()
+        .expect("setpriv");
+    assert_ne!(out.status.code(), Some(0), "uid 4242 must be refused");
+    assert!(
+        s.logs()
+            .contains("connection refused: peer uid not allowed"),
+        "{}",
+        s.logs()
+    );
+    // Allowing it explicitly works.
+    let s = Server::start(
+        &plugin(CAT),
+        &["--socket-mode", "0777", "--allowed-uids", "4242"],
+    );
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
+        .arg(go_client())
+        .arg("-socket")
+        .arg(&s.sock)
+        .args(["-rpc", "check"])
+        .output()
+        .expect("setpriv");
+    assert!(parse_client_output(&out).is_ok());
+}
+
+#[test]
+fn health_service() {
+    let s = Server::start(&plugin(CAT), &[]);
+    let rt = rt();
+    let status = rt.block_on(async {
+        let sock = s.sock.clone();
+        let ch = tonic::transport::Endpoint::try_from("http://localhost")
+            .expect("endpoint")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let p = sock.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(p).await?,
+                    ))
+                }
+            }))
+            .await
+            .expect("connect");
+        let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+        h.check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health")
+        .into_inner()
+        .status
+    });
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
+
+#[test]
+fn invalid_plugin_config_exits_20_with_argo_messages() {
+    for (yaml, msg) in [
+        (
+            "kind: ConfigManagementPlugin\nmetadata: {}\nspec: {generate: {command: [x]}}\n",
+            "metadata.name should be non-empty",
+        ),
+        (
+            "kind: Other\nmetadata: {name: x}\nspec: {generate: {command: [x]}}\n",
+            "kind should be ConfigManagementPlugin, found Other",
+        ),
+        (
+            "kind: ConfigManagementPlugin\nmetadata: {name: x}\nspec: {}\n",
+            "spec.generate command should be non-empty",
+        ),
+    ] {
+        let d = tempfile::tempdir().expect("tmp");
+        std::fs::write(d.path().join("plugin.yaml"), yaml).expect("write");
+        let out = std::process::Command::new(bin())
+            .arg("--config-dir-path")
+            .arg(d.path())
+            .env("ARGOCD_PLUGINSOCKFILEPATH", d.path())
+            .env("ARGOCD_CMP_WORKDIR", d.path())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("invalid plugin configuration file. {msg}")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn grpcio_python_client() {
+    let s = Server::start(
+        &plugin(&format!("{CAT}  discover:\n    fileName: cm.yaml\n")),
+        &[],
+    );
+    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/interop/grpcio_client.py");
+    let out = std::process::Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg(&s.sock)
+        .arg(r.path())
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        v["check"],
+        serde_json::json!({"isDiscoveryConfigured": true, "provideGitCreds": false})
+    );
+    assert_eq!(
+        v["match"],
+        serde_json::json!({"isSupported": true, "isDiscoveryEnabled": true})
+    );
+    assert_eq!(
+        v["generate"],
+        serde_json::json!([r#"{"kind":"ConfigMap"}"#])
+    );
+    s.assert_work_dir_empties();
+}
