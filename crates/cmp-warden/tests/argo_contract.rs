@@ -280,9 +280,9 @@ fn parameters_announcement_cases() {
     assert!(params_with(must, &[]).is_err());
     // No dynamic command: static only, full shape.
     let s = Server::start(
-        &plugin(&format!(
-            "  generate:\n    command: [cat, cm.yaml]\n  parameters:\n    static:\n      - name: test-param\n        string: test-value\n        collectionType: map\n        map: {{a: b}}\n"
-        )),
+        &plugin(
+            "  generate:\n    command: [cat, cm.yaml]\n  parameters:\n    static:\n      - name: test-param\n        string: test-value\n        collectionType: map\n        map: {a: b}\n",
+        ),
         &[],
     );
     let r = kustomize_repo();

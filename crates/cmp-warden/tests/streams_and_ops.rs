@@ -1,5 +1,6 @@
 //! Malformed streams, limits, cancellation, hostile archives through the server, and the
 //! operational contract (socket handling, peer UIDs, shutdown, health, config errors).
+#![allow(clippy::print_stderr)] // a skip must say why
 
 mod common;
 
@@ -403,4 +404,92 @@ fn grpcio_python_client() {
         serde_json::json!([r#"{"kind":"ConfigMap"}"#])
     );
     s.assert_work_dir_empties();
+}
+
+#[test]
+fn reaps_orphans_when_pid_1() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED reaps_orphans_when_pid_1: needs root for a new PID namespace");
+        return;
+    }
+    // The server is PID 1 of a fresh PID namespace. The plugin leaves a background process that
+    // is reparented to it (and killed with the group): a zombie the server must reap.
+    let d = tempfile::tempdir().expect("tmp");
+    let (cfg, socks) = (d.path().join("config"), d.path().join("plugins"));
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    std::fs::create_dir_all(&socks).expect("mkdir");
+    std::fs::write(
+        cfg.join("plugin.yaml"),
+        plugin("  generate:\n    command: [sh, -c, 'sleep 60 & echo \"a: 1\"']\n"),
+    )
+    .expect("write");
+    let mut unshare = std::process::Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            bin(),
+            "--config-dir-path",
+        ])
+        .arg(&cfg)
+        .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
+        .env("ARGOCD_CMP_WORKDIR", d.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("unshare");
+    let sock = socks.join("test.sock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(std::time::Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let children = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        unshare.id(),
+        unshare.id()
+    ))
+    .expect("children");
+    let server_pid: i32 = children
+        .split_whitespace()
+        .next()
+        .expect("server pid")
+        .parse()
+        .expect("pid");
+    let r = repo(&[("x", "y")]);
+    let out = std::process::Command::new(go_client())
+        .arg("-socket")
+        .arg(&sock)
+        .args(["-rpc", "generate", "-dir"])
+        .arg(r.path())
+        .output()
+        .expect("go");
+    assert_eq!(
+        parse_client_output(&out).expect("generate")["manifests"],
+        serde_json::json!([r#"{"a":1}"#])
+    );
+    // Zombie children of the server (host view), after the reaper's 1 s cadence.
+    let zombies = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .expect("proc")
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|st| {
+                let rest = st
+                    .rsplit_once(')')
+                    .map(|(_, r)| r.to_owned())
+                    .unwrap_or_default();
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f.first() == Some(&"Z")
+                    && f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(server_pid)
+            })
+            .collect()
+    };
+    std::thread::sleep(Duration::from_millis(2500));
+    let z = zombies();
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(server_pid).expect("pid"),
+        rustix::process::Signal::TERM,
+    );
+    let _ = unshare.wait();
+    assert!(z.is_empty(), "zombies left under PID 1: {z:?}");
 }

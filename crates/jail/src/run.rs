@@ -260,15 +260,10 @@ pub fn run(
         let token = cancel.clone();
         thread::spawn(move || {
             let p = Pid::from_raw(pid).expect("child pid is positive");
-            loop {
-                match rustix::process::waitid(
-                    rustix::process::WaitId::Pid(p),
-                    WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
-                ) {
-                    Err(rustix::io::Errno::INTR) => continue,
-                    _ => break,
-                }
-            }
+            let opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+            while let Err(rustix::io::Errno::INTR) =
+                rustix::process::waitid(rustix::process::WaitId::Pid(p), opts)
+            {}
             exited.store(true, Ordering::SeqCst);
             token.poke();
         })

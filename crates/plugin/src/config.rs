@@ -222,7 +222,7 @@ impl Decoder {
         known: &[&'static str],
     ) -> Result<Vec<(&'static str, &'a Node)>, ConfigError> {
         match n {
-            Node::Null => return Ok(Vec::new()),
+            Node::Null => Ok(Vec::new()),
             Node::Map(pairs) => {
                 let mut keyed: BTreeMap<String, &'a Node> = BTreeMap::new();
                 for (k, v) in pairs {

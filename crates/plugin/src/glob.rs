@@ -78,11 +78,7 @@ fn scan_chunk(mut pattern: &str) -> (bool, &str, &str) {
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            b'\\' => {
-                if i + 1 < b.len() {
-                    i += 1;
-                }
-            }
+            b'\\' if i + 1 < b.len() => i += 1,
             b'[' => inrange = true,
             b']' => inrange = false,
             b'*' if !inrange => break,
@@ -362,11 +358,7 @@ fn zglob_regex(pattern: &str) -> String {
     let mut in_brace = false;
     while i < cc.len() {
         let c = cc[i];
-        if c == '*'
-            && i + 2 < cc.len() + 0
-            && cc.get(i + 1) == Some(&'*')
-            && cc.get(i + 2) == Some(&'/')
-        {
+        if c == '*' && cc.get(i + 1) == Some(&'*') && cc.get(i + 2) == Some(&'/') {
             re.push_str("(.*/)?");
             i += 3;
             continue;

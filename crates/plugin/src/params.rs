@@ -57,7 +57,7 @@ fn field<'a>(
         m.iter()
             .filter(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v)
-            .last()
+            .next_back()
     })
 }
 

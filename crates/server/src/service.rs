@@ -23,6 +23,9 @@ use tracing::Instrument;
 
 use crate::status::{StreamError, to_status};
 
+/// Bytes handed to the extractor at once.
+const BATCH: usize = 64 * 1024;
+
 /// Argo CD starts work 100 ms before the client's deadline.
 const DEADLINE_BUFFER: Duration = Duration::from_millis(100);
 
@@ -146,7 +149,10 @@ impl CmpService {
         let runner = self.runner.clone();
         let run_cancel = cancel.clone();
         let span = tracing::Span::current();
-        let task = tokio::task::spawn_blocking(move || {
+        // The result is sent as soon as it exists; the tree is reclaimed right after, off the
+        // response's critical path (the work dir is swept at start-up too).
+        let (result_tx, result_rx) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || {
             let _e = span.enter();
             let result = runner.execute(
                 &spec,
@@ -157,9 +163,10 @@ impl CmpService {
                 }),
                 &run_cancel,
             );
+            let _ = result_tx.send(result);
             remove_tree(&tree);
-            result
         });
+        let task = result_rx;
 
         let received = self
             .receive(&mut stream, &tx, &meta.checksum, deadline)
@@ -218,6 +225,9 @@ impl CmpService {
         let mut hasher = Sha256::new();
         let mut total: u64 = 0;
         let mut runner_gone = false;
+        // Chunks arrive at 1 KiB (Argo's default); hand them to the blocking extractor in
+        // 64 KiB batches so the thread handoff is paid per batch, not per chunk.
+        let mut batch: Vec<u8> = Vec::with_capacity(BATCH);
         loop {
             let msg = match with_deadline(deadline, stream.message()).await {
                 None => return Err(StreamError::Deadline),
@@ -236,10 +246,15 @@ impl CmpService {
                 return Err(StreamError::TooLarge(cap));
             }
             hasher.update(&file.chunk);
-            if !runner_gone && tx.send(Chunk::Data(file.chunk)).await.is_err() {
-                // The runner already refused the archive; keep draining to report its error.
-                runner_gone = true;
+            batch.extend_from_slice(&file.chunk);
+            if batch.len() >= BATCH && !runner_gone {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                // The runner may already have refused the archive; keep draining to report its error.
+                runner_gone = tx.send(Chunk::Data(full)).await.is_err();
             }
+        }
+        if !batch.is_empty() && !runner_gone {
+            let _ = tx.send(Chunk::Data(batch)).await;
         }
         let actual = hex::encode(hasher.finalize());
         if actual != checksum {

@@ -176,7 +176,7 @@ async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
         &a.env,
         a.chunk_size,
     );
-    let mut req = tonic::Request::new(tokio_stream_iter(msgs));
+    let mut req = tonic::Request::new(tokio_stream::iter(msgs));
     if let Some(t) = a.timeout {
         req.set_timeout(Duration::from_secs(t));
     }
@@ -203,10 +203,4 @@ async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
         }
         Rpc::Check => unreachable!("handled above"),
     })
-}
-
-fn tokio_stream_iter(
-    msgs: Vec<AppStreamRequest>,
-) -> impl tonic::codegen::tokio_stream::Stream<Item = AppStreamRequest> {
-    tonic::codegen::tokio_stream::iter(msgs)
 }
