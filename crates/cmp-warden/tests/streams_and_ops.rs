@@ -18,9 +18,9 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-async fn client(s: &Server) -> ConfigManagementPluginServiceClient<tonic::transport::Channel> {
+async fn channel(s: &Server) -> tonic::transport::Channel {
     let sock = s.sock.clone();
-    let ch = tonic::transport::Endpoint::try_from("http://localhost")
+    tonic::transport::Endpoint::try_from("http://localhost")
         .expect("endpoint")
         .connect_with_connector(tower::service_fn(move |_| {
             let p = sock.clone();
@@ -31,8 +31,11 @@ async fn client(s: &Server) -> ConfigManagementPluginServiceClient<tonic::transp
             }
         }))
         .await
-        .expect("connect");
-    ConfigManagementPluginServiceClient::new(ch)
+        .expect("connect")
+}
+
+async fn client(s: &Server) -> ConfigManagementPluginServiceClient<tonic::transport::Channel> {
+    ConfigManagementPluginServiceClient::new(channel(s).await)
 }
 
 fn meta(checksum: &str, app_rel_path: &str) -> AppStreamRequest {
@@ -307,19 +310,7 @@ fn health_service() {
     let s = Server::start(&plugin(CAT), &[]);
     let rt = rt();
     let status = rt.block_on(async {
-        let sock = s.sock.clone();
-        let ch = tonic::transport::Endpoint::try_from("http://localhost")
-            .expect("endpoint")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let p = sock.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(p).await?,
-                    ))
-                }
-            }))
-            .await
-            .expect("connect");
+        let ch = channel(&s).await;
         let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
         h.check(tonic_health::pb::HealthCheckRequest {
             service: String::new(),
