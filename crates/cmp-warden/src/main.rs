@@ -35,12 +35,15 @@ enum Command {
     /// Check or extract a tar.gz exactly as the server would.
     #[command(subcommand)]
     Archive(cmd::archive::ArchiveCmd),
+    /// Validate a sandbox policy file.
+    #[command(subcommand)]
+    Policy(cmd::policy::PolicyCmd),
 }
 
 /// Invoked with no subcommand (as `argocd-cmp-server` is, possibly with flags such as
 /// `--config-dir-path`), behave as `serve`.
 fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    const SUBCOMMANDS: &[&str] = &["serve", "client", "render", "archive", "help"];
+    const SUBCOMMANDS: &[&str] = &["serve", "client", "render", "archive", "policy", "help"];
     const TOP_LEVEL: &[&str] = &["-h", "--help", "-V", "--version"];
     let first = args.get(1).and_then(|a| a.to_str()).map(str::to_owned);
     let insert = match first.as_deref() {
@@ -79,5 +82,6 @@ fn main() -> ExitCode {
         Command::Client(a) => cmd::client::run(a),
         Command::Render(a) => cmd::render::run(a),
         Command::Archive(c) => cmd::archive::run(c),
+        Command::Policy(c) => cmd::policy::run(c),
     }
 }

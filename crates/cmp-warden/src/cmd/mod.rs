@@ -2,6 +2,7 @@
 
 pub mod archive;
 pub mod client;
+pub mod policy;
 pub mod render;
 pub mod serve;
 

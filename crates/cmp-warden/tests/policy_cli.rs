@@ -1,0 +1,65 @@
+//! `cmp-warden policy check` as an operator runs it.
+
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cmp-warden"))
+}
+
+#[test]
+fn checks_the_embedded_default_and_prints_the_effective_policy() {
+    let out = bin().args(["policy", "check"]).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["name"], "default");
+    assert_eq!(v["limits"]["memoryBytes"], 1u64 << 30);
+    assert_eq!(
+        v["require"],
+        serde_json::json!(["uniqueUid", "noNewPrivs", "landlock", "seccomp"])
+    );
+    assert_eq!(v["sha256"].as_str().map(str::len), Some(64));
+}
+
+#[test]
+fn refuses_malformed_policies_with_the_field_named() {
+    let d = tempfile::tempdir().expect("tmp");
+    let f = d.path().join("p.yaml");
+    let default = include_str!("../../../policies/default.yaml");
+    for (from, to, msg) in [
+        (
+            "network: {mode: none}",
+            "network: {mode: none, allow: all}",
+            "unknown field `allow`",
+        ),
+        (
+            "wallSeconds: 300",
+            "wallSeconds: 0",
+            "spec.limits.wallSeconds: must be at least 1",
+        ),
+        ("first: 20000", "first: 10", "spec.uidRange.first"),
+    ] {
+        std::fs::write(&f, default.replacen(from, to, 1)).expect("write");
+        let out = bin()
+            .args(["policy", "check"])
+            .arg(&f)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("invalid: policy:") && err.contains(msg),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(d.path().join("missing.yaml"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -1,0 +1,480 @@
+//! The sandbox policy file: raw serde types (unknown fields are errors), one validation pass,
+//! and the validated [`Policy`] the rest of the system uses.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::quantity::parse_quantity;
+
+/// The embedded default policy (`policies/default.yaml`).
+pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");
+
+/// The schema version this build reads.
+pub const API_VERSION: &str = "cmp-warden.io/v1alpha1";
+
+/// A protection that can be required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Protection {
+    /// A unique UID/GID leased per request.
+    UniqueUid,
+    /// `no_new_privs`.
+    NoNewPrivs,
+    /// Landlock filesystem (and, ABI ≥ 4, network) rules.
+    Landlock,
+    /// The seccomp profile.
+    Seccomp,
+    /// cgroup limits (memory, pids, CPU).
+    Cgroups,
+    /// Namespaces (mount, PID, network, IPC, UTS).
+    Namespaces,
+}
+
+/// Network access for plugin commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NetworkMode {
+    /// No TCP connect/bind, no non-unix sockets.
+    None,
+    /// Outbound connections allowed (e.g. helm dependency fetches).
+    Egress,
+}
+
+/// Whether seccomp denies or only logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SeccompMode {
+    /// Deny with the profile's action.
+    Enforce,
+    /// Log what would be denied (for writing a policy).
+    Audit,
+}
+
+/// A number or a Kubernetes-style quantity string in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawQty {
+    Num(u64),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPolicy {
+    api_version: String,
+    kind: String,
+    metadata: RawMeta,
+    spec: RawSpec,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMeta {
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSpec {
+    require: Vec<Protection>,
+    uid_range: RawUidRange,
+    filesystem: RawFs,
+    network: RawNetwork,
+    seccomp: RawSeccomp,
+    limits: RawLimits,
+    archive: RawArchive,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUidRange {
+    first: u32,
+    count: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawFs {
+    #[serde(default)]
+    read_only: Vec<String>,
+    #[serde(default)]
+    read_write: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNetwork {
+    mode: NetworkMode,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSeccomp {
+    profile: String,
+    mode: SeccompMode,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawLimits {
+    wall_seconds: RawQty,
+    memory_bytes: RawQty,
+    pids: RawQty,
+    cpu_millis: RawQty,
+    output_bytes: RawQty,
+    open_files: RawQty,
+    file_size_bytes: RawQty,
+    disk_bytes: RawQty,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawArchive {
+    compressed_bytes: RawQty,
+    extracted_bytes: RawQty,
+    file_bytes: RawQty,
+    entries: RawQty,
+    symlinks: RawQty,
+    path_depth: RawQty,
+    max_ratio: RawQty,
+    wall_seconds: RawQty,
+}
+
+/// Resource limits for one request, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Wall clock per request.
+    pub wall_seconds: u64,
+    /// Memory (cgroup).
+    pub memory_bytes: u64,
+    /// Processes (cgroup pids, and RLIMIT_NPROC per unique UID).
+    pub pids: u64,
+    /// CPU quota in millicores.
+    pub cpu_millis: u64,
+    /// stdout and stderr budget per command.
+    pub output_bytes: u64,
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+    /// RLIMIT_FSIZE.
+    pub file_size_bytes: u64,
+    /// The request tree plus what commands write.
+    pub disk_bytes: u64,
+}
+
+/// Archive limits, validated (mapped onto `archive::Limits` by the caller).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveLimits {
+    /// Compressed bytes.
+    pub compressed_bytes: u64,
+    /// Decompressed tar bytes.
+    pub extracted_bytes: u64,
+    /// One file.
+    pub file_bytes: u64,
+    /// Entries.
+    pub entries: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Path depth.
+    pub path_depth: u64,
+    /// Decompressed:compressed ratio.
+    pub max_ratio: u64,
+    /// Extraction wall clock.
+    pub wall_seconds: u64,
+}
+
+/// A validated policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Policy {
+    /// `metadata.name`.
+    pub name: String,
+    /// Protections whose absence stops start-up.
+    pub require: Vec<Protection>,
+    /// First leased UID/GID.
+    pub uid_first: u32,
+    /// How many UIDs may be leased.
+    pub uid_count: u32,
+    /// Read-only paths beyond the request tree.
+    pub read_only: Vec<PathBuf>,
+    /// Read-write paths beyond the request tree.
+    pub read_write: Vec<PathBuf>,
+    /// Network mode.
+    pub network: NetworkMode,
+    /// Seccomp profile, resolved against the policy file's directory (or `policies/`).
+    pub seccomp_profile: PathBuf,
+    /// Seccomp mode.
+    pub seccomp_mode: SeccompMode,
+    /// Request limits.
+    pub limits: Limits,
+    /// Archive limits.
+    pub archive: ArchiveLimits,
+    /// SHA-256 of the policy text, for the audit log.
+    pub sha256: String,
+}
+
+/// Why a policy was refused; messages name the field.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// Not YAML, or a field unknown / of the wrong type.
+    #[error("policy: {0}")]
+    Parse(String),
+    /// A value out of range.
+    #[error("policy: {field}: {why}")]
+    Invalid {
+        /// Dotted field path.
+        field: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+fn invalid(field: &'static str, why: impl Into<String>) -> PolicyError {
+    PolicyError::Invalid {
+        field,
+        why: why.into(),
+    }
+}
+
+fn qty(v: &RawQty, field: &'static str, min: u64) -> Result<u64, PolicyError> {
+    let n = match v {
+        RawQty::Num(n) => *n,
+        RawQty::Text(s) => parse_quantity(s).map_err(|e| invalid(field, e.to_string()))?,
+    };
+    if n < min {
+        return Err(invalid(field, format!("must be at least {min}, got {n}")));
+    }
+    Ok(n)
+}
+
+fn abs_path(p: &str, field: &'static str) -> Result<PathBuf, PolicyError> {
+    let path = Path::new(p);
+    if !path.is_absolute() {
+        return Err(invalid(field, format!("{p:?} is not absolute")));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        || p.contains("//")
+    {
+        return Err(invalid(field, format!("{p:?} is not a normalised path")));
+    }
+    Ok(path.to_path_buf())
+}
+
+impl Policy {
+    /// The embedded default.
+    pub fn default_policy() -> Result<Policy, PolicyError> {
+        Self::parse(DEFAULT_POLICY_YAML, None)
+    }
+
+    /// Parse and validate policy text. `dir` is the policy file's directory (for the seccomp
+    /// profile path); `None` for the embedded default (resolved against `policies/`).
+    pub fn parse(text: &str, dir: Option<&Path>) -> Result<Policy, PolicyError> {
+        let node = plugin::yaml::parse_one(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
+        let node = node.ok_or_else(|| PolicyError::Parse("empty document".into()))?;
+        let json =
+            plugin::json::Json::from_yaml(&node).map_err(|e| PolicyError::Parse(e.to_string()))?;
+        let raw: RawPolicy = serde_json::from_str(&json.to_go_string())
+            .map_err(|e| PolicyError::Parse(e.to_string()))?;
+        Self::validate(raw, text, dir)
+    }
+
+    fn validate(raw: RawPolicy, text: &str, dir: Option<&Path>) -> Result<Policy, PolicyError> {
+        if raw.api_version != API_VERSION {
+            return Err(invalid(
+                "apiVersion",
+                format!("must be {API_VERSION}, got {:?}", raw.api_version),
+            ));
+        }
+        if raw.kind != "SandboxPolicy" {
+            return Err(invalid(
+                "kind",
+                format!("must be SandboxPolicy, got {:?}", raw.kind),
+            ));
+        }
+        if raw.metadata.name.is_empty() {
+            return Err(invalid("metadata.name", "must be non-empty"));
+        }
+        let s = raw.spec;
+        let mut require = s.require.clone();
+        require.sort();
+        if require.windows(2).any(|w| w[0] == w[1]) {
+            return Err(invalid("spec.require", "lists a protection twice"));
+        }
+        let (first, count) = (s.uid_range.first, s.uid_range.count);
+        if first < 1000 {
+            return Err(invalid(
+                "spec.uidRange.first",
+                format!("must be >= 1000 (system ids), got {first}"),
+            ));
+        }
+        if count == 0 {
+            return Err(invalid("spec.uidRange.count", "must be at least 1"));
+        }
+        if u64::from(first) + u64::from(count) > u64::from(u32::MAX >> 1) {
+            return Err(invalid("spec.uidRange", "range ends above 2^31-1"));
+        }
+        if (u64::from(first)..u64::from(first) + u64::from(count)).contains(&65534) {
+            return Err(invalid(
+                "spec.uidRange",
+                "must not contain 65534 (nobody/overflow id)",
+            ));
+        }
+        let read_only = s
+            .filesystem
+            .read_only
+            .iter()
+            .map(|p| abs_path(p, "spec.filesystem.readOnly"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let read_write = s
+            .filesystem
+            .read_write
+            .iter()
+            .map(|p| abs_path(p, "spec.filesystem.readWrite"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if read_write.iter().any(|p| p == Path::new("/")) {
+            return Err(invalid("spec.filesystem.readWrite", "must not contain /"));
+        }
+        let profile = Path::new(&s.seccomp.profile);
+        if s.seccomp.profile.is_empty()
+            || profile.is_absolute()
+            || profile
+                .components()
+                .any(|c| matches!(c, Component::ParentDir))
+        {
+            return Err(invalid(
+                "spec.seccomp.profile",
+                "must be a relative path without '..'",
+            ));
+        }
+        let base = dir
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("policies"));
+        let l = s.limits;
+        let a = s.archive;
+        Ok(Policy {
+            name: raw.metadata.name,
+            require,
+            uid_first: first,
+            uid_count: count,
+            read_only,
+            read_write,
+            network: s.network.mode,
+            seccomp_profile: base.join(profile),
+            seccomp_mode: s.seccomp.mode,
+            limits: Limits {
+                wall_seconds: qty(&l.wall_seconds, "spec.limits.wallSeconds", 1)?,
+                memory_bytes: qty(&l.memory_bytes, "spec.limits.memoryBytes", 16 << 20)?,
+                pids: qty(&l.pids, "spec.limits.pids", 8)?,
+                cpu_millis: qty(&l.cpu_millis, "spec.limits.cpuMillis", 10)?,
+                output_bytes: qty(&l.output_bytes, "spec.limits.outputBytes", 1024)?,
+                open_files: qty(&l.open_files, "spec.limits.openFiles", 64)?,
+                file_size_bytes: qty(&l.file_size_bytes, "spec.limits.fileSizeBytes", 1 << 20)?,
+                disk_bytes: qty(&l.disk_bytes, "spec.limits.diskBytes", 1 << 20)?,
+            },
+            archive: ArchiveLimits {
+                compressed_bytes: qty(&a.compressed_bytes, "spec.archive.compressedBytes", 1024)?,
+                extracted_bytes: qty(&a.extracted_bytes, "spec.archive.extractedBytes", 1024)?,
+                file_bytes: qty(&a.file_bytes, "spec.archive.fileBytes", 1)?,
+                entries: qty(&a.entries, "spec.archive.entries", 1)?,
+                symlinks: qty(&a.symlinks, "spec.archive.symlinks", 0)?,
+                path_depth: qty(&a.path_depth, "spec.archive.pathDepth", 1)?,
+                max_ratio: qty(&a.max_ratio, "spec.archive.maxRatio", 2)?,
+                wall_seconds: qty(&a.wall_seconds, "spec.archive.wallSeconds", 1)?,
+            },
+            sha256: sha256_hex(text),
+        })
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_policy_validates() {
+        let p = Policy::default_policy().expect("default policy");
+        assert_eq!(p.name, "default");
+        assert_eq!(
+            p.require,
+            [
+                Protection::UniqueUid,
+                Protection::NoNewPrivs,
+                Protection::Landlock,
+                Protection::Seccomp
+            ]
+        );
+        assert_eq!(p.limits.memory_bytes, 1 << 30);
+        assert_eq!(p.limits.output_bytes, 64 << 20);
+        assert_eq!(p.archive.compressed_bytes, 100 << 20);
+        assert_eq!(p.network, NetworkMode::None);
+        assert_eq!(
+            p.seccomp_profile,
+            Path::new("policies/seccomp/default.json")
+        );
+    }
+
+    fn with(from: &str, to: &str) -> Result<Policy, PolicyError> {
+        assert!(DEFAULT_POLICY_YAML.contains(from), "fixture: {from}");
+        Policy::parse(&DEFAULT_POLICY_YAML.replacen(from, to, 1), None)
+    }
+
+    #[test]
+    fn malformed_policies_are_refused_with_clear_messages() {
+        let e = |r: Result<Policy, PolicyError>| r.expect_err("must be refused").to_string();
+        assert!(
+            e(with(
+                "network: {mode: none}",
+                "network: {mode: none, extra: 1}"
+            ))
+            .contains("unknown field `extra`")
+        );
+        assert!(
+            e(with("network: {mode: none}", "network: {mode: sometimes}"))
+                .contains("unknown variant `sometimes`")
+        );
+        assert!(
+            e(with(
+                "require: [uniqueUid,",
+                "require: [uniqueUid, uniqueUid,"
+            ))
+            .contains("spec.require: lists a protection twice")
+        );
+        assert!(
+            e(with("first: 20000", "first: 0")).contains("spec.uidRange.first: must be >= 1000")
+        );
+        assert!(e(with("count: 40000", "count: 60000")).contains("must not contain 65534"));
+        assert!(
+            e(with("memoryBytes: 1Gi", "memoryBytes: lots"))
+                .contains("spec.limits.memoryBytes: invalid quantity 'lots'")
+        );
+        assert!(e(with("pids: 512", "pids: 2")).contains("spec.limits.pids: must be at least 8"));
+        assert!(
+            e(with("readWrite: []", "readWrite: [tmp]"))
+                .contains("spec.filesystem.readWrite: \"tmp\" is not absolute")
+        );
+        assert!(e(with("readWrite: []", "readWrite: [/]")).contains("must not contain /"));
+        assert!(
+            e(with("profile: seccomp/default.json", "profile: ../x.json"))
+                .contains("spec.seccomp.profile")
+        );
+        assert!(
+            e(with("kind: SandboxPolicy", "kind: Policy")).contains("kind: must be SandboxPolicy")
+        );
+        assert!(
+            e(with("apiVersion: cmp-warden.io/v1alpha1", "apiVersion: v1"))
+                .contains("apiVersion: must be")
+        );
+        assert!(e(Policy::parse("", None)).contains("empty document"));
+        assert!(e(Policy::parse("a: [", None)).starts_with("policy: yaml:"));
+    }
+}
