@@ -10,6 +10,7 @@ pub mod cancel;
 pub mod reaper;
 pub mod request;
 pub mod run;
+pub mod uid;
 
 use std::io::Read;
 

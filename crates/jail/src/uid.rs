@@ -1,0 +1,229 @@
+//! UID/GID leases: one unique identity per request from the policy's range.
+//!
+//! Round-robin, so an identity is reused as late as possible; a [`Lease`] is not `Clone` and is
+//! consumed by [`UidPool::release`], which the caller does only once the identity's processes are
+//! gone and its tree is removed. The range is checked against the image's passwd and group files
+//! at start-up: sharing an id with a real account would hand that account's files to a request.
+
+use std::path::Path;
+
+/// A leased identity (uid == gid). Give it back with [`UidPool::release`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Lease {
+    id: u32,
+}
+
+impl Lease {
+    /// The UID.
+    pub fn uid(&self) -> u32 {
+        self.id
+    }
+
+    /// The GID (same number).
+    pub fn gid(&self) -> u32 {
+        self.id
+    }
+}
+
+/// Why the pool cannot be built or cannot lease.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UidError {
+    /// Range overlaps an account or group of the image.
+    #[error(
+        "uid range {first}..{end} overlaps {kind} '{name}' ({id}) in the image; choose another spec.uidRange"
+    )]
+    Overlap {
+        /// First id.
+        first: u32,
+        /// One past the last id.
+        end: u32,
+        /// `user` or `group`.
+        kind: &'static str,
+        /// Account name.
+        name: String,
+        /// The id.
+        id: u32,
+    },
+    /// Every identity is in use.
+    #[error("all {0} request identities are in use")]
+    Exhausted(u32),
+}
+
+/// The pool.
+#[derive(Debug)]
+pub struct UidPool {
+    first: u32,
+    leased: Vec<bool>,
+    cursor: usize,
+    in_use: usize,
+}
+
+/// `(name, id)` pairs from a passwd- or group-format file (malformed lines are skipped, as NSS does).
+fn ids(text: &str, field: usize) -> impl Iterator<Item = (&str, u32)> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(move |l| {
+            let f: Vec<&str> = l.split(':').collect();
+            Some((*f.first()?, f.get(field)?.trim().parse().ok()?))
+        })
+}
+
+impl UidPool {
+    /// A pool over `first..first+count`, refusing any overlap with `passwd`/`group` contents.
+    pub fn new(first: u32, count: u32, passwd: &str, group: &str) -> Result<Self, UidError> {
+        let end = first.saturating_add(count);
+        let range = first..end;
+        for (kind, text, field) in [
+            ("user", passwd, 2),
+            ("user", passwd, 3),
+            ("group", group, 2),
+        ] {
+            if let Some((name, id)) = ids(text, field).find(|(_, id)| range.contains(id)) {
+                return Err(UidError::Overlap {
+                    first,
+                    end,
+                    kind,
+                    name: name.to_owned(),
+                    id,
+                });
+            }
+        }
+        Ok(Self {
+            first,
+            leased: vec![false; count as usize],
+            cursor: 0,
+            in_use: 0,
+        })
+    }
+
+    /// Read `/etc/passwd` and `/etc/group` under `root` (missing files count as empty).
+    pub fn from_image(first: u32, count: u32, root: &Path) -> Result<Self, UidError> {
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_default();
+        Self::new(first, count, &read("etc/passwd"), &read("etc/group"))
+    }
+
+    /// Lease the next free identity after the last one handed out.
+    pub fn lease(&mut self) -> Result<Lease, UidError> {
+        let n = self.leased.len();
+        for step in 0..n {
+            let i = (self.cursor + step) % n;
+            if !self.leased[i] {
+                self.leased[i] = true;
+                self.cursor = (i + 1) % n;
+                self.in_use += 1;
+                return Ok(Lease {
+                    id: self.first + i as u32,
+                });
+            }
+        }
+        Err(UidError::Exhausted(n as u32))
+    }
+
+    /// Give an identity back: only once its processes are gone and its tree is removed.
+    pub fn release(&mut self, lease: Lease) {
+        let i = (lease.id - self.first) as usize;
+        debug_assert!(self.leased[i], "release of a free identity");
+        self.leased[i] = false;
+        self.in_use -= 1;
+    }
+
+    /// Identities currently leased.
+    pub fn in_use(&self) -> usize {
+        self.in_use
+    }
+
+    /// Size of the pool.
+    pub fn capacity(&self) -> usize {
+        self.leased.len()
+    }
+
+    /// Whether `uid` belongs to this pool's range.
+    pub fn contains(&self, uid: u32) -> bool {
+        uid >= self.first && ((uid - self.first) as usize) < self.leased.len()
+    }
+}
+
+/// PIDs under `proc_root` (normally `/proc`) whose real, effective, saved or filesystem UID lies in
+/// `first..first+count`: leftovers of a previous run that the start-up sweep must kill.
+pub fn processes_in_range(proc_root: &Path, first: u32, count: u32) -> Vec<i32> {
+    let range = u64::from(first)..u64::from(first) + u64::from(count);
+    let Ok(rd) = std::fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = rd
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+            uids.split_whitespace()
+                .filter_map(|u| u.parse::<u64>().ok())
+                .any(|u| range.contains(&u))
+                .then_some(pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n# comment\nargocd:x:999:999::/home/argocd:/bin/sh\nbroken line\nnobody:x:65534:65534::/:/bin/false\n";
+    const GROUP: &str = "root:x:0:\nargocd:x:999:\nweird:x:20005:\n";
+
+    #[test]
+    fn round_robin_unique_and_exhaustion() {
+        let mut p = UidPool::new(30000, 3, PASSWD, "").unwrap();
+        let a = p.lease().unwrap();
+        let b = p.lease().unwrap();
+        assert_eq!((a.uid(), b.uid(), a.gid()), (30000, 30001, 30000));
+        p.release(a);
+        // The freed id is not reused while others are fresh: round-robin.
+        let c = p.lease().unwrap();
+        assert_eq!(c.uid(), 30002);
+        let d = p.lease().unwrap();
+        assert_eq!(d.uid(), 30000);
+        assert_eq!(p.lease(), Err(UidError::Exhausted(3)));
+        assert_eq!(p.in_use(), 3);
+        p.release(b);
+        assert_eq!(p.lease().unwrap().uid(), 30001);
+        assert!(p.contains(30002) && !p.contains(30003) && !p.contains(29999));
+    }
+
+    #[test]
+    fn overlap_with_the_image_is_refused() {
+        let e = UidPool::new(900, 200, PASSWD, GROUP).unwrap_err();
+        assert!(
+            e.to_string().contains("overlaps user 'argocd' (999)"),
+            "{e}"
+        );
+        let e = UidPool::new(20000, 10, PASSWD, GROUP).unwrap_err();
+        assert!(
+            e.to_string().contains("overlaps group 'weird' (20005)"),
+            "{e}"
+        );
+        assert!(UidPool::new(20006, 100, PASSWD, GROUP).is_ok());
+    }
+
+    #[test]
+    fn finds_leftover_processes_in_a_fake_proc() {
+        let t = tempfile::tempdir().unwrap();
+        for (pid, uids) in [
+            ("12", "0\t0\t0\t0"),
+            ("34", "20001\t20001\t20001\t20001"),
+            ("56", "1000\t20002\t1000\t1000"),
+            ("self", "20003\t0\t0\t0"),
+        ] {
+            std::fs::create_dir_all(t.path().join(pid)).unwrap();
+            std::fs::write(
+                t.path().join(pid).join("status"),
+                format!("Name:\tx\nUid:\t{uids}\nGid:\t0\t0\t0\t0\n"),
+            )
+            .unwrap();
+        }
+        assert_eq!(processes_in_range(t.path(), 20000, 100), [34, 56]);
+    }
+}
