@@ -264,6 +264,19 @@ fn socket_mode_stale_socket_and_shutdown() {
     let _ = child.wait();
 }
 
+/// Run the grpc-go client's CheckPluginConfiguration as another uid.
+fn check_as_uid(s: &Server, uid: u32) -> std::process::Output {
+    let id = uid.to_string();
+    std::process::Command::new("setpriv")
+        .args(["--reuid", &id, "--regid", &id, "--clear-groups"])
+        .arg(go_client())
+        .arg("-socket")
+        .arg(&s.sock)
+        .args(["-rpc", "check"])
+        .output()
+        .expect("setpriv")
+}
+
 #[test]
 fn peers_are_authorised_by_uid() {
     if !rustix::process::geteuid().is_root() {
@@ -274,14 +287,7 @@ fn peers_are_authorised_by_uid() {
     // Allowed (root is the server's own uid).
     assert!(go(&s, "check", &[]).is_ok());
     // A process as uid 4242 can reach the socket (mode 0777) but is refused by peer credentials.
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
-        .arg(go_client())
-        .arg("-socket")
-        .arg(&s.sock)
-        .args(["-rpc", "check"])
-        .output()
-        .expect("setpriv");
+    let out = check_as_uid(&s, 4242);
     assert_ne!(out.status.code(), Some(0), "uid 4242 must be refused");
     assert!(
         s.logs()
@@ -294,14 +300,7 @@ fn peers_are_authorised_by_uid() {
         &plugin(CAT),
         &["--socket-mode", "0777", "--allowed-uids", "4242"],
     );
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
-        .arg(go_client())
-        .arg("-socket")
-        .arg(&s.sock)
-        .args(["-rpc", "check"])
-        .output()
-        .expect("setpriv");
+    let out = check_as_uid(&s, 4242);
     assert!(parse_client_output(&out).is_ok());
 }
 

@@ -236,7 +236,6 @@ pub fn run(
     let started = Instant::now();
     tracing::debug!(pid, argv = %argv_log, cwd = %spec.cwd.display(), "command started");
 
-    let over = Arc::new(AtomicBool::new(false));
     let out_over = Arc::new(AtomicBool::new(false));
     let err_over = Arc::new(AtomicBool::new(false));
     let out_t = reader(
@@ -251,7 +250,6 @@ pub fn run(
         err_over.clone(),
         cancel.clone(),
     );
-    let _ = &over;
 
     // A waiter observes the exit without reaping it, so the group id stays ours until we reap.
     let exited = Arc::new(AtomicBool::new(false));

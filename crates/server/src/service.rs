@@ -189,7 +189,6 @@ impl CmpService {
                     // The runner kills its commands (TERM, then KILL) once cancelled.
                     guard.done = true;
                     cancel.cancel(CancelReason::Cancelled);
-                    let _ = received;
                     return Err(StreamError::Deadline.to_status());
                 }
             },
