@@ -12,7 +12,7 @@ use crate::validate::{Decision, State, pax_body_len};
 use crate::writer::Sink;
 
 /// How to extract.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Options {
     /// Bounds.
     pub limits: Limits,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Limits on one archive. Defaults follow `archive-safety.md` §5.4.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Compressed bytes read from the input (Argo's `streamed-manifest-max-tar-size` default).
     pub compressed_bytes: u64,

@@ -57,7 +57,43 @@ fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::O
     args
 }
 
+/// The jail and the reclaim helper are this binary re-executed by the supervisor with an
+/// internal first argument and a cleared environment: dispatch them before anything else.
+fn internal_entry() -> Option<ExitCode> {
+    let args: Vec<String> = std::env::args().collect();
+    let which = args.get(1)?.as_str();
+    if which != jail::child::JAIL_ARG && which != jail::child::RECLAIM_ARG {
+        return None;
+    }
+    let mut rest = &args[2..];
+    let mut level = "warn".to_owned();
+    let mut json = false;
+    loop {
+        match rest {
+            [flag, v, tail @ ..] if flag == "--loglevel" => {
+                level = v.clone();
+                rest = tail;
+            }
+            [flag, tail @ ..] if flag == "--json" => {
+                json = true;
+                rest = tail;
+            }
+            _ => break,
+        }
+    }
+    logging::init(&level, json);
+    let code = if which == jail::child::JAIL_ARG {
+        jail::child::jail_main()
+    } else {
+        jail::child::reclaim_main(rest)
+    };
+    Some(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
 fn main() -> ExitCode {
+    if let Some(code) = internal_entry() {
+        return code;
+    }
     let cli = Cli::parse_from(with_default_subcommand(std::env::args_os().collect()));
     let Some(command) = cli.command else {
         eprintln!("no subcommand");
@@ -77,10 +113,14 @@ fn main() -> ExitCode {
         None => serving,
     };
     logging::init(&level, json);
+    let mut log_args = vec!["--loglevel".to_owned(), level.clone()];
+    if json {
+        log_args.push("--json".to_owned());
+    }
     match command {
-        Command::Serve(a) => cmd::serve::run(a),
+        Command::Serve(a) => cmd::serve::run(a, log_args),
         Command::Client(a) => cmd::client::run(a),
-        Command::Render(a) => cmd::render::run(a),
+        Command::Render(a) => cmd::render::run(a, log_args),
         Command::Archive(c) => cmd::archive::run(c),
         Command::Policy(c) => cmd::policy::run(c),
     }

@@ -329,8 +329,16 @@ fn environment_and_files_reach_commands() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod");
-    let spec = "  preserveFileMode: true\n  generate:\n    command: [sh, -c]\n    args: ['./run.sh; echo ---; cat link.yaml; echo ---; echo \"e: v-${ARGOCD_ENV_EMPTY-unset}-$SIDECAR-$ARGOCD_APP_NAME\"']\n";
-    let s = Server::start_env(&plugin(spec), &[], &[("SIDECAR", "from-sidecar")]);
+    let spec = "  preserveFileMode: true\n  generate:\n    command: [sh, -c]\n    args: ['./run.sh; echo ---; cat link.yaml; echo ---; echo \"e: v-${ARGOCD_ENV_EMPTY-unset}-$SIDECAR-$ARGOCD_APP_NAME-${SECRET_TOKEN-notpassed}\"']\n";
+    // The sidecar's environment reaches commands only through the policy's env.pass list.
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(&pol_file, &[("pass: [PATH,", "pass: [SIDECAR, PATH,")]);
+    let s = Server::start_env(
+        &plugin(spec),
+        &["--policy", pol_file.to_str().expect("utf8")],
+        &[("SIDECAR", "from-sidecar"), ("SECRET_TOKEN", "s3cr3t")],
+    );
     let v = go(
         &s,
         "generate",
@@ -351,7 +359,7 @@ fn environment_and_files_reach_commands() {
         json!([
             r#"{"kind":"FromScript"}"#,
             r#"{"kind":"Base"}"#,
-            r#"{"e":"v--from-sidecar-guestbook"}"#
+            r#"{"e":"v--from-sidecar-guestbook-notpassed"}"#
         ])
     );
     let v = go(
@@ -367,7 +375,10 @@ fn environment_and_files_reach_commands() {
         ],
     )
     .expect("generate");
-    assert_eq!(v["manifests"][2], r#"{"e":"v-unset-overridden-"}"#);
+    assert_eq!(
+        v["manifests"][2],
+        r#"{"e":"v-unset-overridden--notpassed"}"#
+    );
 }
 
 #[test]

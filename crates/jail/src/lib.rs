@@ -4,12 +4,20 @@
 //! cgroups) replaces it behind the same trait without touching the server.
 //!
 //! Knows nothing of gRPC.
-#![forbid(unsafe_code)]
+// `unsafe` is denied everywhere but `sys`, which holds the one raw call (with a SAFETY note).
+#![deny(unsafe_code)]
 
 pub mod cancel;
+pub mod child;
+pub mod confine;
+pub mod confined;
+pub mod privilege;
+pub mod protocol;
 pub mod reaper;
 pub mod request;
 pub mod run;
+pub mod seccomp;
+pub mod sys;
 pub mod uid;
 
 use std::io::Read;
@@ -27,6 +35,9 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         input: Box<dyn Read + Send>,
         cancel: &CancelToken,
     ) -> Result<Outcome, RequestError>;
+    /// Remove everything `execute` left for `spec` (processes, tree, lease). Called once per
+    /// request after its result has been sent.
+    fn reclaim(&self, spec: &RequestSpec);
     /// One line describing what this runner enforces (logged at start-up).
     fn describe(&self) -> &'static str;
 }
@@ -42,7 +53,21 @@ impl Runner for Unconfined {
         input: Box<dyn Read + Send>,
         cancel: &CancelToken,
     ) -> Result<Outcome, RequestError> {
+        std::fs::create_dir(&spec.tree).map_err(RequestError::Workdir)?;
         execute(spec, input, cancel)
+    }
+
+    fn reclaim(&self, spec: &RequestSpec) {
+        let res = archive::DirWriter::open_root(&spec.tree)
+            .and_then(|fd| archive::remove_contents(std::os::fd::AsFd::as_fd(&fd)))
+            .and_then(|()| std::fs::remove_dir(&spec.tree));
+        match res {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::error!(tree = %spec.tree.display(), error = %e, "failed to remove request tree")
+            }
+        }
     }
 
     fn describe(&self) -> &'static str {

@@ -11,6 +11,7 @@ use plugin::config::ParameterAnnouncement;
 use plugin::{PluginConfig, glob, params, split_manifests};
 
 use crate::cancel::CancelToken;
+use crate::protocol::ErrorKind;
 use crate::run::{CmdError, CmdSpec, run};
 
 /// What the request asks for.
@@ -46,7 +47,7 @@ pub struct RequestSpec {
 }
 
 /// A request's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// Generated manifests, one compact JSON string each.
     Manifests(Vec<String>),
@@ -91,6 +92,41 @@ pub enum RequestError {
     /// Setting up the request tree failed.
     #[error("error creating workdir for manifest generation: {0}")]
     Workdir(std::io::Error),
+    /// A failure reported by the confined jail process, already classified.
+    #[error("{message}")]
+    Remote {
+        /// Class.
+        kind: ErrorKind,
+        /// Message.
+        message: String,
+    },
+}
+
+impl RequestError {
+    /// The error class the client sees (the server maps classes to gRPC codes in one place).
+    pub fn kind(&self) -> ErrorKind {
+        use archive::ErrorClass;
+        match self {
+            RequestError::Archive(a) => match a.class() {
+                ErrorClass::PolicyViolation => ErrorKind::InvalidArgument,
+                ErrorClass::LimitExceeded => ErrorKind::ResourceExhausted,
+                ErrorClass::Integrity => ErrorKind::DataLoss,
+                _ => ErrorKind::Internal,
+            },
+            RequestError::AppPathOutOfBounds => ErrorKind::InvalidArgument,
+            RequestError::Command { source, .. } => match source {
+                CmdError::Deadline { .. } => ErrorKind::DeadlineExceeded,
+                CmdError::Cancelled { .. } => ErrorKind::Cancelled,
+                CmdError::OutputLimit { .. } => ErrorKind::ResourceExhausted,
+                _ => ErrorKind::Unknown,
+            },
+            RequestError::Discovery(_) | RequestError::Split(_) | RequestError::Params(_) => {
+                ErrorKind::Unknown
+            }
+            RequestError::Workdir(_) => ErrorKind::Internal,
+            RequestError::Remote { kind, .. } => *kind,
+        }
+    }
 }
 
 /// Run a request to completion, reading the archive from `input`.
@@ -99,6 +135,12 @@ pub fn execute(
     input: impl Read,
     cancel: &CancelToken,
 ) -> Result<Outcome, RequestError> {
+    extract(spec, input)?;
+    run_operation(spec, cancel)
+}
+
+/// Extract the archive into `spec.tree`.
+pub fn extract(spec: &RequestSpec, input: impl Read) -> Result<(), RequestError> {
     let root = DirWriter::open_root(&spec.tree).map_err(RequestError::Workdir)?;
     let mut writer = DirWriter::new(root, Resolver::Auto)
         .map_err(RequestError::Workdir)?
@@ -107,6 +149,11 @@ pub fn execute(
     opts.preserve_file_mode = spec.config.spec.preserve_file_mode;
     let summary = archive::extract(input, &mut writer, &opts)?;
     tracing::debug!(entries = summary.entries, bytes = summary.file_bytes, sha256 = %summary.sha256_hex(), "archive extracted");
+    Ok(())
+}
+
+/// Resolve `appRelPath` and run the operation's commands on the extracted tree.
+pub fn run_operation(spec: &RequestSpec, cancel: &CancelToken) -> Result<Outcome, RequestError> {
     let app = resolve_app_path(&spec.tree, &spec.app_rel_path)?;
     match spec.op {
         Operation::Generate => generate(spec, &app, cancel),

@@ -6,7 +6,7 @@
 
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -221,7 +221,19 @@ pub fn run(
             spec.cwd.display()
         )));
     }
-    let mut cmd = Command::new(program);
+    // Resolve like Go's exec.LookPath (what Argo CD does): skip PATH entries we cannot
+    // search, so an inaccessible directory early in PATH does not hide a later match.
+    let resolved = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        look_path(program, spec.env).ok_or_else(|| {
+            CmdError::Start(format!(
+                "exec: \"{program}\": executable file not found in $PATH"
+            ))
+        })?
+    };
+    let mut cmd = Command::new(&resolved);
+    cmd.arg0(program);
     cmd.args(&spec.argv[1..])
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -343,6 +355,23 @@ pub fn run(
     Ok(CmdOutput {
         stdout: out.data,
         stderr: err.data,
+    })
+}
+
+/// The first executable regular file named `program` in the `PATH` of `env`.
+fn look_path(program: &str, env: &[(String, String)]) -> Option<PathBuf> {
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())?;
+    path.split(':').find_map(|dir| {
+        let dir = if dir.is_empty() { "." } else { dir };
+        let cand = Path::new(dir).join(program);
+        let st = rustix::fs::stat(&cand).ok()?;
+        let regular =
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+        (regular && rustix::fs::access(&cand, rustix::fs::Access::EXEC_OK).is_ok()).then_some(cand)
     })
 }
 

@@ -138,6 +138,11 @@ impl UidPool {
         self.leased.len()
     }
 
+    /// The first UID of the range.
+    pub fn first(&self) -> u32 {
+        self.first
+    }
+
     /// Whether `uid` belongs to this pool's range.
     pub fn contains(&self, uid: u32) -> bool {
         uid >= self.first && ((uid - self.first) as usize) < self.leased.len()

@@ -11,7 +11,7 @@ use crate::json::{Json, go_format_g};
 use crate::yaml::{self, Node};
 
 /// A command line: `command` then `args`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Command {
     /// argv prefix.
     pub command: Vec<String>,
@@ -27,7 +27,7 @@ impl Command {
 }
 
 /// `spec.discover.find`: a command (embedded, so `command`/`args`) or a glob.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Find {
     /// `find.command` / `find.args`.
     pub command: Command,
@@ -36,7 +36,7 @@ pub struct Find {
 }
 
 /// `spec.discover`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Discover {
     /// `fileName` (Go `filepath.Glob`).
     pub file_name: String,
@@ -54,7 +54,7 @@ impl Discover {
 }
 
 /// `repository.ParameterAnnouncement`, as in plugin.yaml and dynamic-command output.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ParameterAnnouncement {
     /// name
     pub name: String,
@@ -77,7 +77,7 @@ pub struct ParameterAnnouncement {
 }
 
 /// `spec.parameters`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Parameters {
     /// `static`
     pub static_: Vec<ParameterAnnouncement>,
@@ -86,7 +86,7 @@ pub struct Parameters {
 }
 
 /// `spec`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Spec {
     /// `version`: appended to the socket and plugin name.
     pub version: String,
@@ -105,7 +105,7 @@ pub struct Spec {
 }
 
 /// A validated `plugin.yaml`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PluginConfig {
     /// `apiVersion` (not validated, as in Argo CD)
     pub api_version: String,

@@ -84,6 +84,15 @@ struct RawSpec {
     seccomp: RawSeccomp,
     limits: RawLimits,
     archive: RawArchive,
+    #[serde(default)]
+    env: RawEnv,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnv {
+    #[serde(default)]
+    pass: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,10 +216,15 @@ pub struct Policy {
     pub seccomp_profile: PathBuf,
     /// Seccomp mode.
     pub seccomp_mode: SeccompMode,
+    /// The profile itself, loaded and validated with the policy.
+    pub seccomp: crate::seccomp::SeccompProfile,
     /// Request limits.
     pub limits: Limits,
     /// Archive limits.
     pub archive: ArchiveLimits,
+    /// Names of the server's environment variables passed to commands (`PREFIX_*` globs
+    /// allowed); nothing else of the server's environment reaches them.
+    pub env_pass: Vec<String>,
     /// SHA-256 of the policy text, for the audit log.
     pub sha256: String,
 }
@@ -266,9 +280,32 @@ fn abs_path(p: &str, field: &'static str) -> Result<PathBuf, PolicyError> {
 }
 
 impl Policy {
+    /// The server environment entries the policy passes to commands.
+    pub fn passed_env(
+        &self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Vec<(String, String)> {
+        env.into_iter()
+            .filter(|(k, _)| {
+                self.env_pass.iter().any(|p| match p.strip_suffix('*') {
+                    Some(prefix) => k.starts_with(prefix),
+                    None => k == p,
+                })
+            })
+            .collect()
+    }
+
     /// The embedded default.
     pub fn default_policy() -> Result<Policy, PolicyError> {
         Self::parse(DEFAULT_POLICY_YAML, None)
+    }
+
+    /// Read and validate a policy file (its seccomp profile is resolved beside it).
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", path.display())))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, Some(dir))
     }
 
     /// Parse and validate policy text. `dir` is the policy file's directory (for the seccomp
@@ -356,6 +393,59 @@ impl Policy {
             .unwrap_or_else(|| PathBuf::from("policies"));
         let l = s.limits;
         let a = s.archive;
+        for n in &s.env.pass {
+            let stem = n.strip_suffix('*').unwrap_or(n);
+            if stem.is_empty() || !stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(invalid(
+                    "spec.env.pass",
+                    format!("{n:?} is not a variable name or NAME_* prefix"),
+                ));
+            }
+        }
+        let env_pass = s.env.pass.clone();
+        let limits = Limits {
+            wall_seconds: qty(&l.wall_seconds, "spec.limits.wallSeconds", 1)?,
+            memory_bytes: qty(&l.memory_bytes, "spec.limits.memoryBytes", 16 << 20)?,
+            pids: qty(&l.pids, "spec.limits.pids", 8)?,
+            cpu_millis: qty(&l.cpu_millis, "spec.limits.cpuMillis", 10)?,
+            output_bytes: qty(&l.output_bytes, "spec.limits.outputBytes", 1024)?,
+            open_files: qty(&l.open_files, "spec.limits.openFiles", 64)?,
+            file_size_bytes: qty(&l.file_size_bytes, "spec.limits.fileSizeBytes", 1 << 20)?,
+            disk_bytes: qty(&l.disk_bytes, "spec.limits.diskBytes", 1 << 20)?,
+        };
+        let archive = ArchiveLimits {
+            compressed_bytes: qty(&a.compressed_bytes, "spec.archive.compressedBytes", 1024)?,
+            extracted_bytes: qty(&a.extracted_bytes, "spec.archive.extractedBytes", 1024)?,
+            file_bytes: qty(&a.file_bytes, "spec.archive.fileBytes", 1)?,
+            entries: qty(&a.entries, "spec.archive.entries", 1)?,
+            symlinks: qty(&a.symlinks, "spec.archive.symlinks", 0)?,
+            path_depth: qty(&a.path_depth, "spec.archive.pathDepth", 1)?,
+            max_ratio: qty(&a.max_ratio, "spec.archive.maxRatio", 2)?,
+            wall_seconds: qty(&a.wall_seconds, "spec.archive.wallSeconds", 1)?,
+        };
+        // The embedded policy uses the embedded profile; a policy file reads its profile from
+        // beside itself, so the pair is reviewed (and mounted) together.
+        let seccomp = match dir {
+            None if s.seccomp.profile == "seccomp/default.json" => {
+                crate::seccomp::SeccompProfile::default_profile()?
+            }
+            None => {
+                return Err(invalid(
+                    "spec.seccomp.profile",
+                    "the embedded policy can only use seccomp/default.json",
+                ));
+            }
+            Some(d) => {
+                let path = d.join(profile);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    invalid(
+                        "spec.seccomp.profile",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                crate::seccomp::SeccompProfile::parse(&text)?
+            }
+        };
         Ok(Policy {
             name: raw.metadata.name,
             require,
@@ -366,26 +456,10 @@ impl Policy {
             network: s.network.mode,
             seccomp_profile: base.join(profile),
             seccomp_mode: s.seccomp.mode,
-            limits: Limits {
-                wall_seconds: qty(&l.wall_seconds, "spec.limits.wallSeconds", 1)?,
-                memory_bytes: qty(&l.memory_bytes, "spec.limits.memoryBytes", 16 << 20)?,
-                pids: qty(&l.pids, "spec.limits.pids", 8)?,
-                cpu_millis: qty(&l.cpu_millis, "spec.limits.cpuMillis", 10)?,
-                output_bytes: qty(&l.output_bytes, "spec.limits.outputBytes", 1024)?,
-                open_files: qty(&l.open_files, "spec.limits.openFiles", 64)?,
-                file_size_bytes: qty(&l.file_size_bytes, "spec.limits.fileSizeBytes", 1 << 20)?,
-                disk_bytes: qty(&l.disk_bytes, "spec.limits.diskBytes", 1 << 20)?,
-            },
-            archive: ArchiveLimits {
-                compressed_bytes: qty(&a.compressed_bytes, "spec.archive.compressedBytes", 1024)?,
-                extracted_bytes: qty(&a.extracted_bytes, "spec.archive.extractedBytes", 1024)?,
-                file_bytes: qty(&a.file_bytes, "spec.archive.fileBytes", 1)?,
-                entries: qty(&a.entries, "spec.archive.entries", 1)?,
-                symlinks: qty(&a.symlinks, "spec.archive.symlinks", 0)?,
-                path_depth: qty(&a.path_depth, "spec.archive.pathDepth", 1)?,
-                max_ratio: qty(&a.max_ratio, "spec.archive.maxRatio", 2)?,
-                wall_seconds: qty(&a.wall_seconds, "spec.archive.wallSeconds", 1)?,
-            },
+            seccomp,
+            limits,
+            archive,
+            env_pass,
             sha256: sha256_hex(text),
         })
     }
@@ -459,10 +533,10 @@ mod tests {
         );
         assert!(e(with("pids: 512", "pids: 2")).contains("spec.limits.pids: must be at least 8"));
         assert!(
-            e(with("readWrite: []", "readWrite: [tmp]"))
+            e(with("readWrite: [/dev/null,", "readWrite: [tmp,"))
                 .contains("spec.filesystem.readWrite: \"tmp\" is not absolute")
         );
-        assert!(e(with("readWrite: []", "readWrite: [/]")).contains("must not contain /"));
+        assert!(e(with("readWrite: [/dev/null,", "readWrite: [/,")).contains("must not contain /"));
         assert!(
             e(with("profile: seccomp/default.json", "profile: ../x.json"))
                 .contains("spec.seccomp.profile")

@@ -79,12 +79,16 @@ fn io_err(
 }
 
 /// Bind the socket (removing a stale one) and apply mode and owner.
-pub fn bind(opts: &ListenOptions) -> Result<UnixListener, ListenError> {
+///
+/// Synchronous and runtime-free, so the binary can bind (and chown) before it drops its
+/// capabilities and before any runtime thread exists.
+pub fn bind(opts: &ListenOptions) -> Result<std::os::unix::net::UnixListener, ListenError> {
     let p = &opts.socket_path;
     if std::fs::symlink_metadata(p).is_ok() {
         std::fs::remove_file(p).map_err(io_err("removing stale socket", p))?;
     }
-    let l = UnixListener::bind(p).map_err(io_err("listening on", p))?;
+    let l = std::os::unix::net::UnixListener::bind(p).map_err(io_err("listening on", p))?;
+    l.set_nonblocking(true).map_err(io_err("listening on", p))?;
     if let Some(mode) = opts.socket_mode {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
             .map_err(io_err("chmod", p))?;
@@ -97,11 +101,16 @@ pub fn bind(opts: &ListenOptions) -> Result<UnixListener, ListenError> {
 
 /// Serve `service` (plus gRPC health) on `listener` until `shutdown` resolves, then drain.
 pub async fn serve(
-    listener: UnixListener,
+    listener: std::os::unix::net::UnixListener,
     service: CmpService,
     opts: ListenOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ListenError> {
+    let listener = UnixListener::from_std(listener).map_err(|e| ListenError::Io {
+        what: "listening on",
+        path: opts.socket_path.display().to_string(),
+        source: e,
+    })?;
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)

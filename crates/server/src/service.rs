@@ -114,8 +114,8 @@ impl CmpService {
         tracing::Span::current().record("app", meta.app_name.as_str());
         tracing::info!(app_rel_path = %meta.app_rel_path, deadline_ms = ?deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64), "request received");
 
+        // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());
-        std::fs::create_dir(&tree).map_err(|e| StreamError::Workdir(e.to_string()).to_status())?;
         let env: Vec<(String, String)> = meta
             .env
             .iter()
@@ -164,7 +164,7 @@ impl CmpService {
                 &run_cancel,
             );
             let _ = result_tx.send(result);
-            remove_tree(&tree);
+            runner.reclaim(&spec);
         });
         let task = result_rx;
 
@@ -282,15 +282,6 @@ impl Drop for ActiveGuard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(i, _)| *i != self.id);
-    }
-}
-
-fn remove_tree(tree: &std::path::Path) {
-    let res = archive::DirWriter::open_root(tree)
-        .and_then(|fd| archive::remove_contents(std::os::fd::AsFd::as_fd(&fd)))
-        .and_then(|()| std::fs::remove_dir(tree));
-    if let Err(e) = res {
-        tracing::error!(tree = %tree.display(), error = %e, "failed to remove request tree");
     }
 }
 

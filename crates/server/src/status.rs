@@ -4,36 +4,25 @@
 //! checksum and corrupt data → DataLoss; deadline → DeadlineExceeded; client cancel → Cancelled;
 //! command failures → Unknown with Argo CD's text; our own failures → Internal.
 
-use archive::ErrorClass;
-use jail::{CmdError, RequestError};
+use jail::RequestError;
+use jail::protocol::ErrorKind;
 use tonic::{Code, Status};
 
 /// Map a request error.
 pub fn to_status(e: &RequestError) -> Status {
-    let code = match e {
-        RequestError::Archive(a) => match a.class() {
-            ErrorClass::PolicyViolation => Code::InvalidArgument,
-            ErrorClass::LimitExceeded => Code::ResourceExhausted,
-            ErrorClass::Integrity => Code::DataLoss,
-            _ => Code::Internal,
-        },
-        RequestError::AppPathOutOfBounds => Code::InvalidArgument,
-        RequestError::Command { source, .. } => cmd_code(source),
-        RequestError::Discovery(_) | RequestError::Split(_) | RequestError::Params(_) => {
-            Code::Unknown
-        }
-        RequestError::Workdir(_) => Code::Internal,
-        _ => Code::Internal,
-    };
-    Status::new(code, e.to_string())
+    Status::new(code(e.kind()), e.to_string())
 }
 
-fn cmd_code(e: &CmdError) -> Code {
-    match e {
-        CmdError::Deadline { .. } => Code::DeadlineExceeded,
-        CmdError::Cancelled { .. } => Code::Cancelled,
-        CmdError::OutputLimit { .. } => Code::ResourceExhausted,
-        _ => Code::Unknown,
+/// The gRPC code of an error class.
+pub fn code(kind: ErrorKind) -> Code {
+    match kind {
+        ErrorKind::InvalidArgument => Code::InvalidArgument,
+        ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+        ErrorKind::DataLoss => Code::DataLoss,
+        ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
+        ErrorKind::Cancelled => Code::Cancelled,
+        ErrorKind::Unknown => Code::Unknown,
+        ErrorKind::Internal => Code::Internal,
     }
 }
 

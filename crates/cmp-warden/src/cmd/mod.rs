@@ -4,6 +4,7 @@ pub mod archive;
 pub mod client;
 pub mod policy;
 pub mod render;
+pub mod sandbox;
 pub mod serve;
 
 /// `NAME=VALUE` → pair (value may be empty; a missing `=` is an error).

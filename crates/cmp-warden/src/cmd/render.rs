@@ -27,11 +27,14 @@ pub struct RenderArgs {
     /// Go filepath.Match globs of relative paths to leave out (repeatable).
     #[arg(long)]
     exclude: Vec<String>,
+    /// Sandbox policy file [default: the embedded policies/default.yaml].
+    #[arg(long, env = "CMP_WARDEN_POLICY")]
+    policy: Option<PathBuf>,
 }
 
 /// Print each manifest as one JSON line; exit 1 on failure.
-pub fn run(a: RenderArgs) -> ExitCode {
-    match render(a) {
+pub fn run(a: RenderArgs, log_args: Vec<String>) -> ExitCode {
+    match render(a, log_args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -40,16 +43,28 @@ pub fn run(a: RenderArgs) -> ExitCode {
     }
 }
 
-fn render(a: RenderArgs) -> anyhow::Result<()> {
+fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
+    let mut policy = super::sandbox::load_policy(a.policy.as_deref())?;
+    if !jail::privilege::detect().can_switch_uids()
+        && policy.require.contains(&policy::Protection::UniqueUid)
+    {
+        // A plugin author's laptop: say so, and keep every other protection.
+        eprintln!(
+            "warning: not root: rendering WITHOUT a unique UID (Landlock, seccomp and no_new_privs still apply); the server refuses to start like this unless its policy allows it"
+        );
+        policy
+            .require
+            .retain(|p| *p != policy::Protection::UniqueUid);
+    }
     let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
     for k in &loaded.unknown_keys {
         eprintln!("warning: plugin.yaml: unknown key {k} ignored");
     }
     let config = loaded.config;
     let (buf, _) = super::client::pack(&a.dir, &a.exclude)?;
-    let base: Vec<(String, String)> = std::env::vars().collect();
+    let base = policy.passed_env(std::env::vars());
     let work = tempfile_dir()?;
-    let runner = jail::Unconfined;
+    let runner = super::sandbox::build(&policy, &work, log_args)?.runner;
     let spec = |op| RequestSpec {
         op,
         config: config.clone(),
@@ -57,18 +72,19 @@ fn render(a: RenderArgs) -> anyhow::Result<()> {
         app_rel_path: a.app_rel_path.clone(),
         env: plugin::env::compose(&base, &a.env),
         archive: archive::Options::default(),
-        output_bytes: 64 << 20,
+        output_bytes: policy.limits.output_bytes,
         deadline: None,
     };
     let result = (|| -> anyhow::Result<()> {
         if config.spec.discover.is_defined() {
             let s = spec(Operation::Match);
-            std::fs::create_dir(&s.tree)?;
-            match runner.execute(
+            let r = runner.execute(
                 &s,
                 Box::new(std::io::Cursor::new(buf.clone())),
                 &CancelToken::new(),
-            ) {
+            );
+            runner.reclaim(&s);
+            match r {
                 Ok(Outcome::Match { supported, .. }) => {
                     eprintln!(
                         "discovery: {}",
@@ -84,8 +100,9 @@ fn render(a: RenderArgs) -> anyhow::Result<()> {
             }
         }
         let s = spec(Operation::Generate);
-        std::fs::create_dir(&s.tree)?;
-        let out = runner.execute(&s, Box::new(std::io::Cursor::new(buf)), &CancelToken::new())?;
+        let out = runner.execute(&s, Box::new(std::io::Cursor::new(buf)), &CancelToken::new());
+        runner.reclaim(&s);
+        let out = out?;
         let Outcome::Manifests(m) = out else {
             anyhow::bail!("unexpected outcome")
         };

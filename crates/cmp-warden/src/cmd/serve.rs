@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -44,12 +45,15 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may run after SIGTERM.
     #[arg(long, default_value_t = 30)]
     shutdown_grace: u64,
-    /// Per-command stdout/stderr budget.
-    #[arg(long, default_value = "64Mi")]
-    output_bytes: String,
-    /// Maximum compressed archive size.
-    #[arg(long, default_value = "100Mi")]
-    max_compressed: String,
+    /// Per-command stdout/stderr budget [default: the policy's spec.limits.outputBytes].
+    #[arg(long)]
+    output_bytes: Option<String>,
+    /// Maximum compressed archive size [default: the policy's spec.archive.compressedBytes].
+    #[arg(long)]
+    max_compressed: Option<String>,
+    /// Sandbox policy file [default: the embedded policies/default.yaml].
+    #[arg(long, env = "CMP_WARDEN_POLICY")]
+    policy: Option<PathBuf>,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -57,7 +61,25 @@ fn parse_octal(s: &str) -> Result<u32, String> {
 }
 
 /// Run the server; exit 0 after a clean shutdown, 20 on start-up failure.
-pub fn run(a: ServeArgs) -> ExitCode {
+pub fn run(a: ServeArgs, log_args: Vec<String>) -> ExitCode {
+    // The socket exists before the runtime (and its signal handling) does: a SIGTERM in that
+    // window must still mean "shut down cleanly", not the default kill.
+    let early_stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, early_stop.clone()) {
+            tracing::error!(error = %e, "cannot install signal handlers");
+            return ExitCode::from(EXIT_STARTUP);
+        }
+    }
+    // Everything privileged happens here, before any runtime thread exists: capabilities are
+    // per thread, so they are dropped while the process is still single-threaded.
+    let prepared = match prepare(a, log_args) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "fatal");
+            return ExitCode::from(EXIT_STARTUP);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -68,7 +90,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_STARTUP);
         }
     };
-    match rt.block_on(serve(a)) {
+    match rt.block_on(serve(prepared, early_stop)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "fatal");
@@ -77,8 +99,17 @@ pub fn run(a: ServeArgs) -> ExitCode {
     }
 }
 
-async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+struct Prepared {
+    svc: CmpService,
+    opts: ListenOptions,
+    listener: std::os::unix::net::UnixListener,
+    work_dir: PathBuf,
+    describe: &'static str,
+}
+
+fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
+    let policy = super::sandbox::load_policy(a.policy.as_deref())?;
     let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
     for k in &loaded.unknown_keys {
         tracing::warn!(key = %k, "plugin.yaml: unknown key ignored (Argo CD ignores it too)");
@@ -93,18 +124,10 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     let socket_path = config.socket_path(&a.socket_dir);
     let work_parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    // Nothing of a previous run survives: the sweep kills leftover processes and removes
+    // leftover request directories, each as its owner.
     let work_dir = work_parent.join("_cmp_server");
-    // Wipe and recreate, as Argo CD does: nothing of a previous run survives.
-    if work_dir.exists() {
-        std::fs::remove_dir_all(&work_dir)
-            .with_context(|| format!("error removing workdir {}", work_dir.display()))?;
-    }
-    std::fs::create_dir_all(&work_dir)
-        .with_context(|| format!("error creating workdir {}", work_dir.display()))?;
-    std::fs::set_permissions(
-        &work_dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )?;
+    let built = super::sandbox::build(&policy, &work_dir, log_args)?;
 
     let own_uid = rustix::process::geteuid().as_raw();
     let allowed_uids = match a.allowed_uids.as_deref() {
@@ -135,17 +158,22 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         bail!("ARGOCD_GRPC_MAX_SIZE_MB must be positive");
     }
     let mut archive_opts = archive::Options::default();
-    archive_opts.limits.compressed_bytes = policy::parse_quantity(&a.max_compressed)?;
-    let svc = CmpService::new(
-        ServiceConfig {
-            plugin: config.clone(),
-            work_dir: work_dir.clone(),
-            archive: archive_opts,
-            output_bytes: policy::parse_quantity(&a.output_bytes)?,
-            base_env: std::env::vars().collect(),
-        },
-        Arc::new(jail::Unconfined),
-    );
+    let al = &policy.archive;
+    archive_opts.limits.compressed_bytes = match &a.max_compressed {
+        Some(q) => policy::parse_quantity(q)?,
+        None => al.compressed_bytes,
+    };
+    archive_opts.limits.extracted_bytes = al.extracted_bytes;
+    archive_opts.limits.file_bytes = al.file_bytes;
+    archive_opts.limits.entries = al.entries;
+    archive_opts.limits.symlinks = al.symlinks;
+    archive_opts.limits.path_depth = al.path_depth as usize;
+    archive_opts.limits.max_ratio = al.max_ratio;
+    archive_opts.limits.wall_clock = Duration::from_secs(al.wall_seconds);
+    let output_bytes = match &a.output_bytes {
+        Some(q) => policy::parse_quantity(q)?,
+        None => policy.limits.output_bytes,
+    };
     let opts = ListenOptions {
         socket_path: socket_path.clone(),
         socket_mode: a.socket_mode,
@@ -155,25 +183,59 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
     };
     let listener = server::bind(&opts)?;
+
+    // From here on the supervisor holds only what it needs to start jails.
+    let kept = if own_uid == 0 || built.privileges.can_switch_uids() {
+        jail::privilege::drop_supervisor_capabilities()
+            .context("dropping the supervisor's capabilities")?
+    } else {
+        Vec::new()
+    };
+    let report = super::sandbox::probe(&built, &policy)?;
+    super::sandbox::log_enforced(&built, &policy, &report, &kept);
+
+    let base_env = policy.passed_env(std::env::vars());
+    let runner = Arc::new(built.runner);
+    let describe = jail::Runner::describe(runner.as_ref());
+    let svc = CmpService::new(
+        ServiceConfig {
+            plugin: config,
+            work_dir: work_dir.clone(),
+            archive: archive_opts,
+            output_bytes,
+            base_env,
+        },
+        runner,
+    );
+    Ok(Prepared {
+        svc,
+        opts,
+        listener,
+        work_dir,
+        describe,
+    })
+}
+
+async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     if rustix::process::getpid().is_init() {
         jail::reaper::start_orphan_reaper();
     }
+    let socket_path = p.opts.socket_path.clone();
     tracing::info!(
         socket = %socket_path.display(),
-        work_dir = %work_dir.display(),
-        allowed_uids = ?allowed_uids,
-        runner = jail::Runner::describe(&jail::Unconfined),
+        work_dir = %p.work_dir.display(),
+        allowed_uids = ?p.opts.allowed_uids,
+        runner = p.describe,
         "argocd-cmp-server {} (cmp-warden) serving on {}",
         env!("CARGO_PKG_VERSION"),
         socket_path.display()
     );
-    server::serve(listener, svc, opts, shutdown_signal()).await?;
-    let _ = std::fs::remove_dir_all(&work_dir);
+    server::serve(p.listener, p.svc, p.opts, shutdown_signal(early_stop)).await?;
     tracing::info!("shut down cleanly");
     Ok(())
 }
 
-async fn shutdown_signal() {
+async fn shutdown_signal(early_stop: Arc<AtomicBool>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -182,8 +244,16 @@ async fn shutdown_signal() {
         std::future::pending::<()>().await;
         return;
     };
+    let early = async {
+        // Set by a signal that arrived before these handlers existed (or since: the flag
+        // handler stays registered).
+        while !early_stop.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
+        _ = early => tracing::info!("termination signal received"),
     }
 }

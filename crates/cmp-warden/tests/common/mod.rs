@@ -35,12 +35,20 @@ impl Server {
             std::fs::create_dir_all(d).expect("mkdir");
         }
         std::fs::write(cfg.join("plugin.yaml"), plugin_yaml).expect("write plugin.yaml");
+        // Servers of one test run share this host's PID namespace, so each gets its own UID
+        // range (a server's start-up sweep kills everything in its range).
+        let mut args: Vec<&str> = args.to_vec();
+        let policy_file = dir.path().join("policy/policy.yaml");
+        if !args.contains(&"--policy") {
+            write_policy(&policy_file, &[]);
+            args.extend(["--policy", policy_file.to_str().expect("utf8")]);
+        }
         let log = dir.path().join("server.log");
         let logf = std::fs::File::create(&log).expect("log");
         let child = Command::new(bin())
             .args(["--loglevel", "debug", "--config-dir-path"])
             .arg(&cfg)
-            .args(args)
+            .args(&args)
             .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
             .env("ARGOCD_CMP_WORKDIR", &work)
             .envs(env.iter().copied())
@@ -120,6 +128,37 @@ impl Drop for Server {
             let _ = c.wait();
         }
     }
+}
+
+/// A UID range no other server of this test process (or a concurrent one) uses.
+pub fn private_uid_range() -> (u32, u32) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst) % 64;
+    (200_000 + (std::process::id() % 20_000) * 1024 + n * 16, 16)
+}
+
+/// Write the default policy with a private UID range and `edits` (from, to) applied, plus
+/// the default seccomp profile beside it.
+pub fn write_policy(path: &Path, edits: &[(&str, &str)]) {
+    let (first, count) = private_uid_range();
+    let mut text = include_str!("../../../../policies/default.yaml").replacen(
+        "uidRange: {first: 20000, count: 40000}",
+        &format!("uidRange: {{first: {first}, count: {count}}}"),
+        1,
+    );
+    for (from, to) in edits {
+        assert!(text.contains(from), "policy fixture: {from}");
+        text = text.replacen(from, to, 1);
+    }
+    let dir = path.parent().expect("parent");
+    std::fs::create_dir_all(dir.join("seccomp")).expect("mkdir");
+    std::fs::write(path, text).expect("write policy");
+    std::fs::write(
+        dir.join("seccomp/default.json"),
+        include_str!("../../../../policies/seccomp/default.json"),
+    )
+    .expect("write profile");
 }
 
 /// The grpc-go client (built once from Debian's packages).

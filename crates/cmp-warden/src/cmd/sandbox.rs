@@ -1,0 +1,187 @@
+//! Building the confined runner from a policy: privilege model, fail-closed checks, seccomp
+//! compilation, the work root, the UID pool, the start-up sweep and the probe. Shared by
+//! `serve` and `render`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use jail::confine::{Report, Rlimits, Sandbox};
+use jail::confined::{Confined, ConfinedConfig};
+use jail::privilege::{PrivilegeModel, Privileges};
+use jail::uid::UidPool;
+use policy::{Policy, Protection};
+
+/// Load `--policy FILE` or the embedded default.
+pub fn load_policy(file: Option<&Path>) -> anyhow::Result<Policy> {
+    Ok(match file {
+        Some(f) => Policy::load(f)?,
+        None => Policy::default_policy()?,
+    })
+}
+
+/// A runner ready to confine requests, and what start-up found.
+#[derive(Debug)]
+pub struct Built {
+    /// The runner.
+    pub runner: Confined,
+    /// The privilege model.
+    pub privileges: Privileges,
+    /// Seccomp filter size (instructions).
+    pub seccomp_instructions: usize,
+}
+
+/// Create the runner (fails closed on what the policy requires), sweep leftovers of a
+/// previous run in `work_root`.
+pub fn build(policy: &Policy, work_root: &Path, log_args: Vec<String>) -> anyhow::Result<Built> {
+    let required = |p| policy.require.contains(&p);
+    let privileges = jail::privilege::detect();
+    let mapped = privileges.range_mapped(policy.uid_first, policy.uid_count);
+    let unique_uid = privileges.can_switch_uids() && mapped;
+    if !unique_uid {
+        let why = if privileges.can_switch_uids() {
+            format!(
+                "uidRange {}+{} is not mapped in this user namespace ({:?})",
+                policy.uid_first, policy.uid_count, privileges.uid_map
+            )
+        } else {
+            format!(
+                "the server cannot switch UIDs (euid {}, no CAP_SETUID/CAP_SETGID)",
+                privileges.euid
+            )
+        };
+        if required(Protection::UniqueUid) {
+            bail!(
+                "policy {:?} requires uniqueUid, but {why}. Run as root with only SETUID, SETGID and SETPCAP (docs: privilege models), or remove uniqueUid from spec.require to accept a shared UID",
+                policy.name
+            );
+        }
+        tracing::warn!(
+            reason = %why,
+            "UNIQUE UIDs DISABLED by policy {:?}: every request runs as the server's UID; isolation between requests rests on Landlock and seccomp only",
+            policy.name
+        );
+    }
+    let seccomp = match jail::seccomp::compile(&policy.seccomp, policy.seccomp_mode, policy.network)
+    {
+        Ok(f) => Some(f),
+        Err(e) if required(Protection::Seccomp) => return Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "SECCOMP DISABLED: the profile does not compile here and the policy does not require it");
+            None
+        }
+    };
+    let seccomp_instructions = seccomp.as_ref().map_or(0, |f| f.instructions());
+
+    std::fs::create_dir_all(work_root)
+        .with_context(|| format!("creating work dir {}", work_root.display()))?;
+    let pool = if unique_uid {
+        Some(UidPool::from_image(
+            policy.uid_first,
+            policy.uid_count,
+            Path::new("/"),
+        )?)
+    } else {
+        None
+    };
+    let sandbox = Sandbox {
+        creds: None,
+        read_only: policy.read_only.clone(),
+        read_write: policy.read_write.clone(),
+        network: policy.network,
+        seccomp,
+        rlimits: Rlimits {
+            open_files: policy.limits.open_files,
+            file_size_bytes: policy.limits.file_size_bytes,
+            processes: policy.limits.pids,
+        },
+        require: policy.require.clone(),
+    };
+    let runner = Confined::new(ConfinedConfig {
+        exe: PathBuf::from("/proc/self/exe"),
+        work_root: work_root.to_path_buf(),
+        pool,
+        sandbox,
+        log_args,
+    });
+    let removed = runner
+        .sweep()
+        .map_err(|e| anyhow::anyhow!("start-up sweep: {e}"))?;
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "removed request directories left by a previous run"
+        );
+    }
+    // Sticky and world-writable but not listable: jails (as their leased UID) create their own
+    // directory here and cannot see or remove anyone else's.
+    let mode = if unique_uid { 0o1733 } else { 0o700 };
+    std::fs::set_permissions(
+        work_root,
+        std::os::unix::fs::PermissionsExt::from_mode(mode),
+    )?;
+    Ok(Built {
+        runner,
+        privileges,
+        seccomp_instructions,
+    })
+}
+
+/// Run the probe jail and check the report against the policy's requirements.
+pub fn probe(built: &Built, policy: &Policy) -> anyhow::Result<Report> {
+    let report = built
+        .runner
+        .probe()
+        .map_err(|e| anyhow::anyhow!("sandbox probe failed: {e}"))?;
+    let required = |p| policy.require.contains(&p);
+    let mut missing = Vec::new();
+    if required(Protection::UniqueUid) && !report.unique_uid {
+        missing.push("uniqueUid");
+    }
+    if required(Protection::NoNewPrivs) && !report.no_new_privs {
+        missing.push("noNewPrivs");
+    }
+    if required(Protection::Landlock) && report.landlock == "none" {
+        missing.push("landlock");
+    }
+    if required(Protection::Seccomp) && report.seccomp_filters == 0 {
+        missing.push("seccomp");
+    }
+    if !missing.is_empty() {
+        bail!(
+            "policy {:?} requires {missing:?}, which this environment cannot enforce (probe: {report:?})",
+            policy.name
+        );
+    }
+    Ok(report)
+}
+
+/// Log exactly what is enforced (once, at start-up).
+pub fn log_enforced(built: &Built, policy: &Policy, report: &Report, kept_caps: &[String]) {
+    let model = match built.privileges.model {
+        PrivilegeModel::UserNamespaceRoot => "user-namespaced root",
+        PrivilegeModel::MinimalCapsRoot => "minimal-caps root",
+        PrivilegeModel::FileCapabilities => "file capabilities",
+        PrivilegeModel::Unprivileged => "unprivileged (shared UID)",
+    };
+    tracing::info!(
+        policy = %policy.name,
+        policy_sha256 = %policy.sha256,
+        privilege_model = model,
+        supervisor_capabilities = ?kept_caps,
+        unique_uid = report.unique_uid,
+        uid_range = %format!("{}+{}", policy.uid_first, policy.uid_count),
+        capabilities_cleared = report.capabilities_cleared,
+        bounding_cleared = report.bounding_cleared,
+        no_new_privs = report.no_new_privs,
+        landlock = %report.landlock,
+        landlock_abi = ?report.landlock_abi,
+        landlock_tcp_denied = report.landlock_tcp_denied,
+        seccomp_filters = report.seccomp_filters,
+        seccomp_instructions = built.seccomp_instructions,
+        seccomp_mode = ?policy.seccomp_mode,
+        network = ?policy.network,
+        missing_paths = ?report.missing_paths,
+        degraded = ?report.degraded,
+        "sandbox enforced"
+    );
+}

@@ -1,0 +1,433 @@
+//! Confining the jail process itself, in one fixed order, before it reads any untrusted byte.
+//!
+//! Runs in a fresh single-threaded process of our own binary (never in the multithreaded
+//! supervisor), so ordinary Rust — allocation, the `landlock` builder — is safe here. Every
+//! step is checked; a step the policy requires that cannot be applied aborts the request.
+//!
+//! Order (docs/supervisor.md mirrors it):
+//!  1. `setsid` — a new session and process group, detached from any terminal;
+//!  2. rlimits (NOFILE, FSIZE, CORE=0, NPROC when the UID is unique);
+//!  3. bounding set emptied (needs CAP_SETPCAP, so it must precede the UID switch);
+//!  4. `setgroups([])`, `setresgid`, `setresuid` to the lease — read back and verified;
+//!  5. ambient, inheritable, permitted and effective capabilities cleared — read back;
+//!  6. not dumpable (same-UID commands cannot open our /proc fds or memory);
+//!  7. `no_new_privs`;
+//!  8. the request directory created as the leased UID (0700) with `repo/`, `home/`, `tmp/`;
+//!  9. Landlock: the request directory read-write, the policy's paths, TCP denied when
+//!     `network: none`, abstract-socket and signal scoping;
+//! 10. seccomp, installed once; every command the jail starts inherits it.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use policy::{NetworkMode, Protection};
+use rustix::fs::{self as rfs, Mode, OFlags};
+use rustix::process::{Resource, Rlimit};
+use rustix::thread::{CapabilitySet, CapabilitySets};
+use serde::{Deserialize, Serialize};
+
+use crate::seccomp::CompiledFilter;
+
+/// The Landlock ABI whose access rights this build requests and was tested against (Linux
+/// 6.15+). Newer kernels' extra rights are never requested implicitly.
+pub const TESTED_LANDLOCK_ABI: ABI = ABI::V7;
+
+/// The leased identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creds {
+    /// UID.
+    pub uid: u32,
+    /// GID (equal to the UID by construction).
+    pub gid: u32,
+}
+
+/// Resource limits applied with setrlimit (soft = hard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimits {
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+    /// RLIMIT_FSIZE.
+    pub file_size_bytes: u64,
+    /// RLIMIT_NPROC (only meaningful, and only applied, with a unique UID).
+    pub processes: u64,
+}
+
+/// Everything the jail applies to itself (built by the supervisor from the policy).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sandbox {
+    /// Switch to these IDs; `None` in the shared-UID (unprivileged) model.
+    pub creds: Option<Creds>,
+    /// Read-only paths beyond the request directory.
+    pub read_only: Vec<PathBuf>,
+    /// Read-write paths beyond the request directory.
+    pub read_write: Vec<PathBuf>,
+    /// Network mode.
+    pub network: NetworkMode,
+    /// The compiled seccomp filter; `None` only when the policy does not require seccomp and
+    /// the supervisor could not compile it.
+    pub seccomp: Option<CompiledFilter>,
+    /// rlimits.
+    pub rlimits: Rlimits,
+    /// Protections whose failure aborts the request.
+    pub require: Vec<Protection>,
+}
+
+/// What was actually enforced (returned with every reply, logged, shown by `doctor`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// Real/effective/saved UID after the switch.
+    pub uid: u32,
+    /// GID after the switch.
+    pub gid: u32,
+    /// Whether the UID was switched to a leased, unique one.
+    pub unique_uid: bool,
+    /// Whether the bounding set is empty.
+    pub bounding_cleared: bool,
+    /// Whether E/P/I/A capability sets read back empty.
+    pub capabilities_cleared: bool,
+    /// `no_new_privs` read back.
+    pub no_new_privs: bool,
+    /// Landlock: "full", "partial" or "none".
+    pub landlock: String,
+    /// The kernel's Landlock ABI, when available.
+    pub landlock_abi: Option<i32>,
+    /// Whether TCP bind/connect are denied by Landlock.
+    pub landlock_tcp_denied: bool,
+    /// Policy paths that did not exist and got no rule.
+    pub missing_paths: Vec<PathBuf>,
+    /// Installed seccomp filters (0 = none).
+    pub seccomp_filters: usize,
+    /// Protections that could not be applied but were not required.
+    pub degraded: Vec<String>,
+    /// The jail's own /proc/self/status lines that prove the above (Uid … Seccomp_filters).
+    pub status: Vec<String>,
+}
+
+/// A step that failed (the request is aborted with this message).
+#[derive(Debug, thiserror::Error)]
+#[error("sandbox: {step}: {why}")]
+pub struct ConfineError {
+    /// Which step.
+    pub step: &'static str,
+    /// What went wrong.
+    pub why: String,
+}
+
+fn fail(step: &'static str, why: impl ToString) -> ConfineError {
+    ConfineError {
+        step,
+        why: why.to_string(),
+    }
+}
+
+/// Lines of /proc/thread-self/status starting with one of `keys`.
+pub fn status_lines(keys: &[&str]) -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.split_once(':').is_some_and(|(k, _)| keys.contains(&k)))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// The status lines a report proves itself with.
+pub const STATUS_KEYS: &[&str] = &[
+    "Uid",
+    "Gid",
+    "Groups",
+    "CapInh",
+    "CapPrm",
+    "CapEff",
+    "CapBnd",
+    "CapAmb",
+    "NoNewPrivs",
+    "Seccomp",
+    "Seccomp_filters",
+];
+
+fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+        .min(63)
+}
+
+fn set_rlimit(res: Resource, want: u64) -> Result<(), ConfineError> {
+    // Never try to raise a hard limit (needs CAP_SYS_RESOURCE); lowering always works.
+    let cur = rustix::process::getrlimit(res);
+    let v = cur.maximum.map_or(want, |m| m.min(want));
+    rustix::process::setrlimit(
+        res,
+        Rlimit {
+            current: Some(v),
+            maximum: Some(v),
+        },
+    )
+    .map_err(|e| fail("rlimits", format!("{res:?}: {e}")))
+}
+
+/// Apply the sandbox to the calling (only) thread and create the request directory
+/// `work_root/name`; returns the report and the directory.
+pub fn confine(
+    sb: &Sandbox,
+    work_root: &Path,
+    name: &str,
+) -> Result<(Report, OwnedFd), ConfineError> {
+    let required = |p| sb.require.contains(&p);
+    let mut degraded = Vec::new();
+
+    // 1. New session: its own process group, no controlling terminal.
+    rustix::process::setsid().map_err(|e| fail("setsid", e))?;
+
+    // 2. rlimits (a backstop; cgroups bound memory and pids where delegated).
+    set_rlimit(Resource::Core, 0)?;
+    set_rlimit(Resource::Nofile, sb.rlimits.open_files)?;
+    set_rlimit(Resource::Fsize, sb.rlimits.file_size_bytes)?;
+    if sb.creds.is_some() {
+        // Per real UID: only meaningful when the UID belongs to this request alone.
+        set_rlimit(Resource::Nproc, sb.rlimits.processes)?;
+    }
+
+    // 3. Bounding set: needs CAP_SETPCAP, which the UID switch below takes away.
+    let caps = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
+    if caps.effective.contains(CapabilitySet::SETPCAP) {
+        for n in 0..=last_cap() {
+            let c = CapabilitySet::from_bits_retain(1u64 << n);
+            rustix::thread::remove_capability_from_bounding_set(c)
+                .map_err(|e| fail("bounding set", format!("cap {n}: {e}")))?;
+        }
+    }
+
+    // 4. Credentials, checked by reading them back.
+    let mut unique_uid = false;
+    if let Some(c) = sb.creds {
+        use rustix::process::{Gid, Uid};
+        rustix::thread::set_thread_groups(&[]).map_err(|e| fail("setgroups", e))?;
+        let g = Gid::from_raw(c.gid);
+        rustix::thread::set_thread_res_gid(g, g, g).map_err(|e| fail("setresgid", e))?;
+        let u = Uid::from_raw(c.uid);
+        rustix::thread::set_thread_res_uid(u, u, u).map_err(|e| fail("setresuid", e))?;
+        let want_uid = format!("Uid: {0} {0} {0} {0}", c.uid);
+        let want_gid = format!("Gid: {0} {0} {0} {0}", c.gid);
+        let got = status_lines(&["Uid", "Gid", "Groups"]);
+        if !got.contains(&want_uid)
+            || !got.contains(&want_gid)
+            || !got.contains(&"Groups:".to_owned())
+        {
+            return Err(fail("credentials", format!("read back {got:?}")));
+        }
+        unique_uid = true;
+    } else if required(Protection::UniqueUid) {
+        return Err(fail(
+            "credentials",
+            "policy requires uniqueUid but no lease was given",
+        ));
+    } else {
+        degraded.push("uniqueUid: commands share the server's UID".to_owned());
+    }
+
+    // 5. Every capability set, read back.
+    match rustix::thread::clear_ambient_capability_set() {
+        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+        Err(e) => return Err(fail("ambient capabilities", e)),
+    }
+    let empty = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    rustix::thread::set_capabilities(None, empty).map_err(|e| fail("capset", e))?;
+    let now = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
+    if now != empty {
+        return Err(fail("capabilities", format!("still held: {now:?}")));
+    }
+    let bounding_cleared = (0..=last_cap()).all(|n| {
+        !rustix::thread::capability_is_in_bounding_set(CapabilitySet::from_bits_retain(1u64 << n))
+            .unwrap_or(true)
+    });
+    if !bounding_cleared {
+        degraded.push("bounding set kept (no CAP_SETPCAP); no_new_privs and empty permitted/ambient sets still prevent regaining capabilities".to_owned());
+    }
+
+    // 6. Not dumpable: commands of the same UID cannot reach our fds, memory or environ.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| fail("dumpable", e))?;
+
+    // 7. no_new_privs: setuid binaries and file capabilities grant nothing from here on.
+    rustix::thread::set_no_new_privs(true).map_err(|e| fail("no_new_privs", e))?;
+    let no_new_privs = rustix::thread::no_new_privs().unwrap_or(false);
+    if !no_new_privs {
+        return Err(fail("no_new_privs", "did not read back as set"));
+    }
+
+    // 8. The request directory, owned by the leased UID.
+    let dir = make_request_dir(work_root, name)?;
+
+    // 9. Landlock.
+    let ll = landlock(sb, &dir, required(Protection::Landlock))?;
+    if ll.status == "none" {
+        degraded.push("landlock: not enforced by this kernel".to_owned());
+    } else if ll.status == "partial" {
+        degraded.push(format!(
+            "landlock: partially enforced (kernel ABI {:?} < tested {})",
+            ll.abi, TESTED_LANDLOCK_ABI as i32
+        ));
+    }
+
+    // 10. seccomp, last: it may deny calls the steps above needed.
+    let mut seccomp_filters = 0;
+    match &sb.seccomp {
+        Some(f) => match f.install() {
+            Ok(()) => seccomp_filters = f.filters(),
+            Err(e) if required(Protection::Seccomp) => return Err(fail("seccomp", e)),
+            Err(e) => degraded.push(format!("seccomp: {e}")),
+        },
+        None if required(Protection::Seccomp) => {
+            return Err(fail(
+                "seccomp",
+                "policy requires seccomp but no filter was given",
+            ));
+        }
+        None => degraded.push("seccomp: no filter".to_owned()),
+    }
+
+    let ids = status_lines(&["Uid", "Gid"]);
+    let first = |k: &str| {
+        ids.iter()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u32::MAX)
+    };
+    let report = Report {
+        uid: first("Uid: "),
+        gid: first("Gid: "),
+        unique_uid,
+        bounding_cleared,
+        capabilities_cleared: true,
+        no_new_privs,
+        landlock: ll.status.to_owned(),
+        landlock_abi: ll.abi,
+        landlock_tcp_denied: ll.tcp_denied,
+        missing_paths: ll.missing,
+        seccomp_filters,
+        degraded,
+        status: status_lines(STATUS_KEYS),
+    };
+    Ok((report, dir))
+}
+
+/// The layout under the request directory.
+pub const REPO_DIR: &str = "repo";
+/// `$HOME` of the commands.
+pub const HOME_DIR: &str = "home";
+/// `$TMPDIR` of the commands.
+pub const TMP_DIR: &str = "tmp";
+
+fn make_request_dir(work_root: &Path, name: &str) -> Result<OwnedFd, ConfineError> {
+    let step = "request directory";
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(fail(step, format!("bad name {name:?}")));
+    }
+    // O_PATH: the work root is 1733 (others may create entries but not list them).
+    let root = rfs::open(
+        work_root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| fail(step, format!("{}: {e}", work_root.display())))?;
+    rfs::mkdirat(&root, name, Mode::from_raw_mode(0o700)).map_err(|e| fail(step, e))?;
+    let dir = rfs::openat(
+        &root,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| fail(step, e))?;
+    for sub in [REPO_DIR, HOME_DIR, TMP_DIR] {
+        rfs::mkdirat(&dir, sub, Mode::from_raw_mode(0o700)).map_err(|e| fail(step, e))?;
+    }
+    rustix::process::umask(Mode::from_raw_mode(0o077));
+    Ok(dir)
+}
+
+struct LandlockResult {
+    status: &'static str,
+    abi: Option<i32>,
+    tcp_denied: bool,
+    missing: Vec<PathBuf>,
+}
+
+fn landlock(sb: &Sandbox, dir: &OwnedFd, required: bool) -> Result<LandlockResult, ConfineError> {
+    let ll = |e: landlock::RulesetError| fail("landlock", e);
+    let abi = TESTED_LANDLOCK_ABI;
+    // Fail closed on the filesystem rights of ABI 1 when required; everything newer (refer,
+    // truncate, ioctl on devices, TCP, scoping) is added best-effort and reported.
+    let floor = if required {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let mut rs = Ruleset::default()
+        .set_compatibility(floor)
+        .handle_access(AccessFs::from_all(ABI::V1))
+        .map_err(ll)?
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(ll)?;
+    let deny_tcp = sb.network == NetworkMode::None;
+    if deny_tcp {
+        rs = rs.handle_access(AccessNet::from_all(abi)).map_err(ll)?;
+    }
+    rs = rs.scope(Scope::from_all(abi)).map_err(ll)?;
+    let mut created = rs.create().map_err(ll)?;
+    created = created
+        .add_rule(PathBeneath::new(dir.as_fd(), AccessFs::from_all(abi)))
+        .map_err(ll)?;
+    let mut missing = Vec::new();
+    let read = AccessFs::from_read(abi);
+    let write = AccessFs::from_all(abi);
+    for (paths, access) in [(&sb.read_only, read), (&sb.read_write, write)] {
+        for p in paths {
+            let fd = match PathFd::new(p) {
+                Ok(fd) => fd,
+                Err(_) => {
+                    missing.push(p.clone());
+                    continue;
+                }
+            };
+            let is_dir = rfs::fstat(&fd)
+                .map(|st| rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory)
+                .unwrap_or(false);
+            let access = if is_dir {
+                access
+            } else {
+                access & AccessFs::from_file(abi)
+            };
+            created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+        }
+    }
+    let status = created.restrict_self().map_err(ll)?;
+    let kernel_abi = match status.landlock {
+        LandlockStatus::Available { effective_abi, .. } => Some(effective_abi as i32),
+        _ => None,
+    };
+    let s = match status.ruleset {
+        RulesetStatus::FullyEnforced => "full",
+        RulesetStatus::PartiallyEnforced => "partial",
+        RulesetStatus::NotEnforced => "none",
+    };
+    if required && s == "none" {
+        return Err(fail("landlock", "required but not enforced by this kernel"));
+    }
+    Ok(LandlockResult {
+        status: s,
+        abi: kernel_abi,
+        tcp_denied: deny_tcp && kernel_abi.is_some_and(|a| a >= 4),
+        missing,
+    })
+}

@@ -1,0 +1,456 @@
+//! The confined runner (supervisor side): per request, lease a UID, re-execute our own binary
+//! as a jail, stream the archive to it, read its typed reply, and reclaim afterwards.
+//!
+//! The supervisor never opens a path inside a request directory: the jail creates it as the
+//! leased UID, and a helper running as that UID kills its processes and removes it.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::Runner;
+use crate::cancel::CancelToken;
+use crate::child::{JAIL_ARG, RECLAIM_ARG, ReclaimArgs};
+use crate::confine::{Creds, Report, Sandbox};
+use crate::protocol::{ErrorKind, Header, JailOp, Reply, write_frame};
+use crate::request::{Operation, Outcome, RequestError, RequestSpec};
+use crate::run::KILL_GRACE;
+use crate::uid::{Lease, UidPool, processes_in_range};
+
+/// How long reclaim waits for a UID's last processes to disappear before quarantining it.
+const UID_DRAIN: Duration = Duration::from_secs(3);
+
+/// Configuration of the confined runner.
+#[derive(Debug)]
+pub struct ConfinedConfig {
+    /// Our own binary (normally `/proc/self/exe`).
+    pub exe: PathBuf,
+    /// The work root: request directories are created here by the jails.
+    pub work_root: PathBuf,
+    /// The UID pool; `None` in the shared-UID model.
+    pub pool: Option<UidPool>,
+    /// The sandbox template (creds are filled per request).
+    pub sandbox: Sandbox,
+    /// Arguments for the jail's logging (e.g. `--loglevel`, `info`).
+    pub log_args: Vec<String>,
+}
+
+/// Runs every request in a jail process.
+#[derive(Debug)]
+pub struct Confined {
+    cfg: ConfinedConfig,
+    pool: Option<Mutex<UidPool>>,
+    leases: Mutex<HashMap<String, Lease>>,
+    quarantined: Mutex<Vec<Lease>>,
+}
+
+fn internal(message: impl Into<String>) -> RequestError {
+    RequestError::Remote {
+        kind: ErrorKind::Internal,
+        message: message.into(),
+    }
+}
+
+impl Confined {
+    /// A runner; call [`Confined::sweep`] and [`Confined::probe`] before serving.
+    pub fn new(mut cfg: ConfinedConfig) -> Self {
+        let pool = cfg.pool.take().map(Mutex::new);
+        Confined {
+            cfg,
+            pool,
+            leases: Mutex::default(),
+            quarantined: Mutex::default(),
+        }
+    }
+
+    /// UIDs in use and capacity (None in the shared model).
+    pub fn pool_usage(&self) -> Option<(usize, usize)> {
+        self.pool.as_ref().map(|p| {
+            let p = p.lock().unwrap_or_else(|e| e.into_inner());
+            (p.in_use(), p.capacity())
+        })
+    }
+
+    fn name_of(spec: &RequestSpec) -> Result<String, RequestError> {
+        spec.tree
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+            .ok_or_else(|| internal("request directory has no name"))
+    }
+
+    fn lease(&self, name: &str) -> Result<Option<Creds>, RequestError> {
+        let Some(pool) = &self.pool else {
+            return Ok(None);
+        };
+        let lease = pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lease()
+            .map_err(|e| RequestError::Remote {
+                kind: ErrorKind::ResourceExhausted,
+                message: format!("no sandbox UID free: {e}"),
+            })?;
+        let creds = Creds {
+            uid: lease.uid(),
+            gid: lease.gid(),
+        };
+        self.leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), lease);
+        Ok(Some(creds))
+    }
+
+    fn spawn(
+        &self,
+        arg: &str,
+        extra: &[String],
+        stdin: bool,
+        stdout: bool,
+    ) -> std::io::Result<Child> {
+        let mut cmd = Command::new(&self.cfg.exe);
+        cmd.arg(arg)
+            .args(&self.cfg.log_args)
+            .args(extra)
+            .env_clear()
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(if stdout {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stderr(Stdio::inherit());
+        let child = cmd.spawn()?;
+        crate::reaper::track(child.id() as i32);
+        Ok(child)
+    }
+
+    fn wait(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
+        let r = child.wait();
+        crate::reaper::untrack(child.id() as i32);
+        r
+    }
+
+    /// Run the reclaim helper and wait for it.
+    fn helper(&self, args: &ReclaimArgs) -> Result<(), String> {
+        let mut child = self
+            .spawn(RECLAIM_ARG, &args.to_args(), false, false)
+            .map_err(|e| format!("cannot start the reclaim helper: {e}"))?;
+        match Self::wait(&mut child) {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("reclaim helper failed: {s}")),
+            Err(e) => Err(format!("reclaim helper: {e}")),
+        }
+    }
+
+    /// Start-up: kill leftover processes in the UID range and remove leftover request
+    /// directories, each as its owner. Returns how many directories were removed.
+    pub fn sweep(&self) -> Result<usize, String> {
+        if let Some(pool) = &self.pool {
+            let (first, count) = {
+                let p = pool.lock().unwrap_or_else(|e| e.into_inner());
+                (p.first(), p.capacity() as u32)
+            };
+            let mut uids: Vec<u32> = processes_in_range(Path::new("/proc"), first, count)
+                .into_iter()
+                .filter_map(proc_uid)
+                .filter(|u| (first..first + count).contains(u))
+                .collect();
+            uids.sort_unstable();
+            uids.dedup();
+            for uid in uids {
+                tracing::warn!(uid, "killing leftover processes of a previous run");
+                self.helper(&ReclaimArgs {
+                    creds: Some((uid, uid)),
+                    work_root: self.cfg.work_root.clone(),
+                    name: None,
+                })?;
+            }
+        }
+        let mut removed = 0;
+        let entries = match std::fs::read_dir(&self.cfg.work_root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(format!("{}: {e}", self.cfg.work_root.display())),
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // lstat of the entry itself (no follow): its owner, not its contents.
+            let owner = std::os::unix::fs::MetadataExt::uid(
+                &e.metadata().map_err(|err| format!("{name}: {err}"))?,
+            );
+            let in_pool = self
+                .pool
+                .as_ref()
+                .is_some_and(|p| p.lock().unwrap_or_else(|e| e.into_inner()).contains(owner));
+            let creds = in_pool.then_some((owner, owner));
+            self.helper(&ReclaimArgs {
+                creds,
+                work_root: self.cfg.work_root.clone(),
+                name: Some(name),
+            })?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Confine a jail that does nothing, and return what it could enforce (start-up check
+    /// and `doctor`).
+    pub fn probe(&self) -> Result<Report, RequestError> {
+        let name = format!("probe-{}", std::process::id());
+        let spec = RequestSpec {
+            op: Operation::Generate,
+            config: plugin::PluginConfig::default(),
+            tree: self.cfg.work_root.join(&name),
+            app_rel_path: ".".into(),
+            env: Vec::new(),
+            archive: archive::Options::default(),
+            output_bytes: 1024,
+            deadline: Some(Instant::now() + Duration::from_secs(30)),
+        };
+        let r = self.run_jail(
+            &spec,
+            JailOp::Probe,
+            Box::new(std::io::empty()),
+            &CancelToken::new(),
+        );
+        self.reclaim(&spec);
+        match r? {
+            Reply::Ok { report, .. } => Ok(report),
+            Reply::Err { kind, message, .. } => Err(RequestError::Remote { kind, message }),
+        }
+    }
+
+    fn run_jail(
+        &self,
+        spec: &RequestSpec,
+        op: JailOp,
+        mut input: Box<dyn Read + Send>,
+        cancel: &CancelToken,
+    ) -> Result<Reply, RequestError> {
+        let name = Self::name_of(spec)?;
+        let creds = self.lease(&name)?;
+        let mut sandbox = self.cfg.sandbox.clone();
+        sandbox.creds = creds;
+        let header = Header {
+            op,
+            config: spec.config.clone(),
+            app_rel_path: spec.app_rel_path.clone(),
+            env: spec.env.clone(),
+            archive: spec.archive.clone(),
+            output_bytes: spec.output_bytes,
+            deadline_ms: spec
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+            work_root: self.cfg.work_root.clone(),
+            name: name.clone(),
+            sandbox,
+        };
+        let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
+        let mut child = self
+            .spawn(JAIL_ARG, &[], true, true)
+            .map_err(|e| internal(format!("cannot start the jail: {e}")))?;
+        tracing::debug!(pid = child.id(), uid = ?creds.map(|c| c.uid), "jail started");
+        let mut stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+
+        // Feed: header, then the archive as it arrives. A write error means the jail already
+        // stopped (it refused the archive); its reply says why.
+        if let Some(w) = stdin.as_mut() {
+            let mut ok = write_frame(w, b'H', &body).is_ok();
+            let mut buf = vec![0u8; 64 * 1024];
+            while ok {
+                match input.read(&mut buf) {
+                    Ok(0) => {
+                        ok = write_frame(w, b'E', &[]).is_ok() && w.flush().is_ok();
+                        break;
+                    }
+                    Ok(n) => ok = write_frame(w, b'D', &buf[..n]).is_ok(),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // Aborted (checksum mismatch, client gone): close without `E`.
+                    Err(_) => {
+                        ok = false;
+                    }
+                }
+            }
+            if !ok {
+                stdin = None;
+            }
+        }
+        drop(input);
+
+        // After `E`, closing stdin tells the jail to cancel; if it has not exited a grace
+        // period later, its whole UID is killed.
+        let done = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let cancel = cancel.clone();
+            let done = done.clone();
+            let kill = creds.map(|c| ReclaimArgs {
+                creds: Some((c.uid, c.gid)),
+                work_root: self.cfg.work_root.clone(),
+                name: None,
+            });
+            let exe = self.cfg.exe.clone();
+            let deadline = spec.deadline;
+            std::thread::Builder::new()
+                .name("jail-watch".into())
+                .spawn(move || {
+                    let timed_out = cancel.wait_until(deadline, || done.load(Ordering::SeqCst));
+                    if done.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    drop(stdin);
+                    let grace_end = Instant::now() + KILL_GRACE + Duration::from_secs(2);
+                    let _ = timed_out;
+                    let _ = cancel.wait_until(Some(grace_end), || done.load(Ordering::SeqCst));
+                    if !done.load(Ordering::SeqCst)
+                        && let Some(k) = kill
+                    {
+                        tracing::warn!("jail did not stop after cancellation: killing its UID");
+                        let _ = Command::new(&exe)
+                            .arg(RECLAIM_ARG)
+                            .args(k.to_args())
+                            .env_clear()
+                            .stdin(Stdio::null())
+                            .stdout(Stdio::null())
+                            .status();
+                    }
+                })
+                .ok()
+        };
+
+        let cap = spec.output_bytes.saturating_mul(8).saturating_add(1 << 20);
+        let mut raw = Vec::new();
+        let read = stdout.map(|s| s.take(cap + 1).read_to_end(&mut raw));
+        let status = Self::wait(&mut child);
+        done.store(true, Ordering::SeqCst);
+        cancel.poke();
+        if let Some(w) = watcher {
+            let _ = w.join();
+        }
+        if let Some(Err(e)) = read {
+            return Err(internal(format!("reading the jail's reply: {e}")));
+        }
+        if raw.len() as u64 > cap {
+            return Err(RequestError::Remote {
+                kind: ErrorKind::ResourceExhausted,
+                message: format!("the jail's reply exceeds {cap} bytes"),
+            });
+        }
+        if raw.is_empty() {
+            return Err(match cancel.reason() {
+                Some(_) => RequestError::Remote {
+                    kind: ErrorKind::Cancelled,
+                    message: "context canceled".into(),
+                },
+                None => internal(format!("the jail exited without a reply ({status:?})")),
+            });
+        }
+        serde_json::from_slice(&raw).map_err(|e| internal(format!("bad reply from the jail: {e}")))
+    }
+}
+
+fn proc_uid(pid: i32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl Runner for Confined {
+    fn execute(
+        &self,
+        spec: &RequestSpec,
+        input: Box<dyn Read + Send>,
+        cancel: &CancelToken,
+    ) -> Result<Outcome, RequestError> {
+        let op = match spec.op {
+            Operation::Generate => JailOp::Generate,
+            Operation::Match => JailOp::Match,
+            Operation::Parameters => JailOp::Parameters,
+        };
+        match self.run_jail(spec, op, input, cancel)? {
+            Reply::Ok {
+                outcome: Some(o),
+                report,
+            } => {
+                if !report.degraded.is_empty() {
+                    tracing::warn!(degraded = ?report.degraded, "request ran with reduced confinement");
+                }
+                Ok(o)
+            }
+            Reply::Ok { outcome: None, .. } => Err(internal("the jail returned no result")),
+            Reply::Err { kind, message, .. } => Err(RequestError::Remote { kind, message }),
+        }
+    }
+
+    fn reclaim(&self, spec: &RequestSpec) {
+        let Ok(name) = Self::name_of(spec) else {
+            return;
+        };
+        let lease = self
+            .leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
+        let creds = lease.as_ref().map(|l| (l.uid(), l.gid()));
+        let res = self.helper(&ReclaimArgs {
+            creds,
+            work_root: self.cfg.work_root.clone(),
+            name: Some(name.clone()),
+        });
+        let Some(lease) = lease else {
+            if let Err(e) = res {
+                tracing::error!(error = %e, "reclaim failed");
+            }
+            return;
+        };
+        // The UID goes back only when nothing of the request is left.
+        let start = Instant::now();
+        let mut left = processes_in_range(Path::new("/proc"), lease.uid(), 1);
+        while !left.is_empty() && start.elapsed() < UID_DRAIN {
+            std::thread::sleep(Duration::from_millis(5));
+            left = processes_in_range(Path::new("/proc"), lease.uid(), 1);
+        }
+        let dir_gone = matches!(
+            rustix::fs::statat(
+                rustix::fs::CWD,
+                self.cfg.work_root.join(&name),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+            ),
+            Err(rustix::io::Errno::NOENT)
+        );
+        match (&res, left.is_empty(), dir_gone) {
+            (Ok(()), true, true) => {
+                if let Some(pool) = &self.pool {
+                    pool.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .release(lease);
+                }
+            }
+            _ => {
+                tracing::error!(uid = lease.uid(), helper = ?res, processes = ?left, dir_gone, "reclaim incomplete: UID quarantined");
+                self.quarantined
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(lease);
+            }
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        if self.pool.is_some() {
+            "confined: one jail process per request, unique UID/GID, no capabilities, no_new_privs, Landlock, seccomp"
+        } else {
+            "confined (shared UID): one jail process per request, no capabilities, no_new_privs, Landlock, seccomp; commands share the server's UID"
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Which privilege model the server runs under (architecture §Privilege models), and the
+//! supervisor's own capability drop at start-up.
+
+use rustix::thread::{CapabilitySet, CapabilitySets};
+use serde::Serialize;
+
+/// How the sidecar runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PrivilegeModel {
+    /// Root inside a user namespace (`hostUsers: false`): capabilities only over the pod's IDs.
+    UserNamespaceRoot,
+    /// UID 0 in the initial user namespace with a minimal capability set.
+    MinimalCapsRoot,
+    /// A non-root UID holding CAP_SETUID/CAP_SETGID through file capabilities.
+    FileCapabilities,
+    /// No way to switch UIDs: every request shares the server's UID.
+    Unprivileged,
+}
+
+/// What start-up found.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Privileges {
+    /// The model.
+    pub model: PrivilegeModel,
+    /// Effective UID.
+    pub euid: u32,
+    /// Effective capabilities (names).
+    pub effective: Vec<String>,
+    /// Whether we run inside a (non-initial) user namespace.
+    pub in_user_namespace: bool,
+    /// `/proc/self/uid_map`, one line per extent.
+    pub uid_map: Vec<String>,
+}
+
+/// The capabilities the supervisor keeps: switching jails to leased IDs, and (only to empty
+/// each jail's bounding set) CAP_SETPCAP.
+pub const SUPERVISOR_CAPS: CapabilitySet = CapabilitySet::SETUID
+    .union(CapabilitySet::SETGID)
+    .union(CapabilitySet::SETPCAP);
+
+fn cap_names(set: CapabilitySet) -> Vec<String> {
+    set.iter_names().map(|(n, _)| format!("CAP_{n}")).collect()
+}
+
+/// Inspect the current process.
+pub fn detect() -> Privileges {
+    let euid = rustix::process::geteuid().as_raw();
+    let caps = rustix::thread::capabilities(None).unwrap_or(CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    });
+    let uid_map: Vec<String> = std::fs::read_to_string("/proc/self/uid_map")
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let in_user_namespace = uid_map != ["0 0 4294967295"];
+    let can_switch = caps
+        .effective
+        .contains(CapabilitySet::SETUID | CapabilitySet::SETGID);
+    let model = match (can_switch, euid == 0, in_user_namespace) {
+        (false, _, _) => PrivilegeModel::Unprivileged,
+        (true, true, true) => PrivilegeModel::UserNamespaceRoot,
+        (true, true, false) => PrivilegeModel::MinimalCapsRoot,
+        (true, false, _) => PrivilegeModel::FileCapabilities,
+    };
+    Privileges {
+        model,
+        euid,
+        effective: cap_names(caps.effective),
+        in_user_namespace,
+        uid_map,
+    }
+}
+
+impl Privileges {
+    /// Whether unique UIDs can be used.
+    pub fn can_switch_uids(&self) -> bool {
+        self.model != PrivilegeModel::Unprivileged
+    }
+
+    /// Whether every UID of `first..first+count` is mapped in our user namespace.
+    pub fn range_mapped(&self, first: u32, count: u32) -> bool {
+        let (lo, hi) = (u64::from(first), u64::from(first) + u64::from(count));
+        self.uid_map.iter().any(|l| {
+            let f: Vec<u64> = l.split(' ').filter_map(|v| v.parse().ok()).collect();
+            f.len() == 3 && f[0] <= lo && hi <= f[0] + f[2]
+        })
+    }
+}
+
+/// Drop every capability but [`SUPERVISOR_CAPS`] from all sets, bounding included (where
+/// CAP_SETPCAP allows). Must run while the process has a single thread: capabilities are
+/// per thread. Returns the capabilities kept.
+pub fn drop_supervisor_capabilities() -> std::io::Result<Vec<String>> {
+    let caps = rustix::thread::capabilities(None)?;
+    let keep = caps.permitted & SUPERVISOR_CAPS;
+    if caps.effective.contains(CapabilitySet::SETPCAP) {
+        let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(40)
+            .min(63);
+        for n in 0..=last {
+            let c = CapabilitySet::from_bits_retain(1u64 << n);
+            if !keep.contains(c) {
+                rustix::thread::remove_capability_from_bounding_set(c)?;
+            }
+        }
+    }
+    match rustix::thread::clear_ambient_capability_set() {
+        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+        Err(e) => return Err(e.into()),
+    }
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: keep,
+            permitted: keep,
+            inheritable: CapabilitySet::empty(),
+        },
+    )?;
+    Ok(cap_names(keep))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uid_map_coverage() {
+        let p = Privileges {
+            model: PrivilegeModel::UserNamespaceRoot,
+            euid: 0,
+            effective: vec![],
+            in_user_namespace: true,
+            uid_map: vec!["0 100000 65536".into()],
+        };
+        assert!(p.range_mapped(20000, 40000));
+        assert!(!p.range_mapped(60000, 10000));
+        let host = Privileges {
+            uid_map: vec!["0 0 4294967295".into()],
+            ..p
+        };
+        assert!(host.range_mapped(20000, 40000));
+    }
+}
