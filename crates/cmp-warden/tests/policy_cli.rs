@@ -63,3 +63,70 @@ fn refuses_malformed_policies_with_the_field_named() {
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn the_seccomp_profile_is_checked_with_the_policy() {
+    let d = tempfile::tempdir().expect("tmp");
+    let f = d.path().join("p.yaml");
+    std::fs::write(&f, include_str!("../../../policies/default.yaml")).expect("write");
+    // No profile beside the policy.
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(&f)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.seccomp.profile: cannot read"), "{err}");
+    // A profile naming a syscall this architecture does not have.
+    std::fs::create_dir_all(d.path().join("seccomp")).expect("mkdir");
+    let profile = include_str!("../../../policies/seccomp/default.json");
+    std::fs::write(
+        d.path().join("seccomp/default.json"),
+        profile.replacen("\"bpf\"", "\"bpf_everything\"", 1),
+    )
+    .expect("write");
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(&f)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bpf_everything"), "{err}");
+    // A rule without a reason.
+    std::fs::write(
+        d.path().join("seccomp/default.json"),
+        profile.replacen(
+            "\"reason\": \"No new namespaces",
+            "\"reason\": \" \", \"x\": \"",
+            1,
+        ),
+    )
+    .expect("write");
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(&f)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    // The real profile: accepted, and printed with the policy.
+    std::fs::write(d.path().join("seccomp/default.json"), profile).expect("write");
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(&f)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["seccomp"]["name"], "default");
+    assert!(
+        v["seccomp"]["rules"]
+            .as_array()
+            .is_some_and(|r| r.len() > 10)
+    );
+}

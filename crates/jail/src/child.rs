@@ -66,6 +66,11 @@ pub fn jail_main() -> i32 {
     tracing::debug!(?report, "confined");
     let op = match header.op {
         JailOp::Probe => {
+            let mut report = report;
+            let base = header.work_root.join(&header.name);
+            let mut targets = vec![base.join(HOME_DIR), header.work_root.clone()];
+            targets.extend(header.probe_writes.iter().cloned());
+            report.self_test = self_test(&base.join(REPO_DIR), &targets);
             return reply(&Reply::Ok {
                 outcome: None,
                 report,
@@ -124,6 +129,37 @@ pub fn jail_main() -> i32 {
             })
         }
     }
+}
+
+/// The confinement self-test: pack a one-file tree and run the real extractor, confined, into
+/// each target. Only targets inside the request directory can succeed.
+fn self_test(repo: &Path, targets: &[PathBuf]) -> Vec<(String, String)> {
+    let mut tgz = Vec::new();
+    let packed = std::fs::write(repo.join("probe.txt"), b"probe\n")
+        .and_then(|()| archive::pack_dir(repo, &|_| false, &mut tgz));
+    if let Err(e) = packed {
+        return vec![("pack".into(), format!("error: {e}"))];
+    }
+    targets
+        .iter()
+        .map(|t| {
+            let outcome = archive::DirWriter::open_root(t)
+                .and_then(|root| {
+                    archive::DirWriter::new(root, archive::Resolver::Auto)?
+                        .map_err(|r| std::io::Error::other(r.to_string()))
+                })
+                .map_err(|e| e.to_string())
+                .and_then(|mut w| {
+                    archive::extract(&tgz[..], &mut w, &archive::Options::default())
+                        .map_err(|e| e.to_string())
+                });
+            let outcome = match outcome {
+                Ok(_) => "extracted".to_owned(),
+                Err(e) => format!("denied: {e}"),
+            };
+            (t.display().to_string(), outcome)
+        })
+        .collect()
 }
 
 /// What the reclaim helper is asked to do.

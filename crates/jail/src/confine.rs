@@ -105,6 +105,11 @@ pub struct Report {
     pub degraded: Vec<String>,
     /// The jail's own /proc/self/status lines that prove the above (Uid … Seccomp_filters).
     pub status: Vec<String>,
+    /// Probe only: the extractor run, confined, into each directory: ("path", outcome) where
+    /// outcome is "extracted" or "denied: <error>". Only the request's own directory may say
+    /// "extracted".
+    #[serde(default)]
+    pub self_test: Vec<(String, String)>,
 }
 
 /// A step that failed (the request is aborted with this message).
@@ -317,6 +322,7 @@ pub fn confine(
         seccomp_filters,
         degraded,
         status: status_lines(STATUS_KEYS),
+        self_test: Vec::new(),
     };
     Ok((report, dir))
 }

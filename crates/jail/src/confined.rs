@@ -46,6 +46,7 @@ pub struct Confined {
     pool: Option<Mutex<UidPool>>,
     leases: Mutex<HashMap<String, Lease>>,
     quarantined: Mutex<Vec<Lease>>,
+    probe_writes: Vec<PathBuf>,
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
@@ -64,6 +65,7 @@ impl Confined {
             pool,
             leases: Mutex::default(),
             quarantined: Mutex::default(),
+            probe_writes: Vec::new(),
         }
     }
 
@@ -199,8 +201,14 @@ impl Confined {
         Ok(removed)
     }
 
-    /// Confine a jail that does nothing, and return what it could enforce (start-up check
-    /// and `doctor`).
+    /// Extra directories the probe's confined extractor must fail to write into.
+    pub fn set_probe_writes(&mut self, dirs: Vec<PathBuf>) {
+        self.probe_writes = dirs;
+    }
+
+    /// Confine a jail, run the extractor self-test in it, and return what it could enforce
+    /// (start-up check and `doctor`). Fails when the self-test shows a write outside the
+    /// request directory.
     pub fn probe(&self) -> Result<Report, RequestError> {
         let name = format!("probe-{}", std::process::id());
         let spec = RequestSpec {
@@ -221,7 +229,22 @@ impl Confined {
         );
         self.reclaim(&spec);
         match r? {
-            Reply::Ok { report, .. } => Ok(report),
+            Reply::Ok { report, .. } => {
+                let inside = report.self_test.first().map(|(_, o)| o.as_str());
+                let escaped: Vec<_> = report
+                    .self_test
+                    .iter()
+                    .skip(1)
+                    .filter(|(_, o)| !o.starts_with("denied"))
+                    .collect();
+                if inside != Some("extracted") || !escaped.is_empty() {
+                    return Err(internal(format!(
+                        "confinement self-test failed: the jailed extractor must write only inside its own directory: {:?}",
+                        report.self_test
+                    )));
+                }
+                Ok(report)
+            }
             Reply::Err { kind, message, .. } => Err(RequestError::Remote { kind, message }),
         }
     }
@@ -250,6 +273,7 @@ impl Confined {
             work_root: self.cfg.work_root.clone(),
             name: name.clone(),
             sandbox,
+            probe_writes: self.probe_writes.clone(),
         };
         let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
         let mut child = self

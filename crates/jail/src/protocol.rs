@@ -53,6 +53,10 @@ pub struct Header {
     pub name: String,
     /// The confinement to apply.
     pub sandbox: Sandbox,
+    /// Probe only: directories outside the request directory the extractor must fail to
+    /// write into once confined (the self-test; the work root is always tried).
+    #[serde(default)]
+    pub probe_writes: Vec<PathBuf>,
 }
 
 /// How a failure maps onto the client's error classes (the server turns these into gRPC codes).

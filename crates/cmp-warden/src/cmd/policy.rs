@@ -21,21 +21,14 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
     let PolicyCmd::Check { file } = cmd;
     let parsed = match &file {
         None => Policy::default_policy(),
-        Some(f) => match std::fs::read_to_string(f) {
-            Ok(text) => Policy::parse(&text, f.parent()),
-            Err(e) => {
-                eprintln!("error: cannot read {}: {e}", f.display());
-                return ExitCode::from(1);
-            }
-        },
+        Some(f) => Policy::load(f),
     };
     match parsed {
         Ok(p) => {
-            if !p.seccomp_profile.exists() {
-                eprintln!(
-                    "warning: seccomp profile {} not found (seccomp enforcement is not implemented yet)",
-                    p.seccomp_profile.display()
-                );
+            // The profile must also compile for this architecture, as `serve` will do it.
+            if let Err(e) = jail::seccomp::compile(&p.seccomp, p.seccomp_mode, p.network) {
+                eprintln!("invalid: policy: spec.seccomp.profile: {e}");
+                return ExitCode::from(1);
             }
             match serde_json::to_string_pretty(&p) {
                 Ok(s) => println!("{s}"),

@@ -182,6 +182,7 @@ pub fn log_enforced(built: &Built, policy: &Policy, report: &Report, kept_caps: 
         network = ?policy.network,
         missing_paths = ?report.missing_paths,
         degraded = ?report.degraded,
+        self_test = ?report.self_test,
         "sandbox enforced"
     );
 }

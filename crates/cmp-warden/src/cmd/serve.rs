@@ -109,6 +109,10 @@ struct Prepared {
 
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
+    // Not dumpable: /proc/<pid>/{environ,mem,fd} of the supervisor stay closed even to a
+    // process of the same UID (the shared-UID model) — they hold the sidecar's secrets.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .context("prctl(PR_SET_DUMPABLE, 0)")?;
     let policy = super::sandbox::load_policy(a.policy.as_deref())?;
     let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
     for k in &loaded.unknown_keys {
@@ -127,7 +131,12 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     // Nothing of a previous run survives: the sweep kills leftover processes and removes
     // leftover request directories, each as its owner.
     let work_dir = work_parent.join("_cmp_server");
-    let built = super::sandbox::build(&policy, &work_dir, log_args)?;
+    let mut built = super::sandbox::build(&policy, &work_dir, log_args)?;
+    // The start-up self-test: the confined extractor must fail to write here.
+    built.runner.set_probe_writes(vec![
+        std::path::absolute(&a.config_dir_path)?,
+        std::path::absolute(&a.socket_dir)?,
+    ]);
 
     let own_uid = rustix::process::geteuid().as_raw();
     let allowed_uids = match a.allowed_uids.as_deref() {

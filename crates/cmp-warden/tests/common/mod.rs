@@ -139,8 +139,8 @@ pub fn private_uid_range() -> (u32, u32) {
 }
 
 /// Write the default policy with a private UID range and `edits` (from, to) applied, plus
-/// the default seccomp profile beside it.
-pub fn write_policy(path: &Path, edits: &[(&str, &str)]) {
+/// the default seccomp profile beside it. Returns the UID range.
+pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
     let (first, count) = private_uid_range();
     let mut text = include_str!("../../../../policies/default.yaml").replacen(
         "uidRange: {first: 20000, count: 40000}",
@@ -159,6 +159,7 @@ pub fn write_policy(path: &Path, edits: &[(&str, &str)]) {
         include_str!("../../../../policies/seccomp/default.json"),
     )
     .expect("write profile");
+    (first, count)
 }
 
 /// The grpc-go client (built once from Debian's packages).

@@ -1,0 +1,586 @@
+//! Escape attempts, for real, through the real server and through `render`: a hostile
+//! repository's generator tries to read another request's tree and the server's secrets, write
+//! outside its tree, reach the server and the network, signal or trace other processes, gain
+//! privileges and use the kernel surface the seccomp profile removes — while doing the
+//! legitimate work a generator does. Every attack must fail and every legitimate step succeed.
+#![allow(clippy::print_stderr)] // a skip must say why
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const ATTACK: &str = include_str!("fixtures/attack.py");
+
+fn is_root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIP: confinement tests need root (CI runs as root): leased UIDs need CAP_SETUID");
+    false
+}
+
+const PLUGIN: &str = "apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata:\n  name: attack\nspec:\n  generate:\n    command: [/usr/bin/python3, attack.py]\n";
+
+/// A setuid-root copy of `id` in a directory the policy makes readable and executable: a real
+/// privilege-escalation vector (checked by the control run below), which no_new_privs must
+/// neutralise inside the jail.
+struct SuidBin {
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl SuidBin {
+    fn new() -> SuidBin {
+        let dir = PathBuf::from(format!("/var/tmp/cmpw-suid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let bin = dir.join("id");
+        std::fs::copy("/usr/bin/id", &bin).expect("copy id");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o4755)).expect("suid");
+        SuidBin { dir, bin }
+    }
+}
+
+impl Drop for SuidBin {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn data(v: &serde_json::Value, idx: usize) -> BTreeMap<String, String> {
+    let doc: serde_json::Value =
+        serde_json::from_str(v["manifests"][idx].as_str().expect("manifest")).expect("json");
+    serde_json::from_value(doc["data"].clone()).expect("data map")
+}
+
+/// PIDs of processes whose real UID lies in the range and whose command line mentions `needle`.
+fn pids_in_range(first: u32, count: u32, needle: &str) -> Vec<i32> {
+    jail::uid::processes_in_range(Path::new("/proc"), first, count)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn assert_status_lines(d: &BTreeMap<String, String>, first: u32, count: u32) {
+    let uid = d["status.Uid"].clone();
+    let ids: Vec<u32> = uid.split(' ').map(|v| v.parse().expect("uid")).collect();
+    assert_eq!(ids.len(), 4, "{uid}");
+    assert!(
+        ids.iter().all(|u| *u == ids[0]) && (first..first + count).contains(&ids[0]),
+        "Uid line {uid} must be one leased UID"
+    );
+    let expect = |k: &str, v: String| assert_eq!(d[&format!("status.{k}")], v, "{k}");
+    expect("Gid", uid.clone());
+    expect("Groups", String::new());
+    for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        expect(k, "0000000000000000".into());
+    }
+    expect("NoNewPrivs", "1".into());
+    expect("Seccomp", "2".into());
+    expect("Seccomp_filters", "4".into());
+}
+
+fn assert_legit(d: &BTreeMap<String, String>) {
+    for k in [
+        "legit.read_repo",
+        "legit.write_repo",
+        "legit.write_home",
+        "legit.write_tmpdir",
+        "legit.dev_null",
+        "legit.fork_threads",
+        "legit.unix_socketpair",
+        "legit.read_usr",
+    ] {
+        assert_eq!(d[k], "ok", "{k}");
+    }
+    assert_eq!(d["legit.exec_coreutils"], "HI");
+}
+
+fn assert_denied(d: &BTreeMap<String, String>, expected: &[(&str, &str)]) {
+    let mut wrong = Vec::new();
+    for (k, want) in expected {
+        match d.get(*k) {
+            Some(got) if got == want => {}
+            other => wrong.push(format!("{k}: expected {want}, got {other:?}")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "attacks not stopped as expected:\n{}",
+        wrong.join("\n")
+    );
+    let allowed: Vec<_> = d.iter().filter(|(_, v)| v.contains("ALLOWED")).collect();
+    assert!(allowed.is_empty(), "attacks got through: {allowed:?}");
+}
+
+/// What each attack must end with (the errno shows which layer stopped it).
+const EXPECTED: &[(&str, &str)] = &[
+    ("etc_shadow", "denied:EACCES"),
+    ("plugin_config", "denied:EACCES"),
+    ("plugin_config.list", "denied:EACCES"),
+    ("work_root.list", "denied:EACCES"),
+    ("work_root.write", "denied:EACCES"),
+    ("supervisor.environ", "denied:EACCES"),
+    ("supervisor.signal", "denied:EPERM"),
+    ("supervisor.ptrace", "denied:EPERM"),
+    ("jail.fds", "denied:EACCES"),
+    ("write./tmp", "denied:EACCES"),
+    ("write./", "denied:EACCES"),
+    ("write.socket_dir", "denied:EACCES"),
+    ("tcp_loopback", "denied:EACCES"),
+    ("udp_socket", "denied:EACCES"),
+    ("netlink_socket", "denied:EAFNOSUPPORT"),
+    ("setuid0", "denied:EPERM"),
+    ("userns", "denied:EPERM"),
+    ("mountns", "denied:EPERM"),
+    ("mount", "denied:EPERM"),
+    ("chroot", "denied:EPERM"),
+    ("bpf", "denied:EPERM"),
+    ("io_uring", "denied:EPERM"),
+    ("userfaultfd", "denied:EPERM"),
+    ("keyctl", "denied:EPERM"),
+    ("perf_event_open", "denied:EPERM"),
+    ("clone3", "denied:ENOSYS"),
+    ("tiocsti", "denied:EPERM"),
+    ("process_vm_readv", "denied:EPERM"),
+];
+
+#[test]
+fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() {
+    if !is_root() {
+        return;
+    }
+    let suid = SuidBin::new();
+    // Control: the setuid binary really escalates when no_new_privs is not set.
+    let control = Command::new("setpriv")
+        .args(["--reuid=65000", "--regid=65000", "--clear-groups"])
+        .arg(&suid.bin)
+        .output()
+        .expect("setpriv");
+    assert!(
+        String::from_utf8_lossy(&control.stdout).contains("euid=0"),
+        "control: the setuid binary must escalate outside the jail: {}",
+        String::from_utf8_lossy(&control.stdout)
+    );
+
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let suid_dir = suid.dir.to_str().expect("utf8");
+    let (first, count) = write_policy(
+        &pol_file,
+        &[("readOnly: [/usr,", &format!("readOnly: [{suid_dir}, /usr,"))],
+    );
+    let s = Server::start(PLUGIN, &["--policy", pol_file.to_str().expect("utf8")]);
+    // The supervisor itself kept only CAP_SETUID, CAP_SETGID and CAP_SETPCAP (bits 6, 7, 8),
+    // bounding set included.
+    let status = std::fs::read_to_string(format!(
+        "/proc/{}/status",
+        s.child.as_ref().expect("server").id()
+    ))
+    .expect("server status");
+    for (k, v) in [
+        ("CapInh", "0000000000000000"),
+        ("CapPrm", "00000000000001c0"),
+        ("CapEff", "00000000000001c0"),
+        ("CapBnd", "00000000000001c0"),
+        ("CapAmb", "0000000000000000"),
+    ] {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(&format!("{k}:")))
+            .expect("cap line");
+        assert_eq!(line.split_whitespace().nth(1), Some(v), "supervisor {line}");
+    }
+    // Make the socket reachable by file permissions (as a permissive deployment would), so
+    // the attack meets the server's own peer-UID check rather than a closed directory.
+    let srv_root = s.dir.path();
+    std::fs::set_permissions(srv_root, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let sock_dir = s.sock.parent().expect("socket dir").to_path_buf();
+    std::fs::set_permissions(&sock_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    std::fs::set_permissions(&s.sock, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
+    tcp.set_nonblocking(true).expect("nonblocking");
+    let port = tcp.local_addr().expect("addr").port().to_string();
+
+    let victim_repo = repo(&[("attack.py", ATTACK), ("secret.txt", "victim-secret\n")]);
+    let attacker_repo = repo(&[("attack.py", ATTACK), ("secret.txt", "attacker\n")]);
+
+    // The victim: a concurrent request that sleeps while the attacker runs.
+    let sock = s.sock.clone();
+    let victim_dir = victim_repo.path().to_str().expect("utf8").to_owned();
+    let victim = std::thread::spawn(move || {
+        let out = Command::new(go_client())
+            .arg("-socket")
+            .arg(&sock)
+            .args(["-rpc", "generate", "-dir", &victim_dir])
+            .args([
+                "-env",
+                "ARGOCD_ENV_ROLE=victim",
+                "-env",
+                "ARGOCD_ENV_SLEEP=6",
+            ])
+            .output()
+            .expect("go client");
+        parse_client_output(&out)
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (victim_tree, victim_pid) = loop {
+        let pids = pids_in_range(first, count, "attack.py");
+        let entries = s.work_entries();
+        if let (Some(p), [tree]) = (pids.first(), entries.as_slice()) {
+            break (tree.clone(), *p);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "victim never started:\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    let mark = format!("cmpw-escape-{}", std::process::id());
+    let sup_pid = s.child.as_ref().expect("server").id().to_string();
+    let env = [
+        format!("ARGOCD_ENV_TARGET_DIR={}", victim_tree.display()),
+        format!("ARGOCD_ENV_VICTIM_PID={victim_pid}"),
+        format!("ARGOCD_ENV_SUP_PID={sup_pid}"),
+        format!(
+            "ARGOCD_ENV_CONFIG_DIR={}",
+            srv_root.join("config").display()
+        ),
+        format!(
+            "ARGOCD_ENV_WORK_ROOT={}",
+            srv_root.join("work/_cmp_server").display()
+        ),
+        format!("ARGOCD_ENV_SOCKET_DIR={}", sock_dir.display()),
+        format!("ARGOCD_ENV_SOCKET={}", s.sock.display()),
+        format!("ARGOCD_ENV_TCP_PORT={port}"),
+        format!("ARGOCD_ENV_SUID_BIN={}", suid.bin.display()),
+        format!("ARGOCD_ENV_MARK={mark}"),
+    ];
+    let mut args: Vec<&str> = vec!["-dir", attacker_repo.path().to_str().expect("utf8")];
+    for e in &env {
+        args.extend(["-env", e]);
+    }
+    let v = go(&s, "generate", &args).expect("the attacker's generate itself succeeds");
+    let d = data(&v, 0);
+    eprintln!("attack outcomes: {d:#?}");
+
+    assert_status_lines(&d, first, count);
+    assert_legit(&d);
+    let mut expected = EXPECTED.to_vec();
+    expected.extend([
+        ("other_tree.list", "denied:EACCES"),
+        ("other_tree.read", "denied:EACCES"),
+        ("other_tree.write", "denied:EACCES"),
+        ("victim.environ", "denied:EACCES"),
+        ("victim.signal", "denied:EPERM"),
+        ("victim.ptrace", "denied:EPERM"),
+        ("server_socket", "denied:closed"),
+    ]);
+    assert_denied(&d, &expected);
+    assert!(
+        d["setuid_binary"].starts_with("denied:nnp uid="),
+        "setuid binary: {}",
+        d["setuid_binary"]
+    );
+    assert!(
+        s.logs()
+            .contains("connection refused: peer uid not allowed")
+    );
+    // The start-up self-test ran the real extractor confined: only its own directory worked.
+    let enforced = s
+        .logs()
+        .lines()
+        .find(|l| l.contains("\"sandbox enforced\""))
+        .map(str::to_owned)
+        .expect("start-up report");
+    let st: serde_json::Value = serde_json::from_str(&enforced).expect("json log");
+    let self_test = st["self_test"].as_str().expect("self_test field");
+    for dir in ["work/_cmp_server", "config", "plugins"] {
+        let path = srv_root.join(dir).display().to_string();
+        assert!(
+            self_test.contains(&format!("(\"{path}\", \"denied: ")),
+            "{dir} not denied: {self_test}"
+        );
+    }
+    assert!(self_test.contains("/home\", \"extracted\")"), "{self_test}");
+
+    // The victim finished, its tree untouched.
+    let vv = victim
+        .join()
+        .expect("victim thread")
+        .expect("victim generate");
+    assert_eq!(data(&vv, 0)["victim"], "ok");
+
+    // Nothing was written outside, nothing connected, nothing is left.
+    for p in [
+        PathBuf::from("/tmp").join(&mark),
+        PathBuf::from("/").join(&mark),
+        sock_dir.join(&mark),
+        srv_root.join("work/_cmp_server/planted"),
+    ] {
+        assert!(!p.exists(), "{} was created", p.display());
+    }
+    assert!(tcp.accept().is_err(), "the TCP listener was reached");
+    s.assert_work_dir_empties();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !jail::uid::processes_in_range(Path::new("/proc"), first, count).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "processes of leased UIDs left behind"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn render_runs_the_same_jail() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[]);
+    let cfg = tempfile::tempdir().expect("tmp");
+    std::fs::write(cfg.path().join("plugin.yaml"), PLUGIN).expect("plugin.yaml");
+    let r = repo(&[("attack.py", ATTACK), ("secret.txt", "x\n")]);
+    let mark = format!("cmpw-render-escape-{}", std::process::id());
+    let out = Command::new(bin())
+        .arg("render")
+        .arg(r.path())
+        .arg("--config-dir-path")
+        .arg(cfg.path())
+        .arg("--policy")
+        .arg(&pol_file)
+        .args([
+            "--env",
+            &format!("ARGOCD_ENV_CONFIG_DIR={}", cfg.path().display()),
+            "--env",
+            "ARGOCD_ENV_WORK_ROOT=/tmp",
+            "--env",
+            "ARGOCD_ENV_SUP_PID=1",
+            "--env",
+            "ARGOCD_ENV_SOCKET_DIR=/run",
+            "--env",
+            "ARGOCD_ENV_SOCKET=/run/none.sock",
+            "--env",
+            "ARGOCD_ENV_TCP_PORT=9",
+            "--env",
+            "ARGOCD_ENV_SUID_BIN=/usr/bin/mount",
+            "--env",
+            &format!("ARGOCD_ENV_MARK={mark}"),
+        ])
+        .output()
+        .expect("render");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one manifest line");
+    let d: BTreeMap<String, String> = serde_json::from_value(doc["data"].clone()).expect("data");
+    assert_status_lines(&d, first, count);
+    assert_legit(&d);
+    assert_denied(&d, EXPECTED);
+    assert!(!PathBuf::from("/tmp").join(&mark).exists());
+    assert!(!PathBuf::from("/").join(&mark).exists());
+}
+
+/// Start `serve` as an unprivileged UID (setpriv; no capabilities) with `policy`.
+fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> std::process::Child {
+    for d in ["config", "plugins", "work"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        std::fs::set_permissions(root.join(d), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+    }
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::write(root.join("config/plugin.yaml"), PLUGIN).expect("plugin.yaml");
+    std::fs::set_permissions(
+        policy.parent().expect("policy dir"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    Command::new("setpriv")
+        .args([
+            "--reuid=65000",
+            "--regid=65000",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(bin())
+        .args([
+            "serve",
+            "--loglevel",
+            "debug",
+            "--allowed-uids",
+            "any",
+            "--policy",
+        ])
+        .arg(policy)
+        .arg("--config-dir-path")
+        .arg(root.join("config"))
+        .args(extra)
+        .env("ARGOCD_PLUGINSOCKFILEPATH", root.join("plugins"))
+        .env("ARGOCD_CMP_WORKDIR", root.join("work"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+#[test]
+fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows_it() {
+    if !is_root() {
+        return;
+    }
+    let root = tempfile::Builder::new()
+        .prefix("cmpw-unpriv")
+        .tempdir()
+        .expect("tmp");
+    let pol_dir = root.path().join("policy");
+    let pol = pol_dir.join("policy.yaml");
+
+    // The default requirement (uniqueUid) cannot be met: refuse to start, and say why.
+    write_policy(&pol, &[]);
+    let out = serve_unprivileged(root.path(), &pol, &[])
+        .wait_with_output()
+        .expect("wait");
+    assert_eq!(out.status.code(), Some(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("requires uniqueUid") && err.contains("cannot switch UIDs"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_dir(root.path().join("plugins"))
+            .expect("ls")
+            .next()
+            .is_none()
+    );
+
+    // Explicitly allowed: starts, says so loudly, and Landlock alone keeps the request in its
+    // directory even though the shared UID owns the work root.
+    write_policy(
+        &pol,
+        &[("require: [uniqueUid, noNewPrivs,", "require: [noNewPrivs,")],
+    );
+    let mut child = serve_unprivileged(root.path(), &pol, &[]);
+    let sock = root.path().join("plugins/attack.sock");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            panic!("server exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "socket never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = repo(&[("attack.py", ATTACK), ("secret.txt", "x\n")]);
+    std::fs::set_permissions(r.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let work_root = root.path().join("work/_cmp_server");
+    let mark = format!("cmpw-unpriv-{}", std::process::id());
+    let env = [
+        format!(
+            "ARGOCD_ENV_CONFIG_DIR={}",
+            root.path().join("config").display()
+        ),
+        format!("ARGOCD_ENV_WORK_ROOT={}", work_root.display()),
+        format!("ARGOCD_ENV_SUP_PID={}", child.id()),
+        format!(
+            "ARGOCD_ENV_SOCKET_DIR={}",
+            root.path().join("plugins").display()
+        ),
+        format!("ARGOCD_ENV_SOCKET={}", sock.display()),
+        "ARGOCD_ENV_TCP_PORT=9".to_owned(),
+        "ARGOCD_ENV_SUID_BIN=/usr/bin/mount".to_owned(),
+        format!("ARGOCD_ENV_MARK={mark}"),
+    ];
+    let mut args: Vec<&str> = vec!["-dir", r.path().to_str().expect("utf8")];
+    for e in &env {
+        args.extend(["-env", e]);
+    }
+    let out = Command::new(go_client())
+        .arg("-socket")
+        .arg(&sock)
+        .args(["-rpc", "generate"])
+        .args(&args)
+        .output()
+        .expect("go client");
+    let v = parse_client_output(&out).expect("generate in the shared-UID model");
+    let d = data(&v, 0);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .expect("term");
+    let out = child.wait_with_output().expect("wait");
+    let logs = String::from_utf8_lossy(&out.stderr);
+    assert!(logs.contains("UNIQUE UIDs DISABLED"), "{logs}");
+    assert_eq!(d["status.Uid"], "65000 65000 65000 65000");
+    assert_eq!(d["status.CapEff"], "0000000000000000");
+    assert_eq!(d["status.NoNewPrivs"], "1");
+    assert_eq!(d["status.Seccomp_filters"], "4");
+    assert_legit(&d);
+    // DAC would allow these (same UID owns them): Landlock is what says no.
+    for k in [
+        "work_root.list",
+        "work_root.write",
+        "plugin_config",
+        "write.socket_dir",
+        // Same UID, but the supervisor is not dumpable.
+        "supervisor.environ",
+        "jail.fds",
+    ] {
+        assert_eq!(d[k], "denied:EACCES", "{k}");
+    }
+    // Same UID, but Landlock's signal scoping (ABI 6) and seccomp (ptrace) stop these.
+    assert_eq!(d["supervisor.signal"], "denied:EPERM");
+    assert_eq!(d["supervisor.ptrace"], "denied:EPERM");
+    assert!(!root.path().join("plugins").join(&mark).exists());
+    assert!(!work_root.join("planted").exists());
+}
+
+#[test]
+fn a_required_seccomp_profile_that_does_not_compile_stops_start_up() {
+    if !is_root() {
+        return;
+    }
+    let root = tempfile::Builder::new()
+        .prefix("cmpw-seccomp")
+        .tempdir()
+        .expect("tmp");
+    let pol = root.path().join("policy/policy.yaml");
+    write_policy(&pol, &[]);
+    let prof = root.path().join("policy/seccomp/default.json");
+    let text = std::fs::read_to_string(&prof).expect("profile");
+    std::fs::write(
+        &prof,
+        text.replacen("\"unshare\"", "\"unshare_all_the_things\"", 1),
+    )
+    .expect("write");
+    std::fs::write(root.path().join("plugin.yaml"), PLUGIN).expect("plugin.yaml");
+    let out = Command::new(bin())
+        .args(["serve", "--policy"])
+        .arg(&pol)
+        .arg("--config-dir-path")
+        .arg(root.path())
+        .env("ARGOCD_PLUGINSOCKFILEPATH", root.path())
+        .env("ARGOCD_CMP_WORKDIR", root.path())
+        .output()
+        .expect("serve");
+    assert_eq!(out.status.code(), Some(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unshare_all_the_things"), "{err}");
+    assert!(!root.path().join("attack.sock").exists());
+}
