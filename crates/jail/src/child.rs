@@ -18,10 +18,25 @@ pub const JAIL_ARG: &str = "__jail";
 /// The argument that selects the reclaim helper.
 pub const RECLAIM_ARG: &str = "__reclaim";
 
+/// Send the reply as one `R` frame; the supervisor answers the client as soon as it has it.
 fn reply(r: &Reply) -> i32 {
+    let body = match serde_json::to_vec(r) {
+        Ok(b) => b,
+        Err(_) => return 1,
+    };
     let mut out = std::io::stdout().lock();
-    let ok = serde_json::to_writer(&mut out, r).is_ok() && out.flush().is_ok();
+    let ok = crate::protocol::write_frame(&mut out, b'R', &body).is_ok() && out.flush().is_ok();
     if ok { 0 } else { 1 }
+}
+
+/// After replying: kill every other process of the (unique) UID — commands, and daemons that
+/// left their group or session — then empty the request directory. The supervisor only has to
+/// remove the then-empty directory entry. In the shared-UID model nothing may be killed by UID
+/// (it would hit the server), so only the directory is emptied.
+fn clean_up(dir: &std::os::fd::OwnedFd, unique_uid: bool) -> bool {
+    let killed = !unique_uid || crate::sys::kill_all_of_my_uid().is_ok();
+    let emptied = archive::remove_contents(dir.as_fd()).is_ok();
+    killed && emptied
 }
 
 fn internal(message: String) -> Reply {
@@ -35,9 +50,10 @@ fn internal(message: String) -> Reply {
 /// The jail: read the header, confine, then (and only then) extract the archive and run the
 /// operation. Returns the process exit code.
 pub fn jail_main() -> i32 {
+    let t0 = Instant::now();
     let stdin = std::io::stdin();
     let mut input = &stdin;
-    let header: Header = match read_frame_head(&mut input) {
+    let header: Header = match read_frame_head(&mut input, crate::protocol::MAX_FRAME) {
         Ok(Some((b'H', n))) => {
             let mut body = vec![0u8; n];
             if let Err(e) = input.read_exact(&mut body) {
@@ -50,20 +66,38 @@ pub fn jail_main() -> i32 {
         }
         other => return reply(&internal(format!("jail: expected a header, got {other:?}"))),
     };
-    let deadline = header
-        .deadline_ms
-        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    tracing::debug!(us = t0.elapsed().as_micros() as u64, "header read");
     let span = tracing::info_span!("jail", request = %header.name);
     let _e = span.enter();
 
-    let (report, _dir) = match confine(&header.sandbox, &header.work_root, &header.name) {
+    let (report, dir) = match confine(&header.sandbox, &header.work_root, &header.name) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "confinement failed; nothing untrusted was run");
             return reply(&internal(e.to_string()));
         }
     };
-    tracing::debug!(?report, "confined");
+    tracing::debug!(?report, us = t0.elapsed().as_micros() as u64, "confined");
+    let unique_uid = report.unique_uid;
+    let code = run_confined(header, report, &dir);
+    tracing::debug!(us = t0.elapsed().as_micros() as u64, "replied");
+    if !clean_up(&dir, unique_uid) {
+        tracing::warn!("jail clean-up incomplete; the supervisor's helper will finish it");
+        return 3;
+    }
+    code
+}
+
+fn run_confined(
+    header: Header,
+    report: crate::confine::Report,
+    _dir: &std::os::fd::OwnedFd,
+) -> i32 {
+    let deadline = header
+        .deadline_ms
+        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let stdin = std::io::stdin();
+    let input = &stdin;
     let op = match header.op {
         JailOp::Probe => {
             let mut report = report;

@@ -76,6 +76,25 @@ pub struct Sandbox {
     pub require: Vec<Protection>,
 }
 
+impl Sandbox {
+    /// The sandbox a policy describes (creds are filled per request).
+    pub fn from_policy(p: &policy::Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
+        Sandbox {
+            creds: None,
+            read_only: p.read_only.clone(),
+            read_write: p.read_write.clone(),
+            network: p.network,
+            seccomp,
+            rlimits: Rlimits {
+                open_files: p.limits.open_files,
+                file_size_bytes: p.limits.file_size_bytes,
+                processes: p.limits.pids,
+            },
+            require: p.require.clone(),
+        }
+    }
+}
+
 /// What was actually enforced (returned with every reply, logged, shown by `doctor`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {

@@ -23,6 +23,9 @@ use crate::uid::{Lease, UidPool, processes_in_range};
 
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);
+/// How long a jail may take to clean up after replying (or to stop after a cancel: the
+/// commands' TERM→KILL grace included) before its UID is killed from outside.
+const JAIL_CLEANUP: Duration = Duration::from_secs(60);
 
 /// Configuration of the confined runner.
 #[derive(Debug)]
@@ -39,14 +42,24 @@ pub struct ConfinedConfig {
     pub log_args: Vec<String>,
 }
 
+/// What a request left for reclaim: its lease and its (possibly still cleaning) jail.
+#[derive(Debug, Default)]
+struct Pending {
+    lease: Option<Lease>,
+    jail: Option<Child>,
+}
+
 /// Runs every request in a jail process.
 #[derive(Debug)]
 pub struct Confined {
     cfg: ConfinedConfig,
     pool: Option<Mutex<UidPool>>,
-    leases: Mutex<HashMap<String, Lease>>,
+    pending: Mutex<HashMap<String, Pending>>,
     quarantined: Mutex<Vec<Lease>>,
     probe_writes: Vec<PathBuf>,
+    /// A jail already started (exec'd and waiting for its header), so a request does not
+    /// wait for exec and start-up; it holds no data and no lease until it gets a header.
+    spare: Arc<Mutex<Option<Child>>>,
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
@@ -63,9 +76,10 @@ impl Confined {
         Confined {
             cfg,
             pool,
-            leases: Mutex::default(),
+            pending: Mutex::default(),
             quarantined: Mutex::default(),
             probe_writes: Vec::new(),
+            spare: Arc::default(),
         }
     }
 
@@ -101,10 +115,12 @@ impl Confined {
             uid: lease.uid(),
             gid: lease.gid(),
         };
-        self.leases
+        self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_owned(), lease);
+            .entry(name.to_owned())
+            .or_default()
+            .lease = Some(lease);
         Ok(Some(creds))
     }
 
@@ -130,6 +146,64 @@ impl Confined {
         let child = cmd.spawn()?;
         crate::reaper::track(child.id() as i32);
         Ok(child)
+    }
+
+    /// Wait for a jail that has replied and is cleaning up; `None` if it takes longer than
+    /// [`JAIL_CLEANUP`] (the slow path then kills its UID).
+    fn wait_bounded(child: &mut Child) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(s)) => {
+                    crate::reaper::untrack(child.id() as i32);
+                    return Some(s);
+                }
+                Ok(None) if start.elapsed() < JAIL_CLEANUP => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The spare jail if there is a live one, else a fresh one; then start the next spare in
+    /// the background.
+    fn take_jail(&self) -> std::io::Result<Child> {
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let jail = match spare {
+            Some(mut c) => match c.try_wait() {
+                Ok(None) => c,
+                _ => {
+                    let _ = Self::wait(&mut c);
+                    self.spawn(JAIL_ARG, &[], true, true)?
+                }
+            },
+            None => self.spawn(JAIL_ARG, &[], true, true)?,
+        };
+        let slot = self.spare.clone();
+        let (exe, log_args) = (self.cfg.exe.clone(), self.cfg.log_args.clone());
+        let _ = std::thread::Builder::new()
+            .name("jail-spare".into())
+            .spawn(move || {
+                let child = Command::new(exe)
+                    .arg(JAIL_ARG)
+                    .args(log_args)
+                    .env_clear()
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn();
+                if let Ok(c) = child {
+                    crate::reaper::track(c.id() as i32);
+                    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(mut old) = slot.replace(c) {
+                        // Two requests raced to refill: keep one spare.
+                        let _ = old.kill();
+                        let _ = Self::wait(&mut old);
+                    }
+                }
+            });
+        Ok(jail)
     }
 
     fn wait(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
@@ -277,7 +351,7 @@ impl Confined {
         };
         let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
         let mut child = self
-            .spawn(JAIL_ARG, &[], true, true)
+            .take_jail()
             .map_err(|e| internal(format!("cannot start the jail: {e}")))?;
         tracing::debug!(pid = child.id(), uid = ?creds.map(|c| c.uid), "jail started");
         let mut stdin = child.stdin.take();
@@ -324,14 +398,20 @@ impl Confined {
             std::thread::Builder::new()
                 .name("jail-watch".into())
                 .spawn(move || {
-                    let timed_out = cancel.wait_until(deadline, || done.load(Ordering::SeqCst));
+                    // The jail enforces the deadline itself (and says which limit fired);
+                    // this only reacts to a cancel, or to a jail overrunning its deadline.
+                    let hard = deadline.map(|d| d + KILL_GRACE + Duration::from_secs(2));
+                    let _ = cancel.wait_until(hard, || done.load(Ordering::SeqCst));
                     if done.load(Ordering::SeqCst) {
                         return;
                     }
                     drop(stdin);
                     let grace_end = Instant::now() + KILL_GRACE + Duration::from_secs(2);
-                    let _ = timed_out;
-                    let _ = cancel.wait_until(Some(grace_end), || done.load(Ordering::SeqCst));
+                    let tick = CancelToken::new();
+                    while !done.load(Ordering::SeqCst) && Instant::now() < grace_end {
+                        let next = (Instant::now() + Duration::from_millis(20)).min(grace_end);
+                        let _ = tick.wait_until(Some(next), || done.load(Ordering::SeqCst));
+                    }
                     if !done.load(Ordering::SeqCst)
                         && let Some(k) = kill
                     {
@@ -349,33 +429,53 @@ impl Confined {
         };
 
         let cap = spec.output_bytes.saturating_mul(8).saturating_add(1 << 20);
-        let mut raw = Vec::new();
-        let read = stdout.map(|s| s.take(cap + 1).read_to_end(&mut raw));
-        let status = Self::wait(&mut child);
+        let raw = stdout.map(|mut s| read_reply(&mut s, cap));
+        // The jail cleans up after replying; reclaim waits for it, off the response's path.
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.clone())
+            .or_default()
+            .jail = Some(child);
         done.store(true, Ordering::SeqCst);
         cancel.poke();
         if let Some(w) = watcher {
             let _ = w.join();
         }
-        if let Some(Err(e)) = read {
-            return Err(internal(format!("reading the jail's reply: {e}")));
-        }
-        if raw.len() as u64 > cap {
-            return Err(RequestError::Remote {
-                kind: ErrorKind::ResourceExhausted,
-                message: format!("the jail's reply exceeds {cap} bytes"),
-            });
-        }
-        if raw.is_empty() {
-            return Err(match cancel.reason() {
-                Some(_) => RequestError::Remote {
-                    kind: ErrorKind::Cancelled,
-                    message: "context canceled".into(),
-                },
-                None => internal(format!("the jail exited without a reply ({status:?})")),
-            });
-        }
+        let raw = match raw {
+            Some(Ok(Some(raw))) => raw,
+            Some(Ok(None)) | None => {
+                return Err(match cancel.reason() {
+                    Some(_) => RequestError::Remote {
+                        kind: ErrorKind::Cancelled,
+                        message: "context canceled".into(),
+                    },
+                    None => internal("the jail exited without a reply"),
+                });
+            }
+            Some(Err(e)) => return Err(e),
+        };
         serde_json::from_slice(&raw).map_err(|e| internal(format!("bad reply from the jail: {e}")))
+    }
+}
+
+/// Read the jail's `R` frame: `Ok(None)` if it closed stdout without one.
+fn read_reply(r: &mut impl Read, cap: u64) -> Result<Option<Vec<u8>>, RequestError> {
+    let max = usize::try_from(cap).unwrap_or(usize::MAX).saturating_add(1);
+    match crate::protocol::read_frame_head(r, max) {
+        Ok(None) => Ok(None),
+        Ok(Some((b'R', n))) if n as u64 <= cap => {
+            let mut body = vec![0u8; n];
+            r.read_exact(&mut body)
+                .map_err(|e| internal(format!("reading the jail's reply: {e}")))?;
+            Ok(Some(body))
+        }
+        Ok(Some((b'R', n))) => Err(RequestError::Remote {
+            kind: ErrorKind::ResourceExhausted,
+            message: format!("the jail's reply ({n} bytes) exceeds {cap} bytes"),
+        }),
+        Ok(Some((t, _))) => Err(internal(format!("unexpected frame {t} from the jail"))),
+        Err(e) => Err(internal(format!("reading the jail's reply: {e}"))),
     }
 }
 
@@ -420,17 +520,46 @@ impl Runner for Confined {
         let Ok(name) = Self::name_of(spec) else {
             return;
         };
-        let lease = self
-            .leases
+        let pending = self
+            .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&name);
+            .remove(&name)
+            .unwrap_or_default();
+        let Pending { lease, mut jail } = pending;
+        // Fast path: the jail killed its UID's other processes and emptied its directory
+        // after replying; all that is left is the empty directory entry in the work root
+        // (which the supervisor owns, so it may remove it from the sticky directory).
+        let jail_clean = jail
+            .as_mut()
+            .and_then(Self::wait_bounded)
+            .is_some_and(|s| s.success());
+        let fast = jail_clean
+            && rustix::fs::unlinkat(
+                rustix::fs::CWD,
+                self.cfg.work_root.join(&name),
+                rustix::fs::AtFlags::REMOVEDIR,
+            )
+            .is_ok();
+        if fast {
+            if let (Some(pool), Some(lease)) = (&self.pool, lease) {
+                pool.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .release(lease);
+            }
+            return;
+        }
+        // Slow path: a helper running as the UID kills and removes whatever is left.
         let creds = lease.as_ref().map(|l| (l.uid(), l.gid()));
         let res = self.helper(&ReclaimArgs {
             creds,
             work_root: self.cfg.work_root.clone(),
             name: Some(name.clone()),
         });
+        if let Some(mut c) = jail {
+            // Killed by the helper if it was still running: collect it.
+            let _ = Self::wait(&mut c);
+        }
         let Some(lease) = lease else {
             if let Err(e) = res {
                 tracing::error!(error = %e, "reclaim failed");

@@ -109,8 +109,8 @@ pub fn write_frame(w: &mut impl Write, tag: u8, body: &[u8]) -> io::Result<()> {
     w.write_all(body)
 }
 
-/// Read one frame header: `None` at a clean EOF.
-pub fn read_frame_head(r: &mut impl Read) -> io::Result<Option<(u8, usize)>> {
+/// Read one frame header: `None` at a clean EOF. Frames over `max` bytes are refused.
+pub fn read_frame_head(r: &mut impl Read, max: usize) -> io::Result<Option<(u8, usize)>> {
     let mut head = [0u8; 5];
     let mut got = 0;
     while got < head.len() {
@@ -123,7 +123,7 @@ pub fn read_frame_head(r: &mut impl Read) -> io::Result<Option<(u8, usize)>> {
         }
     }
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    if len > MAX_FRAME {
+    if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "frame too large",
@@ -167,7 +167,7 @@ impl<R: Read> Read for FrameReader<R> {
             if self.ended {
                 return Ok(0);
             }
-            match read_frame_head(&mut self.inner)? {
+            match read_frame_head(&mut self.inner, MAX_FRAME)? {
                 None => {
                     return Err(io::Error::new(
                         io::ErrorKind::ConnectionAborted,

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use jail::confine::{Report, Rlimits, Sandbox};
+use jail::confine::{Report, Sandbox};
 use jail::confined::{Confined, ConfinedConfig};
 use jail::privilege::{PrivilegeModel, Privileges};
 use jail::uid::UidPool;
@@ -83,19 +83,7 @@ pub fn build(policy: &Policy, work_root: &Path, log_args: Vec<String>) -> anyhow
     } else {
         None
     };
-    let sandbox = Sandbox {
-        creds: None,
-        read_only: policy.read_only.clone(),
-        read_write: policy.read_write.clone(),
-        network: policy.network,
-        seccomp,
-        rlimits: Rlimits {
-            open_files: policy.limits.open_files,
-            file_size_bytes: policy.limits.file_size_bytes,
-            processes: policy.limits.pids,
-        },
-        require: policy.require.clone(),
-    };
+    let sandbox = Sandbox::from_policy(policy, seccomp);
     let runner = Confined::new(ConfinedConfig {
         exe: PathBuf::from("/proc/self/exe"),
         work_root: work_root.to_path_buf(),
