@@ -34,7 +34,7 @@ pub use error::{ErrorClass, ExtractError, LimitKind, Reason, escape};
 pub use extract::{Options, Summary, extract};
 pub use limits::Limits;
 pub use pack::{PackSummary, pack_dir};
-pub use writer::{DirWriter, NullSink, Resolver, Sink, remove_contents};
+pub use writer::{DirWriter, NullSink, Resolver, Sink, regain_dir, remove_contents};
 
 use std::io::Read;
 use std::path::Path;

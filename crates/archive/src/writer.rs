@@ -228,6 +228,22 @@ fn is_empty(dir: BorrowedFd<'_>) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Make the directory `name` in `parent` 0700 again after a tool locked it down: open the
+/// exact inode with `O_PATH|O_NOFOLLOW` (works without any permission on it) and chmod it
+/// through its `/proc/self/fd` link (`fchmodat(AT_SYMLINK_NOFOLLOW)` is unsupported on many
+/// kernels, and `fchmod` refuses `O_PATH` descriptors).
+pub fn regain_dir(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    let p = rfs::openat(
+        parent,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&p));
+    rfs::chmod(link.as_str(), Mode::from_raw_mode(0o700))?;
+    Ok(())
+}
+
 /// Deepest directory nesting `remove_contents` descends (one fd is held per level).
 const MAX_REMOVE_DEPTH: usize = 512;
 
@@ -260,17 +276,13 @@ fn remove_level(dir: BorrowedFd<'_>, depth: usize) -> io::Result<()> {
         if is_dir {
             let sub = match rfs::openat(dir, name.as_slice(), DIR_FLAGS, Mode::empty()) {
                 Err(Errno::ACCESS) => {
-                    // Regain access to a directory a tool locked down (no-follow, one component).
-                    rfs::chmodat(
-                        dir,
-                        name.as_slice(),
-                        Mode::from_raw_mode(0o700),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    )?;
+                    regain_dir(dir, name.as_slice())?;
                     rfs::openat(dir, name.as_slice(), DIR_FLAGS, Mode::empty())?
                 }
                 other => other?,
             };
+            // A readable but read-only directory (0500) still refuses unlinks inside it.
+            rfs::fchmod(&sub, Mode::from_raw_mode(0o700))?;
             remove_level(sub.as_fd(), depth + 1)?;
             rfs::unlinkat(dir, name.as_slice(), AtFlags::REMOVEDIR)?;
         } else {

@@ -645,3 +645,124 @@ fn real_tools_work_under_the_default_sandbox() {
     assert_eq!(docs[4]["sorted"], "a,b,");
     s.assert_work_dir_empties();
 }
+
+#[test]
+fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
+    if !is_root() {
+        return;
+    }
+    // A generator that leaves a daemon behind: double fork, new session, TERM ignored, stdio
+    // detached — what a process-group kill alone misses.
+    let spec = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        setsid sh -c 'trap \"\" TERM; exec sleep 300' </dev/null >/dev/null 2>&1 &\n        echo '{\"kind\": \"Done\"}'\n";
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[]);
+    let s = Server::start(
+        &plugin(spec),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("a.yaml", "a: 1\n")]);
+    for _ in 0..3 {
+        let v = go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("generate");
+        assert_eq!(v["manifests"][0], r#"{"kind": "Done"}"#);
+    }
+    s.assert_work_dir_empties();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = jail::uid::processes_in_range(Path::new("/proc"), first, count);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "daemons of leased UIDs survived their requests: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn start_up_sweeps_leftovers_of_a_previous_run() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, _) = write_policy(&pol_file, &[]);
+    let uid = first + 3;
+    // A previous run's leftovers: a process of a leased UID and its request directory, with a
+    // locked-down subdirectory and a symlink pointing outside.
+    let srv = tempfile::Builder::new()
+        .prefix("cmpw-sweep")
+        .tempdir()
+        .expect("tmp");
+    let work = srv.path().join("work/_cmp_server");
+    let old = work.join("0f0e0d0c-old-request");
+    std::fs::create_dir_all(old.join("repo/locked")).expect("mkdir");
+    std::fs::write(old.join("repo/locked/f"), "x").expect("write");
+    let outside = srv.path().join("outside.txt");
+    std::fs::write(&outside, "keep me").expect("write");
+    std::os::unix::fs::symlink(&outside, old.join("repo/link")).expect("symlink");
+    let chown = Command::new("chown")
+        .args(["-R", "-h", &format!("{uid}:{uid}")])
+        .arg(&old)
+        .status()
+        .expect("chown");
+    assert!(chown.success());
+    std::fs::set_permissions(
+        old.join("repo/locked"),
+        std::fs::Permissions::from_mode(0o000),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1733)).expect("chmod");
+    let mut leftover = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "sleep",
+            "300",
+        ])
+        .spawn()
+        .expect("leftover process");
+
+    let cfg = srv.path().join("config");
+    let socks = srv.path().join("plugins");
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    std::fs::create_dir_all(&socks).expect("mkdir");
+    std::fs::write(
+        cfg.join("plugin.yaml"),
+        plugin("  generate:\n    command: [cat, a.yaml]\n"),
+    )
+    .expect("plugin.yaml");
+    let mut server = Command::new(bin())
+        .args(["serve", "--policy"])
+        .arg(&pol_file)
+        .arg("--config-dir-path")
+        .arg(&cfg)
+        .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
+        .env("ARGOCD_CMP_WORKDIR", srv.path().join("work"))
+        .stderr(std::fs::File::create(srv.path().join("log")).expect("log"))
+        .spawn()
+        .expect("serve");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_dir(&socks).expect("ls").next().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "server did not start: {}",
+            std::fs::read_to_string(srv.path().join("log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The leftover process was killed (as its own UID) and its directory removed without
+    // following the symlink.
+    let st = leftover.wait().expect("wait leftover");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+    assert!(!old.exists(), "leftover request directory survived");
+    assert_eq!(
+        std::fs::read_to_string(&outside).expect("outside"),
+        "keep me"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}

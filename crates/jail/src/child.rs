@@ -329,12 +329,7 @@ fn remove_request_dir(work_root: &Path, name: &str) -> std::io::Result<()> {
         Ok(d) => d,
         Err(rustix::io::Errno::NOENT) => return Ok(()),
         Err(rustix::io::Errno::ACCESS) => {
-            rfs::chmodat(
-                &root,
-                name,
-                Mode::from_raw_mode(0o700),
-                AtFlags::SYMLINK_NOFOLLOW,
-            )?;
+            archive::regain_dir(root.as_fd(), name.as_bytes())?;
             rfs::openat(
                 &root,
                 name,
