@@ -50,6 +50,7 @@ def main():
     a = ap.parse_args()
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "cmp-warden"], cwd=ROOT, check=True)
     work = tempfile.mkdtemp(prefix="cmpw-e2e-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
+    os.chmod(work, 0o755)  # jails (leased UIDs) reach the work root by path
     try:
         repo = os.path.join(work, "repo")
         make_repo(repo)

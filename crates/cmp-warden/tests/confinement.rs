@@ -212,6 +212,16 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
     tcp.set_nonblocking(true).expect("nonblocking");
     let port = tcp.local_addr().expect("addr").port().to_string();
+    let abstract_name = format!("cmpw-abstract-{}", std::process::id());
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
+            .expect("abstract addr");
+        std::os::unix::net::UnixListener::bind_addr(&addr).expect("abstract listener")
+    };
+    abstract_listener
+        .set_nonblocking(true)
+        .expect("nonblocking");
 
     let victim_repo = repo(&[("attack.py", ATTACK), ("secret.txt", "victim-secret\n")]);
     let attacker_repo = repo(&[("attack.py", ATTACK), ("secret.txt", "attacker\n")]);
@@ -268,6 +278,7 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
         format!("ARGOCD_ENV_TCP_PORT={port}"),
         format!("ARGOCD_ENV_SUID_BIN={}", suid.bin.display()),
         format!("ARGOCD_ENV_MARK={mark}"),
+        format!("ARGOCD_ENV_ABSTRACT={abstract_name}"),
     ];
     let mut args: Vec<&str> = vec!["-dir", attacker_repo.path().to_str().expect("utf8")];
     for e in &env {
@@ -288,6 +299,8 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
         ("victim.signal", "denied:EPERM"),
         ("victim.ptrace", "denied:EPERM"),
         ("server_socket", "denied:closed"),
+        // Landlock ABI 6 scoping: no connecting to abstract sockets made outside the domain.
+        ("abstract_socket", "denied:EPERM"),
     ]);
     assert_denied(&d, &expected);
     assert!(
@@ -334,6 +347,10 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
         assert!(!p.exists(), "{} was created", p.display());
     }
     assert!(tcp.accept().is_err(), "the TCP listener was reached");
+    assert!(
+        abstract_listener.accept().is_err(),
+        "the abstract socket was reached"
+    );
     s.assert_work_dir_empties();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !jail::uid::processes_in_range(Path::new("/proc"), first, count).is_empty() {
@@ -765,4 +782,36 @@ fn start_up_sweeps_leftovers_of_a_previous_run() {
     );
     let _ = server.kill();
     let _ = server.wait();
+}
+
+#[test]
+fn a_work_dir_the_sandbox_uids_cannot_reach_is_refused_at_start_up() {
+    if !is_root() {
+        return;
+    }
+    let root = tempfile::Builder::new()
+        .prefix("cmpw-private")
+        .tempdir()
+        .expect("tmp");
+    let private = root.path().join("private");
+    std::fs::create_dir_all(private.join("work")).expect("mkdir");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let pol = root.path().join("policy/policy.yaml");
+    write_policy(&pol, &[]);
+    std::fs::write(root.path().join("plugin.yaml"), PLUGIN).expect("plugin.yaml");
+    let out = Command::new(bin())
+        .args(["serve", "--policy"])
+        .arg(&pol)
+        .arg("--config-dir-path")
+        .arg(root.path())
+        .env("ARGOCD_PLUGINSOCKFILEPATH", root.path())
+        .env("ARGOCD_CMP_WORKDIR", private.join("work"))
+        .output()
+        .expect("serve");
+    assert_eq!(out.status.code(), Some(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not reachable by the sandbox UIDs") && err.contains("mode 700"),
+        "{err}"
+    );
 }

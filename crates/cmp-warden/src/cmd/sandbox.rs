@@ -74,6 +74,9 @@ pub fn build(policy: &Policy, work_root: &Path, log_args: Vec<String>) -> anyhow
 
     std::fs::create_dir_all(work_root)
         .with_context(|| format!("creating work dir {}", work_root.display()))?;
+    if unique_uid {
+        check_searchable(work_root)?;
+    }
     let pool = if unique_uid {
         Some(UidPool::from_image(
             policy.uid_first,
@@ -112,6 +115,25 @@ pub fn build(policy: &Policy, work_root: &Path, log_args: Vec<String>) -> anyhow
         privileges,
         seccomp_instructions,
     })
+}
+
+/// Jails reach their directory (and commands their cwd, `$HOME`, `$TMPDIR`) by path as the
+/// leased UID, so every ancestor of the work root must be searchable by others.
+fn check_searchable(work_root: &Path) -> anyhow::Result<()> {
+    let abs = std::path::absolute(work_root)?;
+    for dir in abs.ancestors().skip(1) {
+        let md = std::fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
+        let mode = std::os::unix::fs::PermissionsExt::mode(&md.permissions());
+        if mode & 0o001 == 0 {
+            bail!(
+                "the work dir {} is not reachable by the sandbox UIDs: {} has mode {:o} (others need search permission, o+x); use a directory such as /tmp or an emptyDir",
+                work_root.display(),
+                dir.display(),
+                mode & 0o7777
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Run the probe jail and check the report against the policy's requirements.
