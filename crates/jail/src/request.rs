@@ -129,16 +129,6 @@ impl RequestError {
     }
 }
 
-/// Run a request to completion, reading the archive from `input`.
-pub fn execute(
-    spec: &RequestSpec,
-    input: impl Read,
-    cancel: &CancelToken,
-) -> Result<Outcome, RequestError> {
-    extract(spec, input)?;
-    run_operation(spec, cancel)
-}
-
 /// Extract the archive into `spec.tree`.
 pub fn extract(spec: &RequestSpec, input: impl Read) -> Result<(), RequestError> {
     let root = DirWriter::open_root(&spec.tree).map_err(RequestError::Workdir)?;
