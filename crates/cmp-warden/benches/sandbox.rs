@@ -100,6 +100,8 @@ fn main() {
             archive: archive::Options::default(),
             output_bytes: 1 << 20,
             deadline: None,
+            deadline_limit: jail::TimeLimit::Client,
+            command_timeout: None,
         };
         let t = Instant::now();
         let r = runner.execute(

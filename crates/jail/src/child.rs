@@ -128,6 +128,10 @@ fn run_confined(
         archive: header.archive,
         output_bytes: header.output_bytes,
         deadline,
+        deadline_limit: header.deadline_limit,
+        command_timeout: header
+            .command_timeout
+            .map(|(ms, t)| (Duration::from_millis(ms), t)),
     };
     let cancel = CancelToken::new();
     let mut frames = FrameReader::new(input);

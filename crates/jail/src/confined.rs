@@ -294,6 +294,8 @@ impl Confined {
             archive: archive::Options::default(),
             output_bytes: 1024,
             deadline: Some(Instant::now() + Duration::from_secs(30)),
+            deadline_limit: crate::run::TimeLimit::Client,
+            command_timeout: None,
         };
         let r = self.run_jail(
             &spec,
@@ -344,6 +346,11 @@ impl Confined {
             deadline_ms: spec
                 .deadline
                 .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+            deadline_limit: spec.deadline_limit.clone(),
+            command_timeout: spec
+                .command_timeout
+                .as_ref()
+                .map(|(d, t)| (d.as_millis() as u64, t.clone())),
             work_root: self.cfg.work_root.clone(),
             name: name.clone(),
             sandbox,

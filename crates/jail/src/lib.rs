@@ -24,7 +24,7 @@ use std::io::Read;
 
 pub use cancel::{CancelReason, CancelToken};
 pub use request::{Operation, Outcome, RequestError, RequestSpec};
-pub use run::{CmdError, CmdOutput, CmdSpec};
+pub use run::{CmdError, CmdOutput, CmdSpec, TimeLimit};
 
 /// Executes requests. Blocking: the server calls it from a blocking thread.
 pub trait Runner: Send + Sync + std::fmt::Debug {

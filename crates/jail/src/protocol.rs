@@ -47,6 +47,10 @@ pub struct Header {
     pub output_bytes: u64,
     /// Milliseconds left until the request's deadline.
     pub deadline_ms: Option<u64>,
+    /// Which limit the deadline comes from.
+    pub deadline_limit: crate::run::TimeLimit,
+    /// Per-command timeout in milliseconds, with its configured text.
+    pub command_timeout: Option<(u64, String)>,
     /// The work root (sticky, world-writable, not listable) the request directory is made in.
     pub work_root: PathBuf,
     /// The request directory's name.

@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use archive::{DirWriter, ExtractError, Options, Resolver};
 use plugin::config::ParameterAnnouncement;
@@ -12,7 +12,7 @@ use plugin::{PluginConfig, glob, params, split_manifests};
 
 use crate::cancel::CancelToken;
 use crate::protocol::ErrorKind;
-use crate::run::{CmdError, CmdSpec, run};
+use crate::run::{CmdError, CmdSpec, TimeLimit, run};
 
 /// What the request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,10 @@ pub struct RequestSpec {
     pub output_bytes: u64,
     /// When the request must be finished.
     pub deadline: Option<Instant>,
+    /// Which limit `deadline` comes from (named in the error when it fires).
+    pub deadline_limit: TimeLimit,
+    /// Per-command limit (`ARGOCD_EXEC_TIMEOUT`) and its configured text.
+    pub command_timeout: Option<(Duration, String)>,
 }
 
 /// A request's result.
@@ -183,7 +187,25 @@ fn command(
         stdout_cap: spec.output_bytes,
         stderr_cap: spec.output_bytes,
     };
-    let out = run(&cs, spec.deadline, cancel)?;
+    // The earlier of the request's deadline and this command's own timeout wins, and the
+    // error names the one that fired.
+    let own = spec
+        .command_timeout
+        .as_ref()
+        .map(|(d, text)| (Instant::now() + *d, text.clone()));
+    let (deadline, limit) = match (spec.deadline, own) {
+        (Some(r), Some((c, text))) if c < r => (Some(c), TimeLimit::Command { text }),
+        (None, Some((c, text))) => (Some(c), TimeLimit::Command { text }),
+        (r, _) => (r, spec.deadline_limit.clone()),
+    };
+    let out = run(&cs, deadline, cancel).map_err(|e| match e {
+        CmdError::Deadline { argv, stderr, .. } => CmdError::Deadline {
+            argv,
+            stderr,
+            limit: limit.clone(),
+        },
+        other => other,
+    })?;
     if !out.stderr.is_empty() {
         tracing::info!(stderr = %String::from_utf8_lossy(&out.stderr), argv = ?argv, "plugin command stderr");
     }

@@ -64,13 +64,15 @@ pub enum CmdError {
         /// stderr, trimmed and capped.
         stderr: String,
     },
-    /// The deadline passed; the group was killed.
-    #[error("context deadline exceeded: `{argv}` was killed")]
+    /// A time limit passed; the group was killed.
+    #[error("{}", deadline_message(limit, argv))]
     Deadline {
         /// argv.
         argv: String,
         /// stderr collected before the kill.
         stderr: String,
+        /// Which limit fired.
+        limit: TimeLimit,
     },
     /// Cancelled by the client or shutdown.
     #[error("context canceled: `{argv}` was killed")]
@@ -338,6 +340,7 @@ pub fn run(
         return Err(CmdError::Deadline {
             argv: argv_log,
             stderr: trimmed_stderr(&err.data),
+            limit: TimeLimit::Client,
         });
     }
     if !status.success() {
@@ -356,6 +359,36 @@ pub fn run(
         stdout: out.data,
         stderr: err.data,
     })
+}
+
+/// Which time limit ended a command (the response names it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TimeLimit {
+    /// The client's gRPC deadline.
+    Client,
+    /// The policy's per-request wall clock (`spec.limits.wallSeconds`).
+    Request {
+        /// Seconds.
+        seconds: u64,
+    },
+    /// The per-command limit (`ARGOCD_EXEC_TIMEOUT`).
+    Command {
+        /// As configured (Go duration text).
+        text: String,
+    },
+}
+
+fn deadline_message(limit: &TimeLimit, argv: &str) -> String {
+    match limit {
+        // Argo CD's wording for the client's deadline.
+        TimeLimit::Client => format!("context deadline exceeded: `{argv}` was killed"),
+        TimeLimit::Request { seconds } => format!(
+            "request wall clock exceeded (policy spec.limits.wallSeconds: {seconds}): `{argv}` was killed"
+        ),
+        TimeLimit::Command { text } => {
+            format!("command timeout exceeded (ARGOCD_EXEC_TIMEOUT={text}): `{argv}` was killed")
+        }
+    }
 }
 
 /// The first executable regular file named `program` in the `PATH` of `env`.
@@ -456,7 +489,10 @@ mod tests {
             t.elapsed()
         );
         match err {
-            CmdError::Deadline { stderr, .. } => assert_eq!(stderr, "cleanup completed"),
+            CmdError::Deadline { stderr, limit, .. } => {
+                assert_eq!(stderr, "cleanup completed");
+                assert_eq!(limit, TimeLimit::Client);
+            }
             other => panic!("{other}"),
         }
     }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod duration;
 pub mod env;
 pub mod glob;
 pub mod json;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jail::{CancelReason, CancelToken, Operation, Outcome, RequestSpec, Runner};
+use jail::{CancelReason, CancelToken, Operation, Outcome, RequestSpec, Runner, TimeLimit};
 use plugin::PluginConfig;
 use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginService;
 use proto::plugin::{
@@ -40,9 +40,18 @@ pub struct ServiceConfig {
     pub archive: archive::Options,
     /// Per-command stdout/stderr budget.
     pub output_bytes: u64,
-    /// Base environment for commands (the server's own, as Argo CD).
+    /// Base environment for commands (the server variables the policy passes).
     pub base_env: Vec<(String, String)>,
+    /// The policy's per-request wall clock (`spec.limits.wallSeconds`); the earlier of it and
+    /// the client's deadline wins.
+    pub wall_clock: Option<Duration>,
+    /// Per-command timeout (`ARGOCD_EXEC_TIMEOUT`) and its configured text.
+    pub command_timeout: Option<(Duration, String)>,
 }
+
+/// How long past the policy's wall clock the service waits for the jail to report which
+/// command it killed (TERM, then KILL after 5 s) before answering on its own.
+const WALL_CLOCK_GRACE: Duration = Duration::from_secs(8);
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -54,6 +63,10 @@ pub struct CmpService {
 }
 
 impl CmpService {
+    fn wall_secs(&self) -> u64 {
+        self.cfg.wall_clock.map_or(0, |w| w.as_secs())
+    }
+
     /// A service using `runner`.
     pub fn new(cfg: ServiceConfig, runner: Arc<dyn Runner>) -> Self {
         Self {
@@ -81,14 +94,30 @@ impl CmpService {
         op: Operation,
         req: Request<Streaming<AppStreamRequest>>,
     ) -> Result<Outcome, Status> {
-        let deadline = grpc_deadline(&req);
+        let client_deadline = grpc_deadline(&req);
+        let wall = self.cfg.wall_clock.map(|w| Instant::now() + w);
+        let (deadline, limit) = match (client_deadline, wall) {
+            (Some(c), Some(w)) if w < c => (
+                Some(w),
+                TimeLimit::Request {
+                    seconds: self.wall_secs(),
+                },
+            ),
+            (None, Some(w)) => (
+                Some(w),
+                TimeLimit::Request {
+                    seconds: self.wall_secs(),
+                },
+            ),
+            (c, _) => (c, TimeLimit::Client),
+        };
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request_id = uuid::Uuid::new_v4();
         let span =
             tracing::info_span!("request", %request_id, rpc = ?op, app = tracing::field::Empty);
-        self.handle_inner(op, req.into_inner(), deadline, id, request_id)
+        self.handle_inner(op, req.into_inner(), (deadline, limit), id, request_id)
             .instrument(span)
             .await
     }
@@ -97,7 +126,7 @@ impl CmpService {
         &self,
         op: Operation,
         mut stream: Streaming<AppStreamRequest>,
-        deadline: Option<Instant>,
+        (deadline, limit): (Option<Instant>, TimeLimit),
         id: u64,
         request_id: uuid::Uuid,
     ) -> Result<Outcome, Status> {
@@ -130,6 +159,8 @@ impl CmpService {
             archive: self.cfg.archive.clone(),
             output_bytes: self.cfg.output_bytes,
             deadline,
+            deadline_limit: limit.clone(),
+            command_timeout: self.cfg.command_timeout.clone(),
         };
         let cancel = CancelToken::new();
         self.active
@@ -182,14 +213,25 @@ impl CmpService {
             }
         };
         drop(tx);
-        let result = match deadline {
+        // At the client's deadline the client gives up, so answer then; for the policy's wall
+        // clock the jail kills the command itself and names it, so give it time to say so.
+        let answer_by = match (&limit, deadline) {
+            (TimeLimit::Request { .. }, Some(d)) => Some(d + WALL_CLOCK_GRACE),
+            (_, d) => d,
+        };
+        let result = match answer_by {
             Some(d) => match tokio::time::timeout_at(d.into(), task).await {
                 Ok(r) => r,
                 Err(_) => {
                     // The runner kills its commands (TERM, then KILL) once cancelled.
                     guard.done = true;
                     cancel.cancel(CancelReason::Cancelled);
-                    return Err(StreamError::Deadline.to_status());
+                    return Err(match limit {
+                        TimeLimit::Request { seconds } => Status::deadline_exceeded(format!(
+                            "request wall clock exceeded (policy spec.limits.wallSeconds: {seconds})"
+                        )),
+                        _ => StreamError::Deadline.to_status(),
+                    });
                 }
             },
             None => task.await,

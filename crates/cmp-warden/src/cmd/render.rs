@@ -73,7 +73,13 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         env: plugin::env::compose(&base, &a.env),
         archive: archive::Options::default(),
         output_bytes: policy.limits.output_bytes,
-        deadline: None,
+        deadline: Some(
+            std::time::Instant::now() + std::time::Duration::from_secs(policy.limits.wall_seconds),
+        ),
+        deadline_limit: jail::TimeLimit::Request {
+            seconds: policy.limits.wall_seconds,
+        },
+        command_timeout: None,
     };
     let result = (|| -> anyhow::Result<()> {
         if config.spec.discover.is_defined() {

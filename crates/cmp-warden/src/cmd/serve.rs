@@ -113,6 +113,16 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     // process of the same UID (the shared-UID model) — they hold the sidecar's secrets.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .context("prctl(PR_SET_DUMPABLE, 0)")?;
+    // Argo CD documents ARGOCD_EXEC_TIMEOUT but its cmp-server never applied it; here it is the
+    // per-command limit (Go duration syntax, e.g. 90s).
+    let command_timeout = match std::env::var("ARGOCD_EXEC_TIMEOUT") {
+        Ok(v) if !v.is_empty() => {
+            let d = plugin::duration::parse_go_duration(&v)
+                .with_context(|| format!("ARGOCD_EXEC_TIMEOUT={v}"))?;
+            (!d.is_zero()).then_some((d, v))
+        }
+        _ => None,
+    };
     let policy = super::sandbox::load_policy(a.policy.as_deref())?;
     let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
     for k in &loaded.unknown_keys {
@@ -204,6 +214,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     super::sandbox::log_enforced(&built, &policy, &report, &kept);
 
     let base_env = policy.passed_env(std::env::vars());
+
     let runner = Arc::new(built.runner);
     let describe = jail::Runner::describe(runner.as_ref());
     let svc = CmpService::new(
@@ -213,6 +224,8 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             archive: archive_opts,
             output_bytes,
             base_env,
+            wall_clock: Some(Duration::from_secs(policy.limits.wall_seconds)),
+            command_timeout,
         },
         runner,
     );

@@ -1,0 +1,144 @@
+//! Time limits (issue 5, first part): the policy's per-request wall clock and
+//! `ARGOCD_EXEC_TIMEOUT` per command. A hostile command that ignores SIGTERM and leaves a
+//! daemon behind is killed with its whole UID; the error names the limit that fired; an honest
+//! request on the same server is answered correctly alongside.
+#![allow(clippy::print_stderr)] // a skip must say why
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn is_root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIP: limit tests need root (CI runs as root): leased UIDs need CAP_SETUID");
+    false
+}
+
+/// `ARGOCD_ENV_MODE=hang`: ignore SIGTERM, leave a TERM-ignoring daemon in a new session, and
+/// never finish. Otherwise: print the manifest.
+const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = hang ]; then\n          trap '' TERM\n          setsid sh -c \"trap '' TERM; exec sleep 300\" </dev/null >/dev/null 2>&1 &\n          while :; do sleep 1; done\n        fi\n        cat cm.yaml\n";
+
+fn assert_nothing_left(s: &Server, first: u32, count: u32) {
+    s.assert_work_dir_empties();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = jail::uid::processes_in_range(Path::new("/proc"), first, count);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes of the request survived: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn run_hang_and_honest(s: &Server, dir: &str) -> ((i64, String), Duration) {
+    let sock = s.sock.clone();
+    let d = dir.to_owned();
+    go_client();
+    let hang = std::thread::spawn(move || {
+        let t = Instant::now();
+        let out = std::process::Command::new(go_client())
+            .arg("-socket")
+            .arg(&sock)
+            .args([
+                "-rpc",
+                "generate",
+                "-dir",
+                &d,
+                "-env",
+                "ARGOCD_ENV_MODE=hang",
+            ])
+            .args(["-timeout", "60s"])
+            .output()
+            .expect("go client");
+        (
+            parse_client_output(&out).expect_err("must fail"),
+            t.elapsed(),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let honest = go(s, "generate", &["-dir", dir]).expect("honest request");
+    assert_eq!(
+        honest["manifests"][0],
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm"}}"#
+    );
+    hang.join().expect("thread")
+}
+
+const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n";
+
+#[test]
+fn the_policy_wall_clock_kills_the_whole_request_and_names_itself() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[("wallSeconds: 300", "wallSeconds: 2")]);
+    let s = Server::start(
+        &plugin(SPEC),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let ((code, msg), took) = run_hang_and_honest(&s, r.path().to_str().expect("utf8"));
+    assert_eq!(code, 4, "DeadlineExceeded: {msg}");
+    assert!(
+        msg.contains("request wall clock exceeded (policy spec.limits.wallSeconds: 2)")
+            && msg.contains("was killed"),
+        "{msg}"
+    );
+    // 2 s, then TERM (ignored), KILL after 5 s.
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+    assert_nothing_left(&s, first, count);
+    // The server still serves.
+    go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("after");
+}
+
+#[test]
+fn argocd_exec_timeout_limits_each_command() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[]);
+    let s = Server::start_env(
+        &plugin(SPEC),
+        &["--policy", pol_file.to_str().expect("utf8")],
+        &[("ARGOCD_EXEC_TIMEOUT", "1500ms")],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let ((code, msg), took) = run_hang_and_honest(&s, r.path().to_str().expect("utf8"));
+    assert_eq!(code, 4, "DeadlineExceeded: {msg}");
+    assert!(
+        msg.contains("command timeout exceeded (ARGOCD_EXEC_TIMEOUT=1500ms)"),
+        "{msg}"
+    );
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+    assert_nothing_left(&s, first, count);
+}
+
+#[test]
+fn a_malformed_exec_timeout_stops_start_up() {
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::write(d.path().join("plugin.yaml"), plugin(SPEC)).expect("plugin.yaml");
+    let out = std::process::Command::new(bin())
+        .arg("--config-dir-path")
+        .arg(d.path())
+        .env("ARGOCD_PLUGINSOCKFILEPATH", d.path())
+        .env("ARGOCD_CMP_WORKDIR", d.path())
+        .env("ARGOCD_EXEC_TIMEOUT", "ninety")
+        .output()
+        .expect("serve");
+    assert_eq!(out.status.code(), Some(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ARGOCD_EXEC_TIMEOUT=ninety"), "{err}");
+}
