@@ -62,15 +62,33 @@ fn main() {
         std::os::unix::fs::PermissionsExt::from_mode(0o1733),
     )
     .expect("chmod");
-    // Its own UID range so that it never meets a running server's.
-    let pool = jail::uid::UidPool::from_image(300_000, 1000, Path::new("/")).expect("pool");
-    let runner = Confined::new(ConfinedConfig {
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_cmp-warden")),
-        work_root: work.path().to_path_buf(),
-        pool: Some(pool),
-        sandbox: Sandbox::from_policy(&policy, Some(filter)),
-        log_args: Vec::new(),
-    });
+    let make_runner = |first: u32, cgroups| {
+        // Its own UID range so that it never meets a running server's.
+        let pool = jail::uid::UidPool::from_image(first, 1000, Path::new("/")).expect("pool");
+        Confined::new(ConfinedConfig {
+            exe: PathBuf::from(env!("CARGO_BIN_EXE_cmp-warden")),
+            work_root: work.path().to_path_buf(),
+            pool: Some(pool),
+            sandbox: Sandbox::from_policy(&policy, Some(filter.clone())),
+            log_args: Vec::new(),
+            cgroups,
+        })
+    };
+    let runner = make_runner(300_000, None);
+    // The same with per-request cgroups (v1 here: memory, pids, cpu), for their cost.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let cg_runner =
+        jail::cgroup::detect(Path::new("/sys/fs/cgroup"), &own, None, "cmp-warden-bench")
+            .and_then(|l| jail::cgroup::prepare(&l, std::process::id()).map(|_| l))
+            .ok()
+            .map(|layout| {
+                let limits = jail::cgroup::CgroupLimits {
+                    memory_bytes: policy.limits.memory_bytes,
+                    pids: policy.limits.pids,
+                    cpu_millis: policy.limits.cpu_millis,
+                };
+                make_runner(301_000, Some((layout, limits)))
+            });
     let src = tempfile::tempdir().expect("tmp");
     std::fs::write(src.path().join("a.yaml"), "a: 1\n").expect("write");
     let mut tgz = Vec::new();
@@ -89,7 +107,9 @@ fn main() {
     };
     let mut i = 0u64;
     let mut split: Vec<(Duration, Duration)> = Vec::new();
-    let mut request = |config: &plugin::PluginConfig| {
+    let mut request = |runner: &Confined,
+                       config: &plugin::PluginConfig,
+                       split: &mut Vec<(Duration, Duration)>| {
         i += 1;
         let spec = RequestSpec {
             op: Operation::Generate,
@@ -152,8 +172,11 @@ fn main() {
     });
     let one = yaml(false);
     let two = yaml(true);
-    let req1 = time(n, || request(&one));
-    let req2 = time(n, || request(&two));
+    let req1 = time(n, || request(&runner, &one, &mut split));
+    let req2 = time(n, || request(&runner, &two, &mut Vec::new()));
+    let req_cg = cg_runner
+        .as_ref()
+        .map(|r| time(n, || request(r, &one, &mut Vec::new())));
 
     let exec_ms = median(split.iter().map(|s| s.0).collect());
     let reclaim_ms = median(split.iter().map(|s| s.1).collect());
@@ -202,6 +225,13 @@ fn main() {
         r2,
         p90(req2)
     );
+    let cg_ms = req_cg.map(|v| (median(v.clone()), p90(v)));
+    if let Some((m, p)) = cg_ms {
+        println!(
+            "{:<58} {:>8.3} {:>8.3}",
+            "cmp-warden request with a per-request cgroup (v1)", m, p
+        );
+    }
     println!(
         "{:<58} {:>8.3}",
         "  of which: jail (spawn, confine, extract, run, reply)", exec_ms
@@ -211,6 +241,12 @@ fn main() {
         "  of which: reclaim (helper, kill, remove, release)", reclaim_ms
     );
     println!();
+    if let Some((m, _)) = cg_ms {
+        println!(
+            "per-request cgroup cost (create, join, read back, remove): {:.3} ms",
+            m - r1
+        );
+    }
     println!("per-request overhead over bare:  ours {:.3} ms", r1 - b);
     if let Some(m) = bw {
         println!("                                 bwrap {:.3} ms", m - b);
@@ -230,6 +266,7 @@ fn main() {
         "per_command_ms": r2 - r1,
         "runner_command_ms": rc,
         "jail_ms": exec_ms,
+        "request_with_cgroup_ms": cg_ms.map(|c| c.0),
         "reclaim_ms": reclaim_ms,
     });
     println!("{json}");

@@ -142,3 +142,113 @@ fn a_malformed_exec_timeout_stops_start_up() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ARGOCD_EXEC_TIMEOUT=ninety"), "{err}");
 }
+
+fn cgroup_v1_available() -> bool {
+    if Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists()
+        || Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+    {
+        return true;
+    }
+    eprintln!("SKIP: no cgroup hierarchy mounted at /sys/fs/cgroup");
+    false
+}
+
+/// `ARGOCD_ENV_MODE=bomb-memory`: allocate far past the limit; `bomb-fork`: a fork bomb;
+/// otherwise print the manifest.
+const BOMBS: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        case \"$ARGOCD_ENV_MODE\" in\n          bomb-memory) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;\n          bomb-fork) b() { b | b & }; b; sleep 30 ;;\n        esac\n        cat cm.yaml\n";
+
+#[test]
+fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed() {
+    if !is_root() || !cgroup_v1_available() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(
+        &pol_file,
+        &[
+            ("require: [uniqueUid,", "require: [cgroups, uniqueUid,"),
+            ("memoryBytes: 1Gi", "memoryBytes: 96Mi"),
+            ("pids: 512", "pids: 48"),
+            ("wallSeconds: 300", "wallSeconds: 6"),
+        ],
+    );
+    let s = Server::start(
+        &plugin(BOMBS),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    assert!(
+        s.logs().contains("per-request cgroups enabled"),
+        "{}",
+        s.logs()
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    go_client();
+    let bomb = |mode: &'static str| {
+        let sock = s.sock.clone();
+        let d = dir.clone();
+        std::thread::spawn(move || {
+            let out = std::process::Command::new(go_client())
+                .arg("-socket")
+                .arg(&sock)
+                .args(["-rpc", "generate", "-dir", &d, "-env"])
+                .arg(format!("ARGOCD_ENV_MODE={mode}"))
+                .args(["-timeout", "60s"])
+                .output()
+                .expect("go client");
+            parse_client_output(&out).expect_err("a bomb must fail")
+        })
+    };
+    let mem = bomb("bomb-memory");
+    let fork = bomb("bomb-fork");
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..3 {
+        let v = go(&s, "generate", &["-dir", &dir]).expect("honest request beside the bombs");
+        assert_eq!(
+            v["manifests"][0],
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm"}}"#
+        );
+    }
+    let (code, msg) = mem.join().expect("thread");
+    assert_eq!(code, 8, "ResourceExhausted: {msg}");
+    assert!(
+        msg.contains("memory limit exceeded (policy spec.limits.memoryBytes: 100663296)"),
+        "{msg}"
+    );
+    // The fork bomb is stopped by the pids limit (forks fail; the shell may give up at once)
+    // or, if its top shell survives, by the wall clock; either way the error names the limit.
+    let (code, msg) = fork.join().expect("thread");
+    let by_pids = code == 8 && msg.contains("process limit reached (policy spec.limits.pids: 48)");
+    let by_clock = code == 4
+        && msg.contains("request wall clock exceeded (policy spec.limits.wallSeconds: 6)");
+    assert!(by_pids || by_clock, "{code}: {msg}");
+    assert_nothing_left(&s, first, count);
+    // No request cgroup is left behind.
+    let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
+    if let Some(path) = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))
+    {
+        let base = Path::new("/sys/fs/cgroup/memory")
+            .join(path.trim_start_matches('/'))
+            .join(format!("cmp-warden-{first}"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left: Vec<_> = std::fs::read_dir(&base)
+                .map(|r| {
+                    r.flatten()
+                        .filter(|e| e.path().is_dir())
+                        .map(|e| e.path())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "request cgroups left: {left:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    go(&s, "generate", &["-dir", &dir]).expect("still serving");
+}

@@ -70,6 +70,14 @@ pub fn jail_main() -> i32 {
     let span = tracing::info_span!("jail", request = %header.name);
     let _e = span.enter();
 
+    // 0. Join the request's cgroup first, so everything that follows is accounted and bounded.
+    if let Some(cg) = &header.cgroup
+        && let Err(e) = cg.join_self()
+    {
+        return reply(&internal(format!(
+            "sandbox: joining the request cgroup: {e}"
+        )));
+    }
     let (report, dir) = match confine(&header.sandbox, &header.work_root, &header.name) {
         Ok(r) => r,
         Err(e) => {

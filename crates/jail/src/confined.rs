@@ -21,6 +21,8 @@ use crate::request::{Operation, Outcome, RequestError, RequestSpec};
 use crate::run::KILL_GRACE;
 use crate::uid::{Lease, UidPool, processes_in_range};
 
+/// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
+const NPROC_HEADROOM: u64 = 16;
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);
 /// How long a jail may take to clean up after replying (or to stop after a cancel: the
@@ -40,6 +42,8 @@ pub struct ConfinedConfig {
     pub sandbox: Sandbox,
     /// Arguments for the jail's logging (e.g. `--loglevel`, `info`).
     pub log_args: Vec<String>,
+    /// Per-request cgroups (prepared layout and limits); `None` when unavailable.
+    pub cgroups: Option<(crate::cgroup::Layout, crate::cgroup::CgroupLimits)>,
 }
 
 /// What a request left for reclaim: its lease and its (possibly still cleaning) jail.
@@ -47,6 +51,7 @@ pub struct ConfinedConfig {
 struct Pending {
     lease: Option<Lease>,
     jail: Option<Child>,
+    cgroup: Option<crate::cgroup::RequestCgroup>,
 }
 
 /// Runs every request in a jail process.
@@ -146,6 +151,23 @@ impl Confined {
         let child = cmd.spawn()?;
         crate::reaper::track(child.id() as i32);
         Ok(child)
+    }
+
+    /// Kill what is left in the request's cgroup (v2 `cgroup.kill`; v1 relies on the UID-wide
+    /// kill) and remove it, waiting briefly for exiting processes. Returns whether it is gone.
+    fn remove_cgroup(cg: &crate::cgroup::RequestCgroup) -> bool {
+        let _ = cg.kill();
+        let start = Instant::now();
+        while !cg.is_empty() && start.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        match cg.remove() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "request cgroup not removed");
+                false
+            }
+        }
     }
 
     /// Wait for a jail that has replied and is cleaning up; `None` if it takes longer than
@@ -334,8 +356,29 @@ impl Confined {
     ) -> Result<Reply, RequestError> {
         let name = Self::name_of(spec)?;
         let creds = self.lease(&name)?;
+        let cgroup = match &self.cfg.cgroups {
+            Some((layout, limits)) => {
+                let cg = crate::cgroup::create(layout, &name, limits)
+                    .map_err(|e| internal(e.to_string()))?;
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(name.clone())
+                    .or_default()
+                    .cgroup = Some(cg.clone());
+                Some(cg)
+            }
+            None => None,
+        };
         let mut sandbox = self.cfg.sandbox.clone();
         sandbox.creds = creds;
+        // With a pids cgroup, RLIMIT_NPROC (same count, per UID) stays a backstop just above
+        // it, so the cgroup refuses first and the failure can be named from `pids.events`.
+        if let (Some(cg), Some((_, limits))) = (&cgroup, &self.cfg.cgroups)
+            && cg.has("pids")
+        {
+            sandbox.rlimits.processes = limits.pids.saturating_add(NPROC_HEADROOM);
+        }
         let header = Header {
             op,
             config: spec.config.clone(),
@@ -355,6 +398,7 @@ impl Confined {
             name: name.clone(),
             sandbox,
             probe_writes: self.probe_writes.clone(),
+            cgroup: cgroup.clone(),
         };
         let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
         let mut child = self
@@ -449,8 +493,27 @@ impl Confined {
         if let Some(w) = watcher {
             let _ = w.join();
         }
+        let stats = cgroup.as_ref().map(|c| c.stats());
+        if let Some(s) = stats {
+            tracing::debug!(
+                peak_memory_bytes = s.peak_memory_bytes,
+                oom_kills = s.oom_kills,
+                pids_refused = s.pids_refused,
+                "request cgroup"
+            );
+        }
+        let oom = stats.is_some_and(|s| s.oom_kills > 0);
+        let limits = self.cfg.cgroups.as_ref().map(|(_, l)| *l);
+        let oom_error = |detail: &str| RequestError::Remote {
+            kind: ErrorKind::ResourceExhausted,
+            message: format!(
+                "memory limit exceeded (policy spec.limits.memoryBytes: {}): the kernel killed a process of the request{detail}",
+                limits.map_or(0, |l| l.memory_bytes)
+            ),
+        };
         let raw = match raw {
             Some(Ok(Some(raw))) => raw,
+            _ if oom => return Err(oom_error("")),
             Some(Ok(None)) | None => {
                 return Err(match cancel.reason() {
                     Some(_) => RequestError::Remote {
@@ -462,7 +525,36 @@ impl Confined {
             }
             Some(Err(e)) => return Err(e),
         };
-        serde_json::from_slice(&raw).map_err(|e| internal(format!("bad reply from the jail: {e}")))
+        let reply: Reply = serde_json::from_slice(&raw)
+            .map_err(|e| internal(format!("bad reply from the jail: {e}")))?;
+        // Forks refused by the cgroup, or the task count at the limit (RLIMIT_NPROC, set to the
+        // same value for the unique UID, usually refuses first).
+        let pids_hit = stats
+            .is_some_and(|s| s.pids_refused > 0 || limits.is_some_and(|l| s.pids_peak >= l.pids));
+        Ok(match reply {
+            Reply::Err { message, .. } if oom => {
+                let RequestError::Remote { kind, message } = oom_error(&format!(": {message}"))
+                else {
+                    unreachable!()
+                };
+                Reply::Err {
+                    kind,
+                    message,
+                    report: None,
+                }
+            }
+            // A failure after forks were refused: name the limit (the tool's own message,
+            // e.g. "Cannot fork", follows).
+            Reply::Err { message, .. } if pids_hit => Reply::Err {
+                kind: ErrorKind::ResourceExhausted,
+                message: format!(
+                    "process limit reached (policy spec.limits.pids: {}): {message}",
+                    limits.map_or(0, |l| l.pids)
+                ),
+                report: None,
+            },
+            other => other,
+        })
     }
 }
 
@@ -533,7 +625,11 @@ impl Runner for Confined {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name)
             .unwrap_or_default();
-        let Pending { lease, mut jail } = pending;
+        let Pending {
+            lease,
+            mut jail,
+            cgroup,
+        } = pending;
         // Fast path: the jail killed its UID's other processes and emptied its directory
         // after replying; all that is left is the empty directory entry in the work root
         // (which the supervisor owns, so it may remove it from the sticky directory).
@@ -541,6 +637,7 @@ impl Runner for Confined {
             .as_mut()
             .and_then(Self::wait_bounded)
             .is_some_and(|s| s.success());
+        let cgroup_gone = cgroup.as_ref().is_none_or(Self::remove_cgroup);
         let fast = jail_clean
             && rustix::fs::unlinkat(
                 rustix::fs::CWD,
@@ -548,7 +645,7 @@ impl Runner for Confined {
                 rustix::fs::AtFlags::REMOVEDIR,
             )
             .is_ok();
-        if fast {
+        if fast && cgroup_gone {
             if let (Some(pool), Some(lease)) = (&self.pool, lease) {
                 pool.lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -567,6 +664,7 @@ impl Runner for Confined {
             // Killed by the helper if it was still running: collect it.
             let _ = Self::wait(&mut c);
         }
+        let cgroup_gone = cgroup_gone || cgroup.as_ref().is_none_or(Self::remove_cgroup);
         let Some(lease) = lease else {
             if let Err(e) = res {
                 tracing::error!(error = %e, "reclaim failed");
@@ -588,7 +686,7 @@ impl Runner for Confined {
             ),
             Err(rustix::io::Errno::NOENT)
         );
-        match (&res, left.is_empty(), dir_gone) {
+        match (&res, left.is_empty(), dir_gone && cgroup_gone) {
             (Ok(()), true, true) => {
                 if let Some(pool) = &self.pool {
                     pool.lock()

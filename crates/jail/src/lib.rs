@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod cancel;
+pub mod cgroup;
 pub mod child;
 pub mod confine;
 pub mod confined;

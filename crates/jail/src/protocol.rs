@@ -61,6 +61,9 @@ pub struct Header {
     /// write into once confined (the self-test; the work root is always tried).
     #[serde(default)]
     pub probe_writes: Vec<PathBuf>,
+    /// The request's cgroup, joined before anything else.
+    #[serde(default)]
+    pub cgroup: Option<crate::cgroup::RequestCgroup>,
 }
 
 /// How a failure maps onto the client's error classes (the server turns these into gRPC codes).

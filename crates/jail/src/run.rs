@@ -171,40 +171,66 @@ struct Capture {
     over: bool,
 }
 
+/// How long, after the command's group is gone, its output is still awaited: a process that
+/// left the group (a daemon) may hold the pipe open indefinitely; what it has not written by
+/// then is dropped (and the jail kills it with the rest of the UID).
+const PIPE_DRAIN: Duration = Duration::from_secs(2);
+
+/// A pipe being read on its own thread; the capture is shared so a reader that never sees EOF
+/// can be abandoned without losing what it read.
+struct Reader {
+    capture: Arc<std::sync::Mutex<Capture>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Reader {
+    fn finish(self, wait: Duration) -> Capture {
+        let _ = self.done.recv_timeout(wait);
+        let mut c = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        Capture {
+            data: std::mem::take(&mut c.data),
+            over: c.over,
+        }
+    }
+}
+
 fn reader(
     mut src: impl Read + Send + 'static,
     cap: u64,
     over: Arc<AtomicBool>,
     token: CancelToken,
-) -> thread::JoinHandle<Capture> {
+) -> Reader {
+    let capture = Arc::new(std::sync::Mutex::new(Capture {
+        data: Vec::new(),
+        over: false,
+    }));
+    let (tx, done) = std::sync::mpsc::channel();
+    let shared = capture.clone();
     thread::spawn(move || {
-        let mut data = Vec::new();
         let mut buf = [0u8; 64 * 1024];
-        let mut over_cap = false;
         loop {
             match src.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    if over_cap {
+                    let mut c = shared.lock().unwrap_or_else(|e| e.into_inner());
+                    if c.over {
                         continue; // keep draining so the writer is not blocked while we kill it
                     }
-                    if data.len() as u64 + n as u64 > cap {
-                        over_cap = true;
+                    if c.data.len() as u64 + n as u64 > cap {
+                        c.over = true;
                         over.store(true, Ordering::SeqCst);
                         token.poke();
                         continue;
                     }
-                    data.extend_from_slice(&buf[..n]);
+                    c.data.extend_from_slice(&buf[..n]);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             }
         }
-        Capture {
-            data,
-            over: over_cap,
-        }
-    })
+        let _ = tx.send(());
+    });
+    Reader { capture, done }
 }
 
 /// Run `spec` until it exits, `deadline` passes, `cancel` fires or an output budget is exceeded.
@@ -308,14 +334,8 @@ pub fn run(
     let status = child.wait();
     crate::reaper::untrack(pid);
     let status = status.map_err(|e| CmdError::Start(e.to_string()))?;
-    let out = out_t.join().unwrap_or(Capture {
-        data: Vec::new(),
-        over: false,
-    });
-    let err = err_t.join().unwrap_or(Capture {
-        data: Vec::new(),
-        over: false,
-    });
+    let out = out_t.finish(PIPE_DRAIN);
+    let err = err_t.finish(PIPE_DRAIN);
     tracing::debug!(pid, status = %status, ms = started.elapsed().as_millis() as u64, "command finished");
 
     if out.over || err.over {

@@ -128,6 +128,14 @@ impl UidPool {
         self.in_use -= 1;
     }
 
+    /// Start leasing at `offset` into the range (a one-shot `render` picks a random one so it
+    /// rarely meets a running server's or another render's identities).
+    pub fn start_at(&mut self, offset: usize) {
+        if !self.leased.is_empty() {
+            self.cursor = offset % self.leased.len();
+        }
+    }
+
     /// Identities currently leased.
     pub fn in_use(&self) -> usize {
         self.in_use

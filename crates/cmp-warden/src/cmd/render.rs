@@ -64,11 +64,13 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     let (buf, _) = super::client::pack(&a.dir, &a.exclude)?;
     let base = policy.passed_env(std::env::vars());
     let work = tempfile_dir()?;
-    let runner = super::sandbox::build(&policy, &work, log_args)?.runner;
-    let spec = |op| RequestSpec {
+    let built = super::sandbox::build(&policy, &work, log_args, super::sandbox::Owner::OneShot)?;
+    let runner = built.runner;
+    let spec = |op: Operation| RequestSpec {
         op,
         config: config.clone(),
-        tree: work.join(format!("{op:?}")),
+        // Unique per request: the name also names the request's cgroup.
+        tree: work.join(format!("{op:?}-{}", uuid::Uuid::new_v4())),
         app_rel_path: a.app_rel_path.clone(),
         env: plugin::env::compose(&base, &a.env),
         archive: archive::Options::default(),
@@ -119,6 +121,9 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         Ok(())
     })();
     let _ = std::fs::remove_dir_all(&work);
+    if let Some(layout) = &built.cgroups {
+        jail::cgroup::remove_instance(layout);
+    }
     result
 }
 

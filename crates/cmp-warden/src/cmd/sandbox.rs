@@ -28,11 +28,29 @@ pub struct Built {
     pub privileges: Privileges,
     /// Seccomp filter size (instructions).
     pub seccomp_instructions: usize,
+    /// The cgroup layout in use, if any.
+    pub cgroups: Option<jail::cgroup::Layout>,
 }
 
-/// Create the runner (fails closed on what the policy requires), sweep leftovers of a
-/// previous run in `work_root`.
-pub fn build(policy: &Policy, work_root: &Path, log_args: Vec<String>) -> anyhow::Result<Built> {
+/// Who the runner is for: the long-lived server owns its UID range and cgroup directory (and
+/// sweeps a previous run's leftovers); a one-shot `render` shares them with whatever else runs
+/// and must not sweep anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// `serve`: sweeps leftovers at start-up.
+    Server,
+    /// `render`: a random start in the UID range, its own cgroup directory, no sweep.
+    OneShot,
+}
+
+/// Create the runner (fails closed on what the policy requires); as [`Owner::Server`], sweep
+/// leftovers of a previous run in `work_root`.
+pub fn build(
+    policy: &Policy,
+    work_root: &Path,
+    log_args: Vec<String>,
+    owner: Owner,
+) -> anyhow::Result<Built> {
     let required = |p| policy.require.contains(&p);
     let privileges = jail::privilege::detect();
     let mapped = privileges.range_mapped(policy.uid_first, policy.uid_count);
@@ -78,30 +96,30 @@ pub fn build(policy: &Policy, work_root: &Path, log_args: Vec<String>) -> anyhow
         check_searchable(work_root)?;
     }
     let pool = if unique_uid {
-        Some(UidPool::from_image(
-            policy.uid_first,
-            policy.uid_count,
-            Path::new("/"),
-        )?)
+        let mut pool = UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))?;
+        if owner == Owner::OneShot {
+            pool.start_at(uuid::Uuid::new_v4().as_u128() as usize);
+        }
+        Some(pool)
     } else {
         None
     };
     let sandbox = Sandbox::from_policy(policy, seccomp);
+    let instance = match owner {
+        Owner::Server => format!("cmp-warden-{}", policy.uid_first),
+        Owner::OneShot => format!("cmp-warden-render-{}", std::process::id()),
+    };
+    let cgroups = cgroups(policy, &instance)?;
     let runner = Confined::new(ConfinedConfig {
         exe: PathBuf::from("/proc/self/exe"),
         work_root: work_root.to_path_buf(),
         pool,
         sandbox,
         log_args,
+        cgroups: cgroups.clone(),
     });
-    let removed = runner
-        .sweep()
-        .map_err(|e| anyhow::anyhow!("start-up sweep: {e}"))?;
-    if removed > 0 {
-        tracing::info!(
-            removed,
-            "removed request directories left by a previous run"
-        );
+    if owner == Owner::Server {
+        sweep(&runner, cgroups.as_ref().map(|c| &c.0))?;
     }
     // Sticky and world-writable but not listable: jails (as their leased UID) create their own
     // directory here and cannot see or remove anyone else's.
@@ -114,7 +132,72 @@ pub fn build(policy: &Policy, work_root: &Path, log_args: Vec<String>) -> anyhow
         runner,
         privileges,
         seccomp_instructions,
+        cgroups: cgroups.map(|c| c.0),
     })
+}
+
+/// Kill a previous run's processes in the UID range, remove its request directories and
+/// request cgroups.
+fn sweep(runner: &Confined, cgroups: Option<&jail::cgroup::Layout>) -> anyhow::Result<()> {
+    let removed = runner
+        .sweep()
+        .map_err(|e| anyhow::anyhow!("start-up sweep: {e}"))?;
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "removed request directories left by a previous run"
+        );
+    }
+    if let Some(layout) = cgroups {
+        let n = jail::cgroup::sweep(layout);
+        if n > 0 {
+            tracing::info!(
+                removed = n,
+                "removed request cgroups left by a previous run"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Per-request cgroups: detected (v2, a configured delegated directory in
+/// `CMP_WARDEN_CGROUP_ROOT`, or v1) and prepared; required → fail closed, else a loud warning.
+fn cgroups(
+    policy: &Policy,
+    instance: &str,
+) -> anyhow::Result<Option<(jail::cgroup::Layout, jail::cgroup::CgroupLimits)>> {
+    let configured = std::env::var_os("CMP_WARDEN_CGROUP_ROOT").map(PathBuf::from);
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let found = jail::cgroup::detect(
+        Path::new("/sys/fs/cgroup"),
+        &own,
+        configured.as_deref(),
+        instance,
+    )
+    .and_then(|layout| {
+        let ctls = jail::cgroup::prepare(&layout, std::process::id())?;
+        Ok((layout, ctls))
+    });
+    match found {
+        Ok((layout, ctls)) => {
+            tracing::info!(?layout, controllers = ?ctls, "per-request cgroups enabled");
+            Ok(Some((
+                layout,
+                jail::cgroup::CgroupLimits {
+                    memory_bytes: policy.limits.memory_bytes,
+                    pids: policy.limits.pids,
+                    cpu_millis: policy.limits.cpu_millis,
+                },
+            )))
+        }
+        Err(e) if policy.require.contains(&Protection::Cgroups) => {
+            bail!("policy {:?} requires cgroups: {e}", policy.name)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "CGROUPS UNAVAILABLE: memory, pids and CPU are bounded by rlimits only");
+            Ok(None)
+        }
+    }
 }
 
 /// Jails reach their directory (and commands their cwd, `$HOME`, `$TMPDIR`) by path as the

@@ -141,7 +141,8 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     // Nothing of a previous run survives: the sweep kills leftover processes and removes
     // leftover request directories, each as its owner.
     let work_dir = work_parent.join("_cmp_server");
-    let mut built = super::sandbox::build(&policy, &work_dir, log_args)?;
+    let mut built =
+        super::sandbox::build(&policy, &work_dir, log_args, super::sandbox::Owner::Server)?;
     // The start-up self-test: the confined extractor must fail to write here.
     built.runner.set_probe_writes(vec![
         std::path::absolute(&a.config_dir_path)?,
