@@ -37,7 +37,9 @@ struct SuidBin {
 
 impl SuidBin {
     fn new() -> SuidBin {
-        let dir = PathBuf::from(format!("/var/tmp/cmpw-suid-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = PathBuf::from(format!("/var/tmp/cmpw-suid-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -124,6 +126,60 @@ fn assert_denied(d: &BTreeMap<String, String>, expected: &[(&str, &str)]) {
     assert!(allowed.is_empty(), "attacks got through: {allowed:?}");
 }
 
+/// With per-request namespaces (the default policy, as root here): what changes from
+/// [`EXPECTED`]. Paths under /tmp (the test servers' directories) resolve into the request's
+/// own tmpfs, where they do not exist; other processes are not visible; the network is the
+/// request's own loopback. "private" = it touched only the request's own tmpfs (the test checks
+/// the host side).
+const EXPECTED_NS: &[(&str, &str)] = &[
+    // UID 0 does not exist in the request's user namespace.
+    ("setuid0", "denied:EINVAL"),
+    ("plugin_config", "denied:ENOENT"),
+    ("plugin_config.list", "denied:ENOENT"),
+    ("supervisor.environ", "denied:ENOENT"),
+    ("supervisor.signal", "denied:ESRCH"),
+    ("write./tmp", "private"),
+    ("write.socket_dir", "denied:ENOENT"),
+    ("ns.hostname", "cmp-warden"),
+    ("ns.interfaces", "lo"),
+];
+
+/// Namespaced expectations for the concurrent-request attacks.
+const EXPECTED_NS_SERVER: &[(&str, &str)] = &[
+    ("other_tree.list", "denied:ENOENT"),
+    ("other_tree.read", "denied:ENOENT"),
+    ("other_tree.write", "denied:ENOENT"),
+    ("victim.environ", "denied:ENOENT"),
+    ("victim.signal", "denied:ESRCH"),
+    ("victim.ptrace", "denied:EPERM"),
+    ("server_socket", "denied:ENOENT"),
+    // Abstract sockets belong to a network namespace: the host's is not there at all.
+    ("abstract_socket", "denied:ECONNREFUSED"),
+];
+
+/// `base` with `overrides` replacing entries of the same key (and adding new ones).
+fn with(
+    base: &[(&'static str, &'static str)],
+    overrides: &[(&'static str, &'static str)],
+) -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<_> = base
+        .iter()
+        .filter(|(k, _)| !overrides.iter().any(|(o, _)| o == k))
+        .copied()
+        .collect();
+    v.extend_from_slice(overrides);
+    v
+}
+
+/// The request saw only its own few processes.
+fn assert_private_pids(d: &BTreeMap<String, String>) {
+    let n: usize = d["ns.processes"].parse().expect("count");
+    assert!(
+        n <= 8,
+        "the request sees {n} processes: not a private PID namespace"
+    );
+}
+
 /// What each attack must end with (the errno shows which layer stopped it).
 const EXPECTED: &[(&str, &str)] = &[
     ("etc_shadow", "denied:EACCES"),
@@ -161,6 +217,20 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
     if !is_root() {
         return;
     }
+    hostile_generator_through_the_server(false);
+}
+
+#[test]
+fn hostile_generator_through_the_server_with_namespaces() {
+    if !is_root() {
+        return;
+    }
+    hostile_generator_through_the_server(true);
+}
+
+/// The attack run; `namespaces` false runs it with `spec.namespaces: []`, so each layer below
+/// the namespaces (unique UID, Landlock, seccomp) is proven on its own.
+fn hostile_generator_through_the_server(namespaces: bool) {
     let suid = SuidBin::new();
     // Control: the setuid binary really escalates when no_new_privs is not set.
     let control = Command::new("setpriv")
@@ -177,10 +247,12 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     let suid_dir = suid.dir.to_str().expect("utf8");
-    let (first, count) = write_policy(
-        &pol_file,
-        &[("readOnly: [/usr,", &format!("readOnly: [{suid_dir}, /usr,"))],
-    );
+    let suid_edit = format!("readOnly: [{suid_dir}, /usr,");
+    let mut edits = vec![("readOnly: [/usr,", suid_edit.as_str())];
+    if !namespaces {
+        edits.push(NO_NAMESPACES);
+    }
+    let (first, count) = write_policy(&pol_file, &edits);
     let s = Server::start(PLUGIN, &["--policy", pol_file.to_str().expect("utf8")]);
     // The supervisor itself kept only CAP_SETUID, CAP_SETGID and CAP_SETPCAP (bits 6, 7, 8),
     // bounding set included.
@@ -212,7 +284,7 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
     tcp.set_nonblocking(true).expect("nonblocking");
     let port = tcp.local_addr().expect("addr").port().to_string();
-    let abstract_name = format!("cmpw-abstract-{}", std::process::id());
+    let abstract_name = format!("cmpw-abstract-{}-{namespaces}", std::process::id());
     let abstract_listener = {
         use std::os::linux::net::SocketAddrExt;
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
@@ -302,15 +374,22 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
         // Landlock ABI 6 scoping: no connecting to abstract sockets made outside the domain.
         ("abstract_socket", "denied:EPERM"),
     ]);
+    if namespaces {
+        expected = with(&with(&expected, EXPECTED_NS), EXPECTED_NS_SERVER);
+        assert_private_pids(&d);
+    }
     assert_denied(&d, &expected);
     assert!(
         d["setuid_binary"].starts_with("denied:nnp uid="),
         "setuid binary: {}",
         d["setuid_binary"]
     );
-    assert!(
+    // Without namespaces the socket is reachable by path, and the server's peer-UID check
+    // refuses the connection.
+    assert_eq!(
         s.logs()
-            .contains("connection refused: peer uid not allowed")
+            .contains("connection refused: peer uid not allowed"),
+        !namespaces
     );
     // The start-up self-test ran the real extractor confined: only its own directory worked.
     let enforced = s
@@ -387,7 +466,7 @@ fn render_runs_the_same_jail() {
             "--env",
             "ARGOCD_ENV_WORK_ROOT=/tmp",
             "--env",
-            "ARGOCD_ENV_SUP_PID=1",
+            &format!("ARGOCD_ENV_SUP_PID={}", std::process::id()),
             "--env",
             "ARGOCD_ENV_SOCKET_DIR=/run",
             "--env",
@@ -410,7 +489,25 @@ fn render_runs_the_same_jail() {
     let d: BTreeMap<String, String> = serde_json::from_value(doc["data"].clone()).expect("data");
     assert_status_lines(&d, first, count);
     assert_legit(&d);
-    assert_denied(&d, EXPECTED);
+    // The default policy: namespaces. /tmp (the "work root" given) is the request's own tmpfs.
+    assert_private_pids(&d);
+    let expected = with(
+        EXPECTED,
+        &[
+            ("plugin_config", "denied:ENOENT"),
+            ("plugin_config.list", "denied:ENOENT"),
+            ("work_root.list", "private"),
+            ("work_root.write", "private"),
+            ("supervisor.environ", "denied:ENOENT"),
+            ("supervisor.signal", "denied:ESRCH"),
+            ("write./tmp", "private"),
+            ("setuid0", "denied:EINVAL"),
+            ("ns.hostname", "cmp-warden"),
+            ("ns.interfaces", "lo"),
+        ],
+    );
+    assert_denied(&d, &expected);
+    assert!(!PathBuf::from("/tmp").join("planted").exists());
     assert!(!PathBuf::from("/tmp").join(&mark).exists());
     assert!(!PathBuf::from("/").join(&mark).exists());
 }
@@ -488,10 +585,14 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     );
 
     // Explicitly allowed: starts, says so loudly, and Landlock alone keeps the request in its
-    // directory even though the shared UID owns the work root.
+    // directory even though the shared UID owns the work root (namespaces off: this proves the
+    // Landlock layer by itself).
     write_policy(
         &pol,
-        &[("require: [uniqueUid, noNewPrivs,", "require: [noNewPrivs,")],
+        &[
+            ("require: [uniqueUid, noNewPrivs,", "require: [noNewPrivs,"),
+            NO_NAMESPACES,
+        ],
     );
     let mut child = serve_unprivileged(root.path(), &pol, &[]);
     let sock = root.path().join("plugins/attack.sock");

@@ -86,6 +86,10 @@ pub fn jail_main() -> i32 {
         }
     };
     tracing::debug!(?report, us = t0.elapsed().as_micros() as u64, "confined");
+    if rustix::process::getpid().is_init() {
+        // PID 1 of the request's namespace: orphans of the commands are ours to reap.
+        crate::reaper::start_orphan_reaper();
+    }
     let unique_uid = report.unique_uid;
     let code = run_confined(header, report, &dir);
     tracing::debug!(us = t0.elapsed().as_micros() as u64, "replied");
@@ -96,11 +100,7 @@ pub fn jail_main() -> i32 {
     code
 }
 
-fn run_confined(
-    header: Header,
-    report: crate::confine::Report,
-    _dir: &std::os::fd::OwnedFd,
-) -> i32 {
+fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::fd::OwnedFd) -> i32 {
     let deadline = header
         .deadline_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
@@ -109,10 +109,11 @@ fn run_confined(
     let op = match header.op {
         JailOp::Probe => {
             let mut report = report;
-            let base = header.work_root.join(&header.name);
+            let base = report.request_dir.clone();
             let mut targets = vec![base.join(HOME_DIR), header.work_root.clone()];
             targets.extend(header.probe_writes.iter().cloned());
-            report.self_test = self_test(&base.join(REPO_DIR), &targets);
+            let private = report.namespaces.disk_bytes.is_some().then_some(dir);
+            report.self_test = self_test(&base.join(REPO_DIR), &targets, private);
             return reply(&Reply::Ok {
                 outcome: None,
                 report,
@@ -122,7 +123,7 @@ fn run_confined(
         JailOp::Match => Operation::Match,
         JailOp::Parameters => Operation::Parameters,
     };
-    let base = header.work_root.join(&header.name);
+    let base = report.request_dir.clone();
     let mut env = header.env.clone();
     env.retain(|(k, _)| k != "HOME" && k != "TMPDIR");
     env.push(("HOME".into(), base.join(HOME_DIR).display().to_string()));
@@ -168,18 +169,40 @@ fn run_confined(
                 }
                 _ => e.kind(),
             };
+            // A failure on a full request tmpfs is the disk limit, whatever the tool said.
+            let (kind, message) = match report.namespaces.disk_bytes {
+                Some(limit) if disk_full(dir) => (
+                    ErrorKind::ResourceExhausted,
+                    format!("disk limit reached (policy spec.limits.diskBytes: {limit}): {e}"),
+                ),
+                _ => (kind, e.to_string()),
+            };
             reply(&Reply::Err {
                 kind,
-                message: e.to_string(),
+                message,
                 report: Some(report),
             })
         }
     }
 }
 
+/// Whether the request's tmpfs has (almost) no blocks or inodes left.
+fn disk_full(dir: &std::os::fd::OwnedFd) -> bool {
+    rfs::fstatvfs(dir).is_ok_and(|st| {
+        // A few pages may stay free when a write of a larger block failed.
+        st.f_bavail.saturating_mul(st.f_bsize) < 64 * 1024 || st.f_favail == 0
+    })
+}
+
 /// The confinement self-test: pack a one-file tree and run the real extractor, confined, into
-/// each target. Only targets inside the request directory can succeed.
-fn self_test(repo: &Path, targets: &[PathBuf]) -> Vec<(String, String)> {
+/// each target. Only targets inside the request directory can succeed — or, with a private
+/// tmpfs (`private`: the request directory on it), targets that the mount namespace replaced
+/// by the request's own tmpfs (reported as "private", the real directory being unreachable).
+fn self_test(
+    repo: &Path,
+    targets: &[PathBuf],
+    private: Option<&std::os::fd::OwnedFd>,
+) -> Vec<(String, String)> {
     let mut tgz = Vec::new();
     let packed = std::fs::write(repo.join("probe.txt"), b"probe\n")
         .and_then(|()| archive::pack_dir(repo, &|_| false, &mut tgz));
@@ -188,7 +211,8 @@ fn self_test(repo: &Path, targets: &[PathBuf]) -> Vec<(String, String)> {
     }
     targets
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(i, t)| {
             let outcome = archive::DirWriter::open_root(t)
                 .and_then(|root| {
                     archive::DirWriter::new(root, archive::Resolver::Auto)?
@@ -199,7 +223,17 @@ fn self_test(repo: &Path, targets: &[PathBuf]) -> Vec<(String, String)> {
                     archive::extract(&tgz[..], &mut w, &archive::Options::default())
                         .map_err(|e| e.to_string())
                 });
+            let on_private_tmpfs = || {
+                private.is_some_and(|tree| {
+                    rfs::open(t, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                        .is_ok_and(|fd| crate::namespaces::same_filesystem(&fd, tree))
+                })
+            };
             let outcome = match outcome {
+                Ok(_) if i > 0 && on_private_tmpfs() => {
+                    "private: the request's own tmpfs here; the real directory is not reachable"
+                        .to_owned()
+                }
                 Ok(_) => "extracted".to_owned(),
                 Err(e) => format!("denied: {e}"),
             };

@@ -6,16 +6,19 @@
 //!
 //! Order (docs/supervisor.md mirrors it):
 //!  1. `setsid` — a new session and process group, detached from any terminal;
-//!  2. rlimits (NOFILE, FSIZE, CORE=0, NPROC when the UID is unique);
+//!  2. rlimits (NOFILE, FSIZE, CORE=0, DATA, AS; NPROC when the UID is unique);
 //!  3. bounding set emptied (needs CAP_SETPCAP, so it must precede the UID switch);
 //!  4. `setgroups([])`, `setresgid`, `setresuid` to the lease — read back and verified;
 //!  5. ambient, inheritable, permitted and effective capabilities cleared — read back;
-//!  6. not dumpable (same-UID commands cannot open our /proc fds or memory);
-//!  7. `no_new_privs`;
-//!  8. the request directory created as the leased UID (0700) with `repo/`, `home/`, `tmp/`;
-//!  9. Landlock: the request directory read-write, the policy's paths, TCP denied when
-//!     `network: none`, abstract-socket and signal scoping;
-//! 10. seccomp, installed once; every command the jail starts inherits it.
+//!  6. the request directory created as the leased UID (0700);
+//!  7. namespaces (user → mount with the request's tmpfs, IPC, UTS, network, cgroup, PID with a
+//!     fork so the jail is the namespace's init), then steps 3 and 5 again inside the new user
+//!     namespace, which handed out a full set;
+//!  8. not dumpable (same-UID commands cannot open our /proc fds or memory);
+//!  9. `no_new_privs`;
+//! 10. Landlock: the request directory read-write (and the private `/tmp`), the policy's paths,
+//!     TCP denied when `network: none`, abstract-socket and signal scoping;
+//! 11. seccomp, installed once; every command the jail starts inherits it.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -30,6 +33,7 @@ use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 use serde::{Deserialize, Serialize};
 
+use crate::namespaces::{DiskLimit, NamespaceReport, NamespaceSet};
 use crate::seccomp::CompiledFilter;
 
 /// The Landlock ABI whose access rights this build requests and was tested against (Linux
@@ -54,6 +58,10 @@ pub struct Rlimits {
     pub file_size_bytes: u64,
     /// RLIMIT_NPROC (only meaningful, and only applied, with a unique UID).
     pub processes: u64,
+    /// RLIMIT_DATA (private writable memory per process; a heap backstop without cgroups).
+    pub data_bytes: u64,
+    /// RLIMIT_AS (virtual address space per process; generous: Go and V8 reserve a lot).
+    pub address_space_bytes: u64,
 }
 
 /// Everything the jail applies to itself (built by the supervisor from the policy).
@@ -74,6 +82,10 @@ pub struct Sandbox {
     pub rlimits: Rlimits,
     /// Protections whose failure aborts the request.
     pub require: Vec<Protection>,
+    /// Namespaces to create per request (best effort unless `namespaces` is required).
+    pub namespaces: NamespaceSet,
+    /// The request's tmpfs (with a mount namespace).
+    pub disk: DiskLimit,
 }
 
 impl Sandbox {
@@ -89,8 +101,25 @@ impl Sandbox {
                 open_files: p.limits.open_files,
                 file_size_bytes: p.limits.file_size_bytes,
                 processes: p.limits.pids,
+                data_bytes: p.limits.data_bytes,
+                address_space_bytes: p.limits.address_space_bytes,
             },
             require: p.require.clone(),
+            namespaces: NamespaceSet {
+                mount: p.namespaces.mount,
+                pid: p.namespaces.pid,
+                // Egress needs the host's network.
+                net: p.namespaces.net && p.network == NetworkMode::None,
+                ipc: p.namespaces.ipc,
+                uts: p.namespaces.uts,
+                cgroup: p.namespaces.cgroup,
+            },
+            disk: DiskLimit {
+                bytes: p.limits.disk_bytes,
+                // Every archive entry plus room for what the commands create; inodes cost
+                // kernel memory, so they are bounded too.
+                inodes: p.archive.entries.saturating_mul(2).saturating_add(65_536),
+            },
         }
     }
 }
@@ -124,6 +153,12 @@ pub struct Report {
     pub degraded: Vec<String>,
     /// The jail's own /proc/self/status lines that prove the above (Uid … Seccomp_filters).
     pub status: Vec<String>,
+    /// Namespaces created for the request.
+    #[serde(default)]
+    pub namespaces: NamespaceReport,
+    /// The request directory as the request's commands see it.
+    #[serde(default)]
+    pub request_dir: PathBuf,
     /// Probe only: the extractor run, confined, into each directory: ("path", outcome) where
     /// outcome is "extracted" or "denied: <error>". Only the request's own directory may say
     /// "extracted".
@@ -141,7 +176,7 @@ pub struct ConfineError {
     pub why: String,
 }
 
-fn fail(step: &'static str, why: impl ToString) -> ConfineError {
+pub(crate) fn fail(step: &'static str, why: impl ToString) -> ConfineError {
     ConfineError {
         step,
         why: why.to_string(),
@@ -211,20 +246,15 @@ pub fn confine(
     set_rlimit(Resource::Core, 0)?;
     set_rlimit(Resource::Nofile, sb.rlimits.open_files)?;
     set_rlimit(Resource::Fsize, sb.rlimits.file_size_bytes)?;
+    set_rlimit(Resource::Data, sb.rlimits.data_bytes)?;
+    set_rlimit(Resource::As, sb.rlimits.address_space_bytes)?;
     if sb.creds.is_some() {
         // Per real UID: only meaningful when the UID belongs to this request alone.
         set_rlimit(Resource::Nproc, sb.rlimits.processes)?;
     }
 
     // 3. Bounding set: needs CAP_SETPCAP, which the UID switch below takes away.
-    let caps = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
-    if caps.effective.contains(CapabilitySet::SETPCAP) {
-        for n in 0..=last_cap() {
-            let c = CapabilitySet::from_bits_retain(1u64 << n);
-            rustix::thread::remove_capability_from_bounding_set(c)
-                .map_err(|e| fail("bounding set", format!("cap {n}: {e}")))?;
-        }
-    }
+    clear_bounding_set()?;
 
     // 4. Credentials, checked by reading them back.
     let mut unique_uid = false;
@@ -255,19 +285,46 @@ pub fn confine(
     }
 
     // 5. Every capability set, read back.
-    match rustix::thread::clear_ambient_capability_set() {
-        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
-        Err(e) => return Err(fail("ambient capabilities", e)),
-    }
-    let empty = CapabilitySets {
-        effective: CapabilitySet::empty(),
-        permitted: CapabilitySet::empty(),
-        inheritable: CapabilitySet::empty(),
+    clear_capabilities()?;
+
+    // 6. The request directory, owned by the leased UID.
+    let base = crate::namespaces::canonical_base(work_root, name)?;
+    let ns_mount = sb.namespaces.mount;
+    let mut dir = make_request_dir(work_root, name, !ns_mount)?;
+
+    // 7. Namespaces, then drop what the new user namespace handed out.
+    let me = Creds {
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
     };
-    rustix::thread::set_capabilities(None, empty).map_err(|e| fail("capset", e))?;
-    let now = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
-    if now != empty {
-        return Err(fail("capabilities", format!("still held: {now:?}")));
+    let entered = crate::namespaces::enter(sb.namespaces, me, &base, sb.disk)?;
+    let namespaces = entered.report;
+    match entered.dir {
+        Some(d) => dir = d,
+        None if ns_mount => {
+            // No mount namespace after all: the tree lives on the real filesystem.
+            make_subdirs(&dir)?;
+        }
+        None => {}
+    }
+    if namespaces.has("user") {
+        clear_bounding_set()?;
+        clear_capabilities()?;
+    }
+    if !namespaces.failed.is_empty() {
+        if required(Protection::Namespaces) {
+            return Err(fail(
+                "namespaces",
+                format!("required but not available: {:?}", namespaces.failed),
+            ));
+        }
+        degraded.push(format!("namespaces: {:?}", namespaces.failed));
+    }
+    if namespaces.disk_bytes.is_none() {
+        degraded.push(
+            "disk: no private tmpfs (no mount namespace); spec.limits.diskBytes not enforced, only RLIMIT_FSIZE per file"
+                .to_owned(),
+        );
     }
     let bounding_cleared = (0..=last_cap()).all(|n| {
         !rustix::thread::capability_is_in_bounding_set(CapabilitySet::from_bits_retain(1u64 << n))
@@ -277,22 +334,24 @@ pub fn confine(
         degraded.push("bounding set kept (no CAP_SETPCAP); no_new_privs and empty permitted/ambient sets still prevent regaining capabilities".to_owned());
     }
 
-    // 6. Not dumpable: commands of the same UID cannot reach our fds, memory or environ.
+    // 8. Not dumpable: commands of the same UID cannot reach our fds, memory or environ.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| fail("dumpable", e))?;
 
-    // 7. no_new_privs: setuid binaries and file capabilities grant nothing from here on.
+    // 9. no_new_privs: setuid binaries and file capabilities grant nothing from here on.
     rustix::thread::set_no_new_privs(true).map_err(|e| fail("no_new_privs", e))?;
     let no_new_privs = rustix::thread::no_new_privs().unwrap_or(false);
     if !no_new_privs {
         return Err(fail("no_new_privs", "did not read back as set"));
     }
 
-    // 8. The request directory, owned by the leased UID.
-    let dir = make_request_dir(work_root, name)?;
-
-    // 9. Landlock.
-    let ll = landlock(sb, &dir, required(Protection::Landlock))?;
+    // 10. Landlock.
+    let ll = landlock(
+        sb,
+        &dir,
+        namespaces.private_tmp,
+        required(Protection::Landlock),
+    )?;
     if ll.status == "none" {
         degraded.push("landlock: not enforced by this kernel".to_owned());
     } else if ll.status == "partial" {
@@ -302,7 +361,7 @@ pub fn confine(
         ));
     }
 
-    // 10. seccomp, last: it may deny calls the steps above needed.
+    // 11. seccomp, last: it may deny calls the steps above needed.
     let mut seccomp_filters = 0;
     match &sb.seccomp {
         Some(f) => match f.install() {
@@ -342,6 +401,8 @@ pub fn confine(
         degraded,
         status: status_lines(STATUS_KEYS),
         self_test: Vec::new(),
+        namespaces,
+        request_dir: base,
     };
     Ok((report, dir))
 }
@@ -353,7 +414,7 @@ pub const HOME_DIR: &str = "home";
 /// `$TMPDIR` of the commands.
 pub const TMP_DIR: &str = "tmp";
 
-fn make_request_dir(work_root: &Path, name: &str) -> Result<OwnedFd, ConfineError> {
+fn make_request_dir(work_root: &Path, name: &str, subdirs: bool) -> Result<OwnedFd, ConfineError> {
     let step = "request directory";
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(fail(step, format!("bad name {name:?}")));
@@ -373,11 +434,52 @@ fn make_request_dir(work_root: &Path, name: &str) -> Result<OwnedFd, ConfineErro
         Mode::empty(),
     )
     .map_err(|e| fail(step, e))?;
-    for sub in [REPO_DIR, HOME_DIR, TMP_DIR] {
-        rfs::mkdirat(&dir, sub, Mode::from_raw_mode(0o700)).map_err(|e| fail(step, e))?;
+    if subdirs {
+        make_subdirs(&dir)?;
     }
     rustix::process::umask(Mode::from_raw_mode(0o077));
     Ok(dir)
+}
+
+/// `repo/`, `home/` and `tmp/` in the request directory.
+pub(crate) fn make_subdirs(dir: &OwnedFd) -> Result<(), ConfineError> {
+    for sub in [REPO_DIR, HOME_DIR, TMP_DIR] {
+        rfs::mkdirat(dir, sub, Mode::from_raw_mode(0o700))
+            .map_err(|e| fail("request directory", e))?;
+    }
+    Ok(())
+}
+
+/// Empty the bounding set when CAP_SETPCAP is held (a no-op otherwise; reported by the caller).
+fn clear_bounding_set() -> Result<(), ConfineError> {
+    let caps = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
+    if caps.effective.contains(CapabilitySet::SETPCAP) {
+        for n in 0..=last_cap() {
+            let c = CapabilitySet::from_bits_retain(1u64 << n);
+            rustix::thread::remove_capability_from_bounding_set(c)
+                .map_err(|e| fail("bounding set", format!("cap {n}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Clear the ambient, inheritable, permitted and effective sets and read them back.
+fn clear_capabilities() -> Result<(), ConfineError> {
+    match rustix::thread::clear_ambient_capability_set() {
+        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+        Err(e) => return Err(fail("ambient capabilities", e)),
+    }
+    let empty = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    rustix::thread::set_capabilities(None, empty).map_err(|e| fail("capset", e))?;
+    let now = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
+    if now != empty {
+        return Err(fail("capabilities", format!("still held: {now:?}")));
+    }
+    Ok(())
 }
 
 struct LandlockResult {
@@ -387,7 +489,12 @@ struct LandlockResult {
     missing: Vec<PathBuf>,
 }
 
-fn landlock(sb: &Sandbox, dir: &OwnedFd, required: bool) -> Result<LandlockResult, ConfineError> {
+fn landlock(
+    sb: &Sandbox,
+    dir: &OwnedFd,
+    private_tmp: bool,
+    required: bool,
+) -> Result<LandlockResult, ConfineError> {
     let ll = |e: landlock::RulesetError| fail("landlock", e);
     let abi = TESTED_LANDLOCK_ABI;
     // Fail closed on the filesystem rights of ABI 1 when required; everything newer (refer,
@@ -413,6 +520,13 @@ fn landlock(sb: &Sandbox, dir: &OwnedFd, required: bool) -> Result<LandlockResul
     created = created
         .add_rule(PathBeneath::new(dir.as_fd(), AccessFs::from_all(abi)))
         .map_err(ll)?;
+    if private_tmp {
+        // /tmp is the request's own tmpfs (or its tree's tmp/) in its mount namespace.
+        let tmp = PathFd::new("/tmp").map_err(|e| fail("landlock", e))?;
+        created = created
+            .add_rule(PathBeneath::new(tmp, AccessFs::from_all(abi)))
+            .map_err(ll)?;
+    }
     let mut missing = Vec::new();
     let read = AccessFs::from_read(abi);
     let write = AccessFs::from_all(abi);

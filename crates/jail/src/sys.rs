@@ -1,12 +1,13 @@
-//! The one raw system call the safe wrappers cannot express: `kill(-1, SIGKILL)`.
+//! The raw system calls the safe wrappers cannot express. Every `unsafe` block of the project
+//! lives here, each with its SAFETY note; callers stay in safe code.
 #![allow(unsafe_code)]
 
 use std::io;
 
 /// Send SIGKILL to every process this process may signal (all of the caller's real UID's
-/// processes except itself). Called only by the reclaim helper after it switched to a
-/// request's unique UID, so "every process" means exactly that request's processes.
-/// Returns `Ok(false)` on ESRCH (no other process at all).
+/// processes except itself; inside a PID namespace, every other process of the namespace).
+/// Called only after switching to a request's unique UID, so "every process" means exactly
+/// that request's processes. Returns `Ok(false)` on ESRCH (no other process at all).
 pub fn kill_all_of_my_uid() -> io::Result<bool> {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours; -1 is the documented
     // "all permitted processes" target. rustix's `Pid` cannot express -1.
@@ -20,4 +21,77 @@ pub fn kill_all_of_my_uid() -> io::Result<bool> {
     } else {
         Err(e)
     }
+}
+
+/// `unshare(2)` for namespace flags only.
+pub fn unshare_namespaces(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
+    if flags.contains(rustix::thread::UnshareFlags::FILES) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: the hazard rustix marks unsafe is CLONE_FILES (threads seeing another fd
+    // table), refused above; namespace flags change no memory or fd of this process.
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)
+}
+
+/// The side of a [`fork_single_threaded`] the caller is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forked {
+    /// The original process; the child's PID.
+    Parent(i32),
+    /// The new process.
+    Child,
+}
+
+/// `fork(2)`, only when the calling process has exactly one thread (checked in
+/// `/proc/self/status`), so the child starts with consistent memory (no lock held by a thread
+/// that does not exist in it) and may go on running ordinary Rust.
+pub fn fork_single_threaded() -> io::Result<Forked> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    if threads != Some(1) {
+        return Err(io::Error::other(format!(
+            "fork refused: the jail must be single-threaded here (Threads: {threads:?})"
+        )));
+    }
+    // SAFETY: the process has a single thread (checked just above; the jail starts no thread
+    // before confinement), so no other thread can hold a lock or be mid-update of memory the
+    // child inherits; the child continues with ordinary, allocation-safe code.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        p => Ok(Forked::Parent(p)),
+    }
+}
+
+/// Bring the loopback interface of the current network namespace up (a new network namespace
+/// starts with `lo` down); needs CAP_NET_ADMIN over that namespace.
+pub fn loopback_up() -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let sock = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        None,
+    )?;
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the interface named in `req` and writes its flags into `req`,
+    // a valid, exclusively borrowed ifreq that outlives the call; `sock` is an open socket.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `ifru_flags` is the union member SIOCGIFFLAGS just filled in.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

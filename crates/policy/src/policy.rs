@@ -74,10 +74,24 @@ struct RawMeta {
     name: String,
 }
 
+/// A namespace the jail may create per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum RawNamespace {
+    Mount,
+    Pid,
+    Net,
+    Ipc,
+    Uts,
+    Cgroup,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawSpec {
     require: Vec<Protection>,
+    #[serde(default)]
+    namespaces: Option<Vec<RawNamespace>>,
     uid_range: RawUidRange,
     filesystem: RawFs,
     network: RawNetwork,
@@ -135,6 +149,10 @@ struct RawLimits {
     open_files: RawQty,
     file_size_bytes: RawQty,
     disk_bytes: RawQty,
+    #[serde(default)]
+    data_bytes: Option<RawQty>,
+    #[serde(default)]
+    address_space_bytes: Option<RawQty>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,8 +186,30 @@ pub struct Limits {
     pub open_files: u64,
     /// RLIMIT_FSIZE.
     pub file_size_bytes: u64,
-    /// The request tree plus what commands write.
+    /// The request tree plus what commands write (the size of its private tmpfs).
     pub disk_bytes: u64,
+    /// RLIMIT_DATA per process (default: the memory limit).
+    pub data_bytes: u64,
+    /// RLIMIT_AS per process (default: 64 GiB; Go and V8 reserve large ranges).
+    pub address_space_bytes: u64,
+}
+
+/// Namespaces the jail creates per request (best effort unless `namespaces` is required).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Namespaces {
+    /// Mount namespace with the request's tmpfs (`diskBytes`) and a private `/tmp`.
+    pub mount: bool,
+    /// PID namespace (and a private `/proc`).
+    pub pid: bool,
+    /// Network namespace with only loopback (only with `network: none`).
+    pub net: bool,
+    /// IPC namespace.
+    pub ipc: bool,
+    /// UTS namespace.
+    pub uts: bool,
+    /// cgroup namespace.
+    pub cgroup: bool,
 }
 
 /// Archive limits, validated (mapped onto `archive::Limits` by the caller).
@@ -202,6 +242,8 @@ pub struct Policy {
     pub name: String,
     /// Protections whose absence stops start-up.
     pub require: Vec<Protection>,
+    /// Namespaces per request.
+    pub namespaces: Namespaces,
     /// First leased UID/GID.
     pub uid_first: u32,
     /// How many UIDs may be leased.
@@ -412,7 +454,61 @@ impl Policy {
             open_files: qty(&l.open_files, "spec.limits.openFiles", 64)?,
             file_size_bytes: qty(&l.file_size_bytes, "spec.limits.fileSizeBytes", 1 << 20)?,
             disk_bytes: qty(&l.disk_bytes, "spec.limits.diskBytes", 1 << 20)?,
+            data_bytes: 0,
+            address_space_bytes: match &l.address_space_bytes {
+                Some(q) => qty(q, "spec.limits.addressSpaceBytes", 256 << 20)?,
+                None => 64 << 30,
+            },
         };
+        let limits = Limits {
+            data_bytes: match &l.data_bytes {
+                Some(q) => qty(q, "spec.limits.dataBytes", 16 << 20)?,
+                None => limits.memory_bytes,
+            },
+            ..limits
+        };
+        let namespaces = match &s.namespaces {
+            None => Namespaces {
+                mount: true,
+                pid: true,
+                net: true,
+                ipc: true,
+                uts: true,
+                cgroup: true,
+            },
+            Some(list) => {
+                let mut sorted = list.clone();
+                sorted.sort_by_key(|n| *n as u8);
+                if sorted.windows(2).any(|w| w[0] == w[1]) {
+                    return Err(invalid("spec.namespaces", "lists a namespace twice"));
+                }
+                let has = |n| list.contains(&n);
+                Namespaces {
+                    mount: has(RawNamespace::Mount),
+                    pid: has(RawNamespace::Pid),
+                    net: has(RawNamespace::Net),
+                    ipc: has(RawNamespace::Ipc),
+                    uts: has(RawNamespace::Uts),
+                    cgroup: has(RawNamespace::Cgroup),
+                }
+            }
+        };
+        if require.contains(&Protection::Namespaces)
+            && namespaces
+                == (Namespaces {
+                    mount: false,
+                    pid: false,
+                    net: false,
+                    ipc: false,
+                    uts: false,
+                    cgroup: false,
+                })
+        {
+            return Err(invalid(
+                "spec.require",
+                "requires namespaces but spec.namespaces lists none",
+            ));
+        }
         let archive = ArchiveLimits {
             compressed_bytes: qty(&a.compressed_bytes, "spec.archive.compressedBytes", 1024)?,
             extracted_bytes: qty(&a.extracted_bytes, "spec.archive.extractedBytes", 1024)?,
@@ -449,6 +545,7 @@ impl Policy {
         Ok(Policy {
             name: raw.metadata.name,
             require,
+            namespaces,
             uid_first: first,
             uid_count: count,
             read_only,

@@ -140,6 +140,13 @@ pub fn private_uid_range() -> (u32, u32) {
 
 /// Write the default policy with a private UID range and `edits` (from, to) applied, plus
 /// the default seccomp profile beside it. Returns the UID range.
+/// A policy edit that turns per-request namespaces off (to test the layers below them alone).
+#[allow(dead_code)] // not every test binary uses it
+pub const NO_NAMESPACES: (&str, &str) = (
+    "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+    "namespaces: []",
+);
+
 pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
     let (first, count) = private_uid_range();
     let mut text = include_str!("../../../../policies/default.yaml").replacen(

@@ -1,0 +1,366 @@
+//! Per-request namespaces, created by the jail itself after it switched to the leased UID.
+//!
+//! The supervisor holds no CAP_SYS_ADMIN, so the jail first creates a user namespace that maps
+//! only its own UID/GID onto themselves (unprivileged, like bubblewrap), which gives it the
+//! capabilities to create the others over its own resources: mount (a private tmpfs of
+//! `diskBytes` holding the request tree and `/tmp`), PID (the request sees only its own
+//! processes, and every process of it dies with the namespace's init), network (only a
+//! loopback), IPC, UTS and cgroup. Every capability of the new namespace is cleared again by
+//! the caller before any untrusted byte is read, and the seccomp profile forbids creating or
+//! joining namespaces afterwards.
+//!
+//! Everything here is best effort unless the policy requires `namespaces`; what was created is
+//! reported. Inside Kubernetes, the runtime's seccomp profile usually forbids `unshare`, so a
+//! sidecar normally reports "unavailable" here and relies on the unique UID, Landlock and
+//! cgroups.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{self as rfs, Mode, OFlags};
+use rustix::mount::{MountFlags, MountPropagationFlags};
+use rustix::thread::UnshareFlags;
+use serde::{Deserialize, Serialize};
+
+use crate::confine::{ConfineError, Creds, TMP_DIR, fail, make_subdirs};
+use crate::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
+
+/// Which namespaces to create per request (the policy's `spec.namespaces`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceSet {
+    /// Mount: a private tmpfs for the tree and `/tmp` (bounds disk use).
+    pub mount: bool,
+    /// PID: a private process tree (and `/proc` when a mount namespace exists).
+    pub pid: bool,
+    /// Network: loopback only.
+    pub net: bool,
+    /// System V IPC and POSIX message queues.
+    pub ipc: bool,
+    /// Hostname.
+    pub uts: bool,
+    /// cgroup paths.
+    pub cgroup: bool,
+}
+
+impl NamespaceSet {
+    /// Whether any namespace is asked for.
+    pub fn any(&self) -> bool {
+        self.mount || self.pid || self.net || self.ipc || self.uts || self.cgroup
+    }
+}
+
+/// The per-request filesystem (`diskBytes`) the mount namespace provides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskLimit {
+    /// tmpfs `size=`.
+    pub bytes: u64,
+    /// tmpfs `nr_inodes=` (inodes cost kernel memory too).
+    pub inodes: u64,
+}
+
+/// What was created (reported with every reply and by `doctor`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceReport {
+    /// Namespaces entered: `user`, `mount`, `pid`, `net`, `ipc`, `uts`, `cgroup`.
+    pub created: Vec<String>,
+    /// Asked for but not created, with the reason.
+    pub failed: Vec<String>,
+    /// A `/proc` of the request's own PID namespace is mounted.
+    pub private_proc: bool,
+    /// `/tmp` is the request's own (inside its tmpfs).
+    pub private_tmp: bool,
+    /// The request's tmpfs size, when one is mounted.
+    pub disk_bytes: Option<u64>,
+}
+
+impl NamespaceReport {
+    /// Whether `ns` was created.
+    pub fn has(&self, ns: &str) -> bool {
+        self.created.iter().any(|c| c == ns)
+    }
+}
+
+/// Where the request tree lives after [`enter`], and on which side of the PID fork we are.
+#[derive(Debug)]
+pub struct Entered {
+    /// What was created.
+    pub report: NamespaceReport,
+    /// The request directory, reopened inside the private tmpfs (None: unchanged).
+    pub dir: Option<OwnedFd>,
+}
+
+fn errno(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn write_proc(file: &str, text: &str) -> Result<(), ConfineError> {
+    std::fs::write(format!("/proc/self/{file}"), text)
+        .map_err(|e| fail("user namespace", format!("/proc/self/{file}: {e}")))
+}
+
+/// Create the namespaces in `want` (after the UID switch, before the capability clean-up,
+/// Landlock and seccomp). `base` is the request directory's absolute, canonical path, which
+/// already exists (empty, owned by the leased UID) on the real filesystem. With a PID
+/// namespace the process forks: the original waits for the new one (PID 1 of the namespace)
+/// and exits with its status, never returning.
+pub fn enter(
+    want: NamespaceSet,
+    creds: Creds,
+    base: &Path,
+    disk: DiskLimit,
+) -> Result<Entered, ConfineError> {
+    let mut report = NamespaceReport::default();
+    if !want.any() {
+        return Ok(Entered { report, dir: None });
+    }
+    // The UID switch made us non-dumpable, which makes /proc/self/*_map root-owned; nothing
+    // untrusted runs yet and no other process of this UID exists, so be dumpable while the maps
+    // are written (the caller sets it back before going on).
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable)
+        .map_err(|e| fail("user namespace", e))?;
+    if let Err(e) = unshare_namespaces(UnshareFlags::NEWUSER) {
+        report.failed.push(format!("user: {}", errno(e)));
+        for (on, n) in [
+            (want.mount, "mount"),
+            (want.pid, "pid"),
+            (want.net, "net"),
+            (want.ipc, "ipc"),
+            (want.uts, "uts"),
+            (want.cgroup, "cgroup"),
+        ] {
+            if on {
+                report.failed.push(format!("{n}: needs a user namespace"));
+            }
+        }
+        return Ok(Entered { report, dir: None });
+    }
+    report.created.push("user".into());
+    write_proc("setgroups", "deny")?;
+    write_proc("uid_map", &format!("{0} {0} 1\n", creds.uid))?;
+    write_proc("gid_map", &format!("{0} {0} 1\n", creds.gid))?;
+
+    for (on, flag, n) in [
+        (want.mount, UnshareFlags::NEWNS, "mount"),
+        (want.ipc, UnshareFlags::NEWIPC, "ipc"),
+        (want.uts, UnshareFlags::NEWUTS, "uts"),
+        (want.net, UnshareFlags::NEWNET, "net"),
+        (want.cgroup, UnshareFlags::NEWCGROUP, "cgroup"),
+    ] {
+        if !on {
+            continue;
+        }
+        match unshare_namespaces(flag) {
+            Ok(()) => report.created.push(n.into()),
+            Err(e) => report.failed.push(format!("{n}: {}", errno(e))),
+        }
+    }
+    if report.has("uts") {
+        rustix::system::sethostname(b"cmp-warden").map_err(|e| fail("uts namespace", e))?;
+    }
+    if report.has("net") {
+        loopback_up().map_err(|e| fail("network namespace", format!("lo up: {e}")))?;
+    }
+    let mut dir = None;
+    if report.has("mount") {
+        dir = Some(private_tree(base, disk, &mut report)?);
+    }
+    if want.pid {
+        match unshare_namespaces(UnshareFlags::NEWPID) {
+            Ok(()) => {
+                become_init()?;
+                report.created.push("pid".into());
+                if report.has("mount") {
+                    match rustix::mount::mount(
+                        "proc",
+                        "/proc",
+                        "proc",
+                        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                        None,
+                    ) {
+                        Ok(()) => report.private_proc = true,
+                        // A runtime's masked /proc paths make a fresh proc mount "too
+                        // revealing" (EPERM): the old /proc stays, other UIDs' entries still
+                        // closed by ptrace access checks.
+                        Err(e) => report.failed.push(format!("private /proc: {e}")),
+                    }
+                }
+            }
+            Err(e) => report.failed.push(format!("pid: {}", errno(e))),
+        }
+    }
+    Ok(Entered { report, dir })
+}
+
+/// Mount the request's tmpfs (size `disk`) so that both the request directory `base` and `/tmp`
+/// are inside it, and return the request directory reopened there (with `repo/`, `home/`,
+/// `tmp/`). If `base` is beneath `/tmp` (Argo CD's default work dir), the tmpfs goes on `/tmp`
+/// and `base` is recreated inside it; otherwise it goes on `base` and its `tmp/` is bound onto
+/// `/tmp`. Either way the real work root is unreachable or empty, and paths are unchanged.
+fn private_tree(
+    base: &Path,
+    disk: DiskLimit,
+    report: &mut NamespaceReport,
+) -> Result<OwnedFd, ConfineError> {
+    let step = "mount namespace";
+    // Nothing we mount may propagate back to the host.
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(|e| fail(step, format!("making / private: {e}")))?;
+    let opts = CString::new(format!(
+        "size={},nr_inodes={},mode=0700",
+        disk.bytes, disk.inodes
+    ))
+    .map_err(|e| fail(step, e))?;
+    let tmp = Path::new("/tmp");
+    let under_tmp = base.strip_prefix(tmp).ok().filter(|r| {
+        !r.as_os_str().is_empty() && r.components().all(|c| matches!(c, Component::Normal(_)))
+    });
+    let mount_tmpfs = |at: &Path| {
+        rustix::mount::mount(
+            "cmp-warden",
+            at,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            Some(opts.as_c_str()),
+        )
+        .map_err(|e| fail(step, format!("tmpfs on {}: {e}", at.display())))
+    };
+    let dir = match under_tmp {
+        Some(rel) => {
+            mount_tmpfs(tmp)?;
+            // Recreate the request directory's path inside the new /tmp.
+            let mut at = open_dir(tmp)?;
+            let mut parents = Vec::new();
+            for c in rel.components() {
+                rfs::mkdirat(&at, c.as_os_str(), Mode::from_raw_mode(0o700))
+                    .map_err(|e| fail(step, format!("{}: {e}", c.as_os_str().display())))?;
+                let next = openat_dir(&at, c.as_os_str())?;
+                parents.push(std::mem::replace(&mut at, next));
+            }
+            // The copies of the work root's ancestors are search-only, as the real, sticky,
+            // unlistable work root is: nothing can be listed or planted beside the tree.
+            for p in parents.iter().skip(1) {
+                rfs::fchmod(p, Mode::from_raw_mode(0o111)).map_err(|e| fail(step, e))?;
+            }
+            make_subdirs(&at)?;
+            at
+        }
+        None => {
+            mount_tmpfs(base)?;
+            let at = open_dir(base)?;
+            make_subdirs(&at)?;
+            if std::fs::symlink_metadata(tmp).is_ok_and(|m| m.is_dir()) {
+                rustix::mount::mount_bind(base.join(TMP_DIR), tmp)
+                    .map_err(|e| fail(step, format!("binding {TMP_DIR} on /tmp: {e}")))?;
+            }
+            at
+        }
+    };
+    report.private_tmp = true;
+    report.disk_bytes = Some(disk.bytes);
+    Ok(dir)
+}
+
+fn open_dir(p: &Path) -> Result<OwnedFd, ConfineError> {
+    rfs::open(
+        p,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| fail("mount namespace", format!("{}: {e}", p.display())))
+}
+
+fn openat_dir(at: &OwnedFd, name: &std::ffi::OsStr) -> Result<OwnedFd, ConfineError> {
+    rfs::openat(
+        at,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| fail("mount namespace", format!("{}: {e}", name.display())))
+}
+
+/// After `unshare(CLONE_NEWPID)`: fork; the child is PID 1 of the new namespace and returns;
+/// the parent stays outside it, waits, and exits with the child's status.
+fn become_init() -> Result<(), ConfineError> {
+    let step = "pid namespace";
+    // The child learns of the parent's death through this pipe as well as PDEATHSIG (which
+    // cannot cover a parent that died before the child set it).
+    let (alive_r, alive_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| fail(step, e))?;
+    match fork_single_threaded().map_err(|e| fail(step, e))? {
+        Forked::Parent(child) => {
+            drop(alive_r);
+            let code = wait_for_init(child);
+            drop(alive_w);
+            std::process::exit(code);
+        }
+        Forked::Child => {
+            drop(alive_w);
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(|e| fail(step, e))?;
+            let mut fds = [rustix::event::PollFd::new(
+                &alive_r,
+                rustix::event::PollFlags::IN,
+            )];
+            let ready = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec::default()))
+                .map_err(|e| fail(step, e))?;
+            if ready > 0 {
+                // Readable without data = the write end is closed: the parent is gone.
+                std::process::exit(1);
+            }
+            drop(alive_r);
+            Ok(())
+        }
+    }
+}
+
+/// The parent outside the PID namespace: hold nothing, wait for the namespace's init.
+fn wait_for_init(child: i32) -> i32 {
+    // Nothing here runs untrusted code, but drop what the user namespace gave anyway.
+    let _ = rustix::thread::set_capabilities(
+        None,
+        rustix::thread::CapabilitySets {
+            effective: rustix::thread::CapabilitySet::empty(),
+            permitted: rustix::thread::CapabilitySet::empty(),
+            inheritable: rustix::thread::CapabilitySet::empty(),
+        },
+    );
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    let Some(pid) = rustix::process::Pid::from_raw(child) else {
+        return 1;
+    };
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => {
+                if let Some(code) = status.exit_status() {
+                    return code;
+                }
+                if let Some(sig) = status.terminating_signal() {
+                    return 128 + sig;
+                }
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return 1,
+        }
+    }
+}
+
+/// Resolve the request directory's path for use inside the namespaces: absolute and without
+/// symlinks, so that "is it under /tmp" is answered about the real location.
+pub fn canonical_base(work_root: &Path, name: &str) -> Result<PathBuf, ConfineError> {
+    std::fs::canonicalize(work_root)
+        .map(|r| r.join(name))
+        .map_err(|e| fail("request directory", format!("{}: {e}", work_root.display())))
+}
+
+/// Whether `fd` lies on the request's own tmpfs `tree` (same device).
+pub fn same_filesystem(a: impl AsFd, b: impl AsFd) -> bool {
+    match (rfs::fstat(a), rfs::fstat(b)) {
+        (Ok(x), Ok(y)) => x.st_dev == y.st_dev,
+        _ => false,
+    }
+}
