@@ -50,7 +50,19 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    let policy = policy::Policy::default_policy().expect("policy");
+    let mut policy = policy::Policy::default_policy().expect("policy");
+    // BENCH_NAMESPACES=mount,pid,... (or "none") overrides the default policy's list.
+    if let Ok(list) = std::env::var("BENCH_NAMESPACES") {
+        let has = |n: &str| list.split(',').any(|x| x == n);
+        policy.namespaces = policy::Namespaces {
+            mount: has("mount"),
+            pid: has("pid"),
+            net: has("net"),
+            ipc: has("ipc"),
+            uts: has("uts"),
+            cgroup: has("cgroup"),
+        };
+    }
     let filter = jail::seccomp::compile(&policy.seccomp, policy.seccomp_mode, policy.network)
         .expect("seccomp");
     let work = tempfile::Builder::new()

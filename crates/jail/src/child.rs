@@ -29,12 +29,14 @@ fn reply(r: &Reply) -> i32 {
     if ok { 0 } else { 1 }
 }
 
-/// After replying: kill every other process of the (unique) UID — commands, and daemons that
-/// left their group or session — then empty the request directory. The supervisor only has to
-/// remove the then-empty directory entry. In the shared-UID model nothing may be killed by UID
-/// (it would hit the server), so only the directory is emptied.
+/// After replying: kill every other process of the request — commands, and daemons that left
+/// their group or session — then empty the request directory. The supervisor only has to
+/// remove the then-empty directory entry. `kill(-1)` reaches exactly the request's processes
+/// when the UID is unique or when the jail is the init of the request's own PID namespace; in
+/// the shared-UID model without one it would hit the server, so only the directory is emptied.
 fn clean_up(dir: &std::os::fd::OwnedFd, unique_uid: bool) -> bool {
-    let killed = !unique_uid || crate::sys::kill_all_of_my_uid().is_ok();
+    let own_pid_ns = rustix::process::getpid().is_init();
+    let killed = !(unique_uid || own_pid_ns) || crate::sys::kill_all_of_my_uid().is_ok();
     let emptied = archive::remove_contents(dir.as_fd()).is_ok();
     killed && emptied
 }

@@ -148,9 +148,7 @@ impl Confined {
                 Stdio::null()
             })
             .stderr(Stdio::inherit());
-        let child = cmd.spawn()?;
-        crate::reaper::track(child.id() as i32);
-        Ok(child)
+        crate::reaper::spawn_tracked(&mut cmd)
     }
 
     /// Kill what is left in the request's cgroup (v2 `cgroup.kill`; v1 relies on the UID-wide
@@ -207,16 +205,16 @@ impl Confined {
         let _ = std::thread::Builder::new()
             .name("jail-spare".into())
             .spawn(move || {
-                let child = Command::new(exe)
-                    .arg(JAIL_ARG)
-                    .args(log_args)
-                    .env_clear()
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::inherit())
-                    .spawn();
+                let child = crate::reaper::spawn_tracked(
+                    Command::new(exe)
+                        .arg(JAIL_ARG)
+                        .args(log_args)
+                        .env_clear()
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::inherit()),
+                );
                 if let Ok(c) = child {
-                    crate::reaper::track(c.id() as i32);
                     let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(mut old) = slot.replace(c) {
                         // Two requests raced to refill: keep one spare.

@@ -15,12 +15,15 @@ fn tracked() -> &'static Mutex<HashSet<i32>> {
     T.get_or_init(Mutex::default)
 }
 
-/// The runner spawned `pid` and will reap it.
-pub(crate) fn track(pid: i32) {
-    tracked()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(pid);
+/// Spawn a child the caller will reap, and track it atomically with its creation: a child that
+/// exits at once must never be mistaken for an orphan by a concurrent reaper pass.
+pub(crate) fn spawn_tracked(
+    cmd: &mut std::process::Command,
+) -> std::io::Result<std::process::Child> {
+    let mut set = tracked().lock().unwrap_or_else(|e| e.into_inner());
+    let child = cmd.spawn()?;
+    set.insert(child.id() as i32);
+    Ok(child)
 }
 
 /// The runner reaped `pid`.

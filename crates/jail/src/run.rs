@@ -83,7 +83,9 @@ pub enum CmdError {
         reason: CancelReason,
     },
     /// stdout or stderr exceeded its budget.
-    #[error("`{argv}` exceeded the {stream} limit of {limit} bytes and was killed")]
+    #[error(
+        "`{argv}` exceeded the {stream} limit of {limit} bytes (policy spec.limits.outputBytes) and was killed"
+    )]
     OutputLimit {
         /// argv.
         argv: String,
@@ -270,9 +272,9 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child: Child = cmd.spawn().map_err(|e| start_error(program, &e))?;
+    let mut child: Child =
+        crate::reaper::spawn_tracked(&mut cmd).map_err(|e| start_error(program, &e))?;
     let pid = child.id() as i32;
-    crate::reaper::track(pid);
     let started = Instant::now();
     tracing::debug!(pid, argv = %argv_log, cwd = %spec.cwd.display(), "command started");
 

@@ -5,6 +5,6 @@ pub mod policy;
 pub mod quantity;
 pub mod seccomp;
 
-pub use policy::{NetworkMode, Policy, PolicyError, Protection, SeccompMode};
+pub use policy::{Namespaces, NetworkMode, Policy, PolicyError, Protection, SeccompMode};
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;

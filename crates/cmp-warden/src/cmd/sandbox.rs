@@ -239,6 +239,9 @@ pub fn probe(built: &Built, policy: &Policy) -> anyhow::Result<Report> {
     if required(Protection::Seccomp) && report.seccomp_filters == 0 {
         missing.push("seccomp");
     }
+    if required(Protection::Namespaces) && !report.namespaces.failed.is_empty() {
+        missing.push("namespaces");
+    }
     if !missing.is_empty() {
         bail!(
             "policy {:?} requires {missing:?}, which this environment cannot enforce (probe: {report:?})",
@@ -273,6 +276,10 @@ pub fn log_enforced(built: &Built, policy: &Policy, report: &Report, kept_caps: 
         seccomp_instructions = built.seccomp_instructions,
         seccomp_mode = ?policy.seccomp_mode,
         network = ?policy.network,
+        namespaces = ?report.namespaces.created,
+        namespaces_unavailable = ?report.namespaces.failed,
+        private_proc = report.namespaces.private_proc,
+        disk_bytes = ?report.namespaces.disk_bytes,
         missing_paths = ?report.missing_paths,
         degraded = ?report.degraded,
         self_test = ?report.self_test,
