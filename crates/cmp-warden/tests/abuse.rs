@@ -130,7 +130,10 @@ impl Bed {
             std::thread::sleep(Duration::from_millis(50));
         }
         let logs = self.s.logs();
-        assert!(!logs.contains("quarantined"), "a UID was quarantined:\n{logs}");
+        assert!(
+            !logs.contains("quarantined"),
+            "a UID was quarantined:\n{logs}"
+        );
         self.honest(1);
     }
 }
@@ -214,7 +217,10 @@ fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
     // The flood went to the jail's budgeted reader, never to the supervisor: its peak RSS
     // grew by far less than the 200 MiB printed.
     let grown_kib = rss(&b).saturating_sub(before);
-    assert!(grown_kib < 32 * 1024, "supervisor peak RSS grew {grown_kib} KiB");
+    assert!(
+        grown_kib < 32 * 1024,
+        "supervisor peak RSS grew {grown_kib} KiB"
+    );
 }
 
 #[test]
