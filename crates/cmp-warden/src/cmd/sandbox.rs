@@ -30,6 +30,11 @@ pub struct Built {
     pub seccomp_instructions: usize,
     /// The cgroup layout in use, if any.
     pub cgroups: Option<jail::cgroup::Layout>,
+    /// The cgroup controllers limiting each request.
+    pub cgroup_controllers: Vec<String>,
+    /// Why a protection is unavailable here (protection name, reason); the ones the policy
+    /// requires stopped `build` already.
+    pub unavailable: Vec<(&'static str, String)>,
 }
 
 /// Who the runner is for: the long-lived server owns its UID range and cgroup directory (and
@@ -52,6 +57,7 @@ pub fn build(
     owner: Owner,
 ) -> anyhow::Result<Built> {
     let required = |p| policy.require.contains(&p);
+    let mut unavailable = Vec::new();
     let privileges = jail::privilege::detect();
     let mapped = privileges.range_mapped(policy.uid_first, policy.uid_count);
     let unique_uid = privileges.can_switch_uids() && mapped;
@@ -67,6 +73,7 @@ pub fn build(
                 privileges.euid
             )
         };
+        unavailable.push(("uniqueUid", why.clone()));
         if required(Protection::UniqueUid) {
             bail!(
                 "policy {:?} requires uniqueUid, but {why}. Run as root with only SETUID, SETGID and SETPCAP (docs: privilege models), or remove uniqueUid from spec.require to accept a shared UID",
@@ -85,6 +92,7 @@ pub fn build(
         Err(e) if required(Protection::Seccomp) => return Err(e.into()),
         Err(e) => {
             tracing::warn!(error = %e, "SECCOMP DISABLED: the profile does not compile here and the policy does not require it");
+            unavailable.push(("seccomp", e.to_string()));
             None
         }
     };
@@ -109,7 +117,13 @@ pub fn build(
         Owner::Server => format!("cmp-warden-{}", policy.uid_first),
         Owner::OneShot => format!("cmp-warden-render-{}", std::process::id()),
     };
-    let cgroups = cgroups(policy, &instance)?;
+    let (cgroups, cgroup_controllers) = match cgroups(policy, &instance)? {
+        Ok((cg, ctls)) => (Some(cg), ctls),
+        Err(why) => {
+            unavailable.push(("cgroups", why));
+            (None, Vec::new())
+        }
+    };
     let runner = Confined::new(ConfinedConfig {
         exe: PathBuf::from("/proc/self/exe"),
         work_root: work_root.to_path_buf(),
@@ -133,6 +147,8 @@ pub fn build(
         privileges,
         seccomp_instructions,
         cgroups: cgroups.map(|c| c.0),
+        cgroup_controllers,
+        unavailable,
     })
 }
 
@@ -160,12 +176,16 @@ fn sweep(runner: &Confined, cgroups: Option<&jail::cgroup::Layout>) -> anyhow::R
     Ok(())
 }
 
+/// The prepared layout and limits, and the controllers in use.
+type Cgroups = (
+    (jail::cgroup::Layout, jail::cgroup::CgroupLimits),
+    Vec<String>,
+);
+
 /// Per-request cgroups: detected (v2, a configured delegated directory in
-/// `CMP_WARDEN_CGROUP_ROOT`, or v1) and prepared; required → fail closed, else a loud warning.
-fn cgroups(
-    policy: &Policy,
-    instance: &str,
-) -> anyhow::Result<Option<(jail::cgroup::Layout, jail::cgroup::CgroupLimits)>> {
+/// `CMP_WARDEN_CGROUP_ROOT`, or v1) and prepared; required → fail closed (the outer error),
+/// else a loud warning and the reason (the inner error).
+fn cgroups(policy: &Policy, instance: &str) -> anyhow::Result<Result<Cgroups, String>> {
     let configured = std::env::var_os("CMP_WARDEN_CGROUP_ROOT").map(PathBuf::from);
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let found = jail::cgroup::detect(
@@ -181,21 +201,19 @@ fn cgroups(
     match found {
         Ok((layout, ctls)) => {
             tracing::info!(?layout, controllers = ?ctls, "per-request cgroups enabled");
-            Ok(Some((
-                layout,
-                jail::cgroup::CgroupLimits {
-                    memory_bytes: policy.limits.memory_bytes,
-                    pids: policy.limits.pids,
-                    cpu_millis: policy.limits.cpu_millis,
-                },
-            )))
+            let limits = jail::cgroup::CgroupLimits {
+                memory_bytes: policy.limits.memory_bytes,
+                pids: policy.limits.pids,
+                cpu_millis: policy.limits.cpu_millis,
+            };
+            Ok(Ok(((layout, limits), ctls)))
         }
         Err(e) if policy.require.contains(&Protection::Cgroups) => {
             bail!("policy {:?} requires cgroups: {e}", policy.name)
         }
         Err(e) => {
             tracing::warn!(error = %e, "CGROUPS UNAVAILABLE: memory, pids and CPU are bounded by rlimits only");
-            Ok(None)
+            Ok(Err(e.to_string()))
         }
     }
 }
