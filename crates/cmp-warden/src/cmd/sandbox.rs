@@ -293,6 +293,8 @@ pub fn log_enforced(built: &Built, policy: &Policy, report: &Report, kept_caps: 
         seccomp_filters = report.seccomp_filters,
         seccomp_instructions = built.seccomp_instructions,
         seccomp_mode = ?policy.seccomp_mode,
+        cgroup_controllers = ?built.cgroup_controllers,
+        unavailable = ?built.unavailable,
         network = ?policy.network,
         namespaces = ?report.namespaces.created,
         namespaces_unavailable = ?report.namespaces.failed,
