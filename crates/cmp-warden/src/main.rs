@@ -35,6 +35,8 @@ enum Command {
     /// Check or extract a tar.gz exactly as the server would.
     #[command(subcommand)]
     Archive(cmd::archive::ArchiveCmd),
+    /// Probe the sandbox as `serve` would and report, per protection, what is enforced here.
+    Doctor(cmd::doctor::DoctorArgs),
     /// Validate a sandbox policy file.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCmd),
@@ -43,7 +45,9 @@ enum Command {
 /// Invoked with no subcommand (as `argocd-cmp-server` is, possibly with flags such as
 /// `--config-dir-path`), behave as `serve`.
 fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    const SUBCOMMANDS: &[&str] = &["serve", "client", "render", "archive", "policy", "help"];
+    const SUBCOMMANDS: &[&str] = &[
+        "serve", "client", "render", "archive", "policy", "doctor", "help",
+    ];
     const TOP_LEVEL: &[&str] = &["-h", "--help", "-V", "--version"];
     let first = args.get(1).and_then(|a| a.to_str()).map(str::to_owned);
     let insert = match first.as_deref() {
@@ -100,9 +104,18 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let serving = matches!(command, Command::Serve(_));
-    let level = cli
-        .log_level
-        .unwrap_or_else(|| if serving { "info" } else { "warn" }.to_owned());
+    // doctor's report already says everything its probe logs would.
+    let quiet = matches!(command, Command::Doctor(_));
+    let level = cli.log_level.unwrap_or_else(|| {
+        if serving {
+            "info"
+        } else if quiet {
+            "error"
+        } else {
+            "warn"
+        }
+        .to_owned()
+    });
     let json = match cli.log_format.as_deref() {
         Some("json") => true,
         Some("text") => false,
@@ -121,6 +134,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::serve::run(a, log_args),
         Command::Client(a) => cmd::client::run(a),
         Command::Render(a) => cmd::render::run(a, log_args),
+        Command::Doctor(a) => cmd::doctor::run(a, log_args),
         Command::Archive(c) => cmd::archive::run(c),
         Command::Policy(c) => cmd::policy::run(c),
     }

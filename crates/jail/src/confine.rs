@@ -159,6 +159,12 @@ pub struct Report {
     /// The request directory as the request's commands see it.
     #[serde(default)]
     pub request_dir: PathBuf,
+    /// The rlimits in force (name, value) as read back after step 2.
+    #[serde(default)]
+    pub rlimits: Vec<(String, u64)>,
+    /// Landlock access rights the kernel enforces for this jail (filesystem, TCP, scopes).
+    #[serde(default)]
+    pub landlock_rights: Vec<String>,
     /// Probe only: the extractor run, confined, into each directory: ("path", outcome) where
     /// outcome is "extracted" or "denied: <error>". Only the request's own directory may say
     /// "extracted".
@@ -252,6 +258,20 @@ pub fn confine(
         // Per real UID: only meaningful when the UID belongs to this request alone.
         set_rlimit(Resource::Nproc, sb.rlimits.processes)?;
     }
+    let rlimits = [
+        ("CORE", Resource::Core),
+        ("NOFILE", Resource::Nofile),
+        ("FSIZE", Resource::Fsize),
+        ("DATA", Resource::Data),
+        ("AS", Resource::As),
+        ("NPROC", Resource::Nproc),
+    ]
+    .into_iter()
+    .map(|(n, r)| {
+        let v = rustix::process::getrlimit(r).maximum.unwrap_or(u64::MAX);
+        (n.to_owned(), v)
+    })
+    .collect();
 
     // 3. Bounding set: needs CAP_SETPCAP, which the UID switch below takes away.
     clear_bounding_set()?;
@@ -396,6 +416,8 @@ pub fn confine(
         landlock: ll.status.to_owned(),
         landlock_abi: ll.abi,
         landlock_tcp_denied: ll.tcp_denied,
+        landlock_rights: ll.rights,
+        rlimits,
         missing_paths: ll.missing,
         seccomp_filters,
         degraded,
@@ -482,10 +504,33 @@ fn clear_capabilities() -> Result<(), ConfineError> {
     Ok(())
 }
 
+/// The access rights a kernel of `abi` enforces for the ruleset built here (what this build
+/// asks for, capped at the kernel's ABI).
+fn enforced_rights(abi: Option<i32>, tcp_denied: bool, status: &str) -> Vec<String> {
+    let Some(abi) = abi.filter(|_| status != "none") else {
+        return Vec::new();
+    };
+    let eff = ABI::from(abi.min(TESTED_LANDLOCK_ABI as i32));
+    let mut v: Vec<String> = AccessFs::from_all(eff)
+        .iter()
+        .map(|r| format!("fs:{r:?}"))
+        .collect();
+    if tcp_denied {
+        v.extend(
+            AccessNet::from_all(eff)
+                .iter()
+                .map(|r| format!("net:{r:?}")),
+        );
+    }
+    v.extend(Scope::from_all(eff).iter().map(|r| format!("scope:{r:?}")));
+    v
+}
+
 struct LandlockResult {
     status: &'static str,
     abi: Option<i32>,
     tcp_denied: bool,
+    rights: Vec<String>,
     missing: Vec<PathBuf>,
 }
 
@@ -563,10 +608,12 @@ fn landlock(
     if required && s == "none" {
         return Err(fail("landlock", "required but not enforced by this kernel"));
     }
+    let tcp_denied = deny_tcp && kernel_abi.is_some_and(|a| a >= 4);
     Ok(LandlockResult {
         status: s,
         abi: kernel_abi,
-        tcp_denied: deny_tcp && kernel_abi.is_some_and(|a| a >= 4),
+        tcp_denied,
+        rights: enforced_rights(kernel_abi, tcp_denied, s),
         missing,
     })
 }

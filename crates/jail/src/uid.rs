@@ -136,6 +136,17 @@ impl UidPool {
         }
     }
 
+    /// Never lease `uid` (a one-shot run skips identities a running server's requests hold).
+    pub fn mark_busy(&mut self, uid: u32) {
+        if self.contains(uid) {
+            let i = (uid - self.first) as usize;
+            if !self.leased[i] {
+                self.leased[i] = true;
+                self.in_use += 1;
+            }
+        }
+    }
+
     /// Identities currently leased.
     pub fn in_use(&self) -> usize {
         self.in_use
@@ -155,6 +166,35 @@ impl UidPool {
     pub fn contains(&self, uid: u32) -> bool {
         uid >= self.first && ((uid - self.first) as usize) < self.leased.len()
     }
+}
+
+/// UIDs of `first..first+count` that some process under `proc_root` runs as (any of its
+/// real, effective, saved or filesystem UIDs).
+pub fn uids_in_use(proc_root: &Path, first: u32, count: u32) -> std::collections::BTreeSet<u32> {
+    let range = u64::from(first)..u64::from(first) + u64::from(count);
+    let Ok(rd) = std::fs::read_dir(proc_root) else {
+        return Default::default();
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .flat_map(|status| {
+            let uids = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .unwrap_or("")
+                .to_owned();
+            uids.split_whitespace()
+                .filter_map(|u| u.parse::<u64>().ok())
+                .filter(|u| range.contains(u))
+                .map(|u| u as u32)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// PIDs under `proc_root` (normally `/proc`) whose real, effective, saved or filesystem UID lies in
@@ -198,6 +238,12 @@ mod tests {
         let c = p.lease().unwrap();
         assert_eq!(c.uid(), 30002);
         let d = p.lease().unwrap();
+        let mut busy = UidPool::new(40000, 3, "", "").unwrap();
+        busy.mark_busy(40000);
+        busy.mark_busy(40001);
+        busy.mark_busy(50000); // outside: ignored
+        assert_eq!(busy.lease().unwrap().uid(), 40002);
+        assert!(busy.lease().is_err());
         assert_eq!(d.uid(), 30000);
         assert_eq!(p.lease(), Err(UidError::Exhausted(3)));
         assert_eq!(p.in_use(), 3);

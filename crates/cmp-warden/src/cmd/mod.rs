@@ -2,6 +2,7 @@
 
 pub mod archive;
 pub mod client;
+pub mod doctor;
 pub mod policy;
 pub mod render;
 pub mod sandbox;

@@ -107,6 +107,13 @@ pub fn build(
         let mut pool = UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))?;
         if owner == Owner::OneShot {
             pool.start_at(uuid::Uuid::new_v4().as_u128() as usize);
+            // A running server's requests hold some of these: never share one (its reclaim
+            // would kill the other's processes).
+            for uid in
+                jail::uid::uids_in_use(Path::new("/proc"), policy.uid_first, policy.uid_count)
+            {
+                pool.mark_busy(uid);
+            }
         }
         Some(pool)
     } else {
@@ -243,6 +250,18 @@ pub fn probe(built: &Built, policy: &Policy) -> anyhow::Result<Report> {
         .runner
         .probe()
         .map_err(|e| anyhow::anyhow!("sandbox probe failed: {e}"))?;
+    let missing = missing_required(&report, policy);
+    if !missing.is_empty() {
+        bail!(
+            "policy {:?} requires {missing:?}, which this environment cannot enforce (probe: {report:?})",
+            policy.name
+        );
+    }
+    Ok(report)
+}
+
+/// The protections `policy` requires that the probe `report` shows missing.
+pub fn missing_required(report: &Report, policy: &Policy) -> Vec<&'static str> {
     let required = |p| policy.require.contains(&p);
     let mut missing = Vec::new();
     if required(Protection::UniqueUid) && !report.unique_uid {
@@ -260,13 +279,7 @@ pub fn probe(built: &Built, policy: &Policy) -> anyhow::Result<Report> {
     if required(Protection::Namespaces) && !report.namespaces.failed.is_empty() {
         missing.push("namespaces");
     }
-    if !missing.is_empty() {
-        bail!(
-            "policy {:?} requires {missing:?}, which this environment cannot enforce (probe: {report:?})",
-            policy.name
-        );
-    }
-    Ok(report)
+    missing
 }
 
 /// Log exactly what is enforced (once, at start-up).

@@ -213,6 +213,21 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     };
     let report = super::sandbox::probe(&built, &policy)?;
     super::sandbox::log_enforced(&built, &policy, &report, &kept);
+    let doctor = super::doctor::assemble(
+        &policy,
+        &built.privileges,
+        &kept,
+        Some(&built),
+        Some(&report),
+        &a.socket_dir,
+        &work_parent,
+        None,
+    );
+    tracing::info!(
+        report = %serde_json::to_string(&doctor).unwrap_or_default(),
+        schema = super::doctor::SCHEMA,
+        "doctor report"
+    );
 
     let base_env = policy.passed_env(std::env::vars());
 

@@ -1,0 +1,683 @@
+//! `cmp-warden doctor`: build and probe the sandbox exactly as `serve` does and say, per
+//! protection, whether it is available here, whether the policy requires it, and what `serve`
+//! would do. The same report is logged once at `serve` start-up. JSON schema
+//! `cmp-warden.doctor/v1` (docs/doctor.md).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use jail::confine::Report;
+use jail::privilege::{PrivilegeModel, Privileges};
+use policy::{NetworkMode, Policy, Protection, SeccompMode};
+use serde::Serialize;
+
+use super::sandbox::{self, Built, Owner};
+
+/// Schema identifier of the JSON report; bumped on any incompatible change.
+pub const SCHEMA: &str = "cmp-warden.doctor/v1";
+
+/// `doctor` flags.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Sandbox policy file [default: the embedded policies/default.yaml].
+    #[arg(long, env = "CMP_WARDEN_POLICY")]
+    policy: Option<PathBuf>,
+    /// Print the report as JSON (schema cmp-warden.doctor/v1).
+    #[arg(long)]
+    json: bool,
+    /// Socket directory whose ownership to check.
+    #[arg(
+        long,
+        env = "ARGOCD_PLUGINSOCKFILEPATH",
+        default_value = "/home/argocd/cmp-server/plugins"
+    )]
+    socket_dir: PathBuf,
+    /// Parent of the work directory, as for `serve` [default: $TMPDIR or /tmp].
+    #[arg(long, env = "ARGOCD_CMP_WORKDIR")]
+    work_dir: Option<PathBuf>,
+}
+
+/// One protection's line.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    /// Stable name (`uniqueUid`, `landlock`, `namespace.pid`, …).
+    pub name: String,
+    /// Whether this environment provides it.
+    pub available: bool,
+    /// Whether the policy lists it in `spec.require` (serve refuses to start without it).
+    pub required: bool,
+    /// `enforced`, `partial`, `disabled` (the policy turned it off), `unavailable`, or `info`.
+    pub status: &'static str,
+    /// What was found, in words.
+    pub detail: String,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DoctorReport {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// cmp-warden's version.
+    pub version: &'static str,
+    /// Policy name.
+    pub policy: String,
+    /// SHA-256 of the policy text.
+    pub policy_sha256: String,
+    /// Detected privilege model.
+    pub privilege_model: PrivilegeModel,
+    /// Effective UID of the server.
+    pub euid: u32,
+    /// Capabilities the process held at start.
+    pub capabilities_held: Vec<String>,
+    /// Capabilities the supervisor keeps after its start-up drop (all others dropped).
+    pub capabilities_kept: Vec<String>,
+    /// Per protection.
+    pub checks: Vec<Check>,
+    /// `start` or `refuse`.
+    pub verdict: &'static str,
+    /// Why `serve` would refuse to start.
+    pub refusal: Option<String>,
+}
+
+impl DoctorReport {
+    /// Whether `serve` would start.
+    pub fn starts(&self) -> bool {
+        self.refusal.is_none()
+    }
+}
+
+/// Run `doctor`: exit 0 when `serve` would start, 1 when it would refuse, 2 on bad usage.
+pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
+    let policy = match sandbox::load_policy(a.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = diagnose(&policy, &a, log_args);
+    if a.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", render_text(&report));
+    }
+    if report.starts() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Build and probe as `serve` would (in a scratch work directory), dropping capabilities
+/// the same way first; on refusal, probe again with nothing required to show what exists.
+fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorReport {
+    let held = jail::privilege::detect();
+    let parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work = parent.join(format!("cmp-warden-doctor-{}", std::process::id()));
+    let mut refusal = None;
+    let attempt = sandbox::build(policy, &work, log_args.clone(), Owner::OneShot);
+    let (built, relaxed) = match attempt {
+        Ok(b) => (Some(b), None),
+        Err(e) => {
+            refusal = Some(format!("{e:#}"));
+            let mut relaxed = policy.clone();
+            relaxed.require.clear();
+            match sandbox::build(&relaxed, &work, log_args, Owner::OneShot) {
+                Ok(b) => (Some(b), Some(relaxed)),
+                Err(e2) => {
+                    refusal = Some(format!("{e:#} (and without requirements: {e2:#})"));
+                    (None, None)
+                }
+            }
+        }
+    };
+    // As serve: the supervisor keeps only what starting jails needs, then probes.
+    let kept = if held.euid == 0 || held.can_switch_uids() {
+        jail::privilege::drop_supervisor_capabilities().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let probed = built.as_ref().map(|b| {
+        let p = relaxed.as_ref().unwrap_or(policy);
+        sandbox::probe(b, p)
+    });
+    let report = match probed {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => {
+            refusal.get_or_insert_with(|| format!("{e:#}"));
+            None
+        }
+        None => None,
+    };
+    if let (Some(r), None) = (&report, &refusal) {
+        let missing = sandbox::missing_required(r, policy);
+        if !missing.is_empty() {
+            refusal = Some(format!(
+                "policy {:?} requires {missing:?}, which this environment cannot enforce",
+                policy.name
+            ));
+        }
+    }
+    if let Some(b) = &built
+        && let Some(layout) = &b.cgroups
+    {
+        jail::cgroup::remove_instance(layout);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    assemble(
+        policy,
+        &held,
+        &kept,
+        built.as_ref(),
+        report.as_ref(),
+        &a.socket_dir,
+        &parent,
+        refusal,
+    )
+}
+
+fn yes(b: bool) -> &'static str {
+    if b { "enforced" } else { "unavailable" }
+}
+
+/// The report from what start-up found (shared with `serve`).
+#[allow(clippy::too_many_arguments)]
+pub fn assemble(
+    policy: &Policy,
+    held: &Privileges,
+    kept: &[String],
+    built: Option<&Built>,
+    report: Option<&Report>,
+    socket_dir: &Path,
+    work_parent: &Path,
+    refusal: Option<String>,
+) -> DoctorReport {
+    let req = |p| policy.require.contains(&p);
+    let mut checks = Vec::new();
+    let mut push = |name: &str, available: bool, required: bool, status, detail: String| {
+        checks.push(Check {
+            name: name.to_owned(),
+            available,
+            required,
+            status,
+            detail,
+        })
+    };
+    let unavailable = |name: &str| {
+        built
+            .and_then(|b| b.unavailable.iter().find(|(n, _)| *n == name))
+            .map(|(_, why)| why.clone())
+    };
+    let no_probe = "the sandbox probe did not run".to_owned();
+
+    // Identity.
+    let unique = report.is_some_and(|r| r.unique_uid);
+    push(
+        "uniqueUid",
+        unique,
+        req(Protection::UniqueUid),
+        yes(unique),
+        if unique {
+            format!(
+                "each request runs as its own UID/GID from {}+{} (probe ran as {})",
+                policy.uid_first,
+                policy.uid_count,
+                report.map_or(0, |r| r.uid)
+            )
+        } else {
+            unavailable("uniqueUid").unwrap_or_else(|| no_probe.clone())
+        },
+    );
+    // Capabilities.
+    let cleared = report.is_some_and(|r| r.capabilities_cleared);
+    push(
+        "capabilities",
+        cleared,
+        true,
+        yes(cleared),
+        match report {
+            Some(r) => format!(
+                "commands hold none (effective, permitted, inheritable, ambient empty; bounding set {}); {}",
+                if r.bounding_cleared {
+                    "empty"
+                } else {
+                    "NOT empty: no CAP_SETPCAP"
+                },
+                status_caps(&r.status)
+            ),
+            None => no_probe.clone(),
+        },
+    );
+    push(
+        "supervisorCapabilities",
+        true,
+        false,
+        "info",
+        format!(
+            "held at start: {}; kept after the start-up drop: {}",
+            list(&held.effective),
+            list(kept)
+        ),
+    );
+    let nnp = report.is_some_and(|r| r.no_new_privs);
+    push(
+        "noNewPrivs",
+        nnp,
+        req(Protection::NoNewPrivs),
+        yes(nnp),
+        if nnp {
+            "set before exec: setuid/file-capability binaries gain nothing".into()
+        } else {
+            no_probe.clone()
+        },
+    );
+    // Landlock.
+    let (ll_status, ll_detail) = match report {
+        Some(r) => {
+            let s = match r.landlock.as_str() {
+                "full" => "enforced",
+                "partial" => "partial",
+                _ => "unavailable",
+            };
+            (
+                s,
+                format!(
+                    "kernel ABI {} (this build asks for ABI {}); enforced rights: {}{}",
+                    r.landlock_abi.map_or("none".into(), |a| a.to_string()),
+                    jail::confine::TESTED_LANDLOCK_ABI as i32,
+                    list(&r.landlock_rights),
+                    if r.missing_paths.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; policy paths missing here: {:?}", r.missing_paths)
+                    }
+                ),
+            )
+        }
+        None => ("unavailable", no_probe.clone()),
+    };
+    push(
+        "landlock",
+        ll_status != "unavailable",
+        req(Protection::Landlock),
+        ll_status,
+        ll_detail,
+    );
+    if policy.network == NetworkMode::None {
+        let tcp = report.is_some_and(|r| r.landlock_tcp_denied);
+        push(
+            "landlockNetwork",
+            tcp,
+            false,
+            yes(tcp),
+            if tcp {
+                "TCP bind and connect denied (network.mode: none)".into()
+            } else {
+                "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into()
+            },
+        );
+    }
+    // Seccomp.
+    let filters = report.map_or(0, |r| r.seccomp_filters);
+    push(
+        "seccomp",
+        filters > 0,
+        req(Protection::Seccomp),
+        match (filters > 0, policy.seccomp_mode) {
+            (false, _) => "unavailable",
+            (true, SeccompMode::Enforce) => "enforced",
+            (true, SeccompMode::Audit) => "partial",
+        },
+        if filters > 0 {
+            format!(
+                "{filters} filter(s), {} BPF instructions from {} in {} mode{}",
+                built.map_or(0, |b| b.seccomp_instructions),
+                policy.seccomp_profile.display(),
+                match policy.seccomp_mode {
+                    SeccompMode::Enforce => "enforce",
+                    SeccompMode::Audit => "audit",
+                },
+                if policy.seccomp_mode == SeccompMode::Audit {
+                    " (AUDIT: nothing is denied, would-be denials are recorded)"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            unavailable("seccomp").unwrap_or_else(|| no_probe.clone())
+        },
+    );
+    // cgroups.
+    let cg = built.and_then(|b| b.cgroups.as_ref());
+    push(
+        "cgroups",
+        cg.is_some(),
+        req(Protection::Cgroups),
+        yes(cg.is_some()),
+        match (cg, built) {
+            (Some(jail::cgroup::Layout::V2 { base }), Some(b)) => format!(
+                "cgroup v2, delegated directory {}; controllers {}",
+                base.display(),
+                list(&b.cgroup_controllers)
+            ),
+            (Some(jail::cgroup::Layout::V1 { controllers }), Some(b)) => format!(
+                "cgroup v1 ({}); controllers {}",
+                controllers
+                    .iter()
+                    .map(|(c, p)| format!("{c} at {}", p.display()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                list(&b.cgroup_controllers)
+            ),
+            _ => unavailable("cgroups").unwrap_or_else(|| no_probe.clone()),
+        },
+    );
+    // rlimits: always.
+    let rl = report.map(|r| &r.rlimits);
+    push(
+        "rlimits",
+        rl.is_some(),
+        true,
+        yes(rl.is_some()),
+        match rl {
+            Some(v) => v
+                .iter()
+                .map(|(n, x)| {
+                    if *x == u64::MAX {
+                        format!("{n}=unlimited")
+                    } else {
+                        format!("{n}={x}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => no_probe.clone(),
+        },
+    );
+    // Namespaces, one line each.
+    let ns_req = req(Protection::Namespaces);
+    let wanted = [
+        ("user", true),
+        ("mount", policy.namespaces.mount),
+        ("pid", policy.namespaces.pid),
+        (
+            "net",
+            policy.namespaces.net && policy.network == NetworkMode::None,
+        ),
+        ("ipc", policy.namespaces.ipc),
+        ("uts", policy.namespaces.uts),
+        ("cgroup", policy.namespaces.cgroup),
+    ];
+    for (ns, want) in wanted {
+        let created = report.is_some_and(|r| r.namespaces.has(ns));
+        let failed = report.and_then(|r| {
+            r.namespaces
+                .failed
+                .iter()
+                .find(|f| f.starts_with(ns))
+                .cloned()
+        });
+        let (status, detail) = if created {
+            ("enforced", ns_detail(ns, report))
+        } else if !want {
+            (
+                "disabled",
+                if ns == "net" && policy.network == NetworkMode::Egress {
+                    "network.mode: egress shares the host's network".to_owned()
+                } else {
+                    format!("spec.namespaces leaves out {ns}")
+                },
+            )
+        } else {
+            (
+                "unavailable",
+                failed.unwrap_or_else(|| "not created".to_owned()),
+            )
+        };
+        push(
+            &format!("namespace.{ns}"),
+            created,
+            ns_req && want,
+            status,
+            detail,
+        );
+    }
+    let disk = report.and_then(|r| r.namespaces.disk_bytes);
+    push(
+        "diskLimit",
+        disk.is_some(),
+        false,
+        yes(disk.is_some()),
+        match disk {
+            Some(b) => format!(
+                "the request tree and /tmp live on a private tmpfs of {b} bytes (spec.limits.diskBytes)"
+            ),
+            None => "no mount namespace: the tree is bounded by RLIMIT_FSIZE per file and archive limits only".into(),
+        },
+    );
+    // The container around us.
+    let (ro, ro_detail) = root_read_only();
+    push(
+        "readOnlyRootFilesystem",
+        ro,
+        false,
+        if ro { "enforced" } else { "unavailable" },
+        ro_detail,
+    );
+    let (sock_ok, sock_detail) = socket_dir_check(socket_dir, held.euid);
+    push(
+        "socketDirectory",
+        sock_ok,
+        false,
+        if sock_ok { "enforced" } else { "unavailable" },
+        sock_detail,
+    );
+    let work_detail = match std::fs::metadata(work_parent) {
+        Ok(m) => format!(
+            "{} (owner {}:{}, mode {:o}){}",
+            work_parent.display(),
+            m.uid(),
+            m.gid(),
+            m.mode() & 0o7777,
+            if fs_type(work_parent).as_deref() == Some("tmpfs") {
+                ", tmpfs"
+            } else {
+                ", not tmpfs (an emptyDir with medium: Memory is faster)"
+            }
+        ),
+        Err(e) => format!("{}: {e}", work_parent.display()),
+    };
+    push("workDirectory", true, false, "info", work_detail);
+
+    DoctorReport {
+        schema: SCHEMA,
+        version: env!("CARGO_PKG_VERSION"),
+        policy: policy.name.clone(),
+        policy_sha256: policy.sha256.clone(),
+        privilege_model: held.model,
+        euid: held.euid,
+        capabilities_held: held.effective.clone(),
+        capabilities_kept: kept.to_vec(),
+        checks,
+        verdict: if refusal.is_none() { "start" } else { "refuse" },
+        refusal,
+    }
+}
+
+fn list(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn status_caps(status: &[String]) -> String {
+    let caps: Vec<&str> = status
+        .iter()
+        .filter(|l| l.starts_with("Cap"))
+        .map(String::as_str)
+        .collect();
+    format!("probe /proc status: {}", caps.join(", ").replace('\t', " "))
+}
+
+fn ns_detail(ns: &str, report: Option<&Report>) -> String {
+    match ns {
+        "user" => {
+            "the request's UID/GID is mapped to itself; the jail holds no capability over the host"
+                .into()
+        }
+        "mount" => {
+            "private mounts (/ made private); the request tree and /tmp on the request's tmpfs"
+                .into()
+        }
+        "pid" => format!(
+            "commands see only their own processes{}",
+            if report.is_some_and(|r| r.namespaces.private_proc) {
+                "; private /proc"
+            } else {
+                ""
+            }
+        ),
+        "net" => "empty network namespace: loopback only".into(),
+        "ipc" => "private System V IPC and POSIX message queues".into(),
+        "uts" => "private hostname".into(),
+        "cgroup" => "commands see their own cgroup as the root".into(),
+        _ => String::new(),
+    }
+}
+
+/// Whether `/` is mounted read-only (the container's `readOnlyRootFilesystem`).
+fn root_read_only() -> (bool, String) {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // Field 5 is the mount point, field 6 the per-mount options; the last "/" mount wins.
+    let root = text.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.get(4) == Some(&"/")).then(|| f.get(5).copied().unwrap_or("").to_owned())
+    });
+    match root {
+        Some(opts) => {
+            let ro = opts.split(',').any(|o| o == "ro");
+            (
+                ro,
+                if ro {
+                    "/ is mounted read-only".into()
+                } else {
+                    format!(
+                        "/ is mounted writable ({opts}); set securityContext.readOnlyRootFilesystem: true"
+                    )
+                },
+            )
+        }
+        None => (false, "no / in /proc/self/mountinfo".into()),
+    }
+}
+
+/// The socket directory must not be writable by anyone but the server (a planted socket or
+/// a replaced one would intercept the repo-server's requests).
+fn socket_dir_check(dir: &Path, euid: u32) -> (bool, String) {
+    match std::fs::metadata(dir) {
+        Ok(m) => {
+            let mode = m.mode() & 0o7777;
+            let others_write = mode & 0o002 != 0 && mode & 0o1000 == 0;
+            let owner_ok = m.uid() == euid || m.uid() == 0;
+            (
+                owner_ok && !others_write,
+                format!(
+                    "{} owner {}:{} mode {mode:o}{}{}",
+                    dir.display(),
+                    m.uid(),
+                    m.gid(),
+                    if owner_ok {
+                        ""
+                    } else {
+                        "; NOT owned by the server or root"
+                    },
+                    if others_write {
+                        "; WRITABLE BY OTHERS without the sticky bit"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        }
+        Err(e) => (
+            false,
+            format!(
+                "{}: {e} (serve creates the socket there; pass --socket-dir)",
+                dir.display()
+            ),
+        ),
+    }
+}
+
+fn fs_type(p: &Path) -> Option<String> {
+    let st = rustix::fs::statfs(p).ok()?;
+    Some(
+        match st.f_type as i64 {
+            0x0102_1994 => "tmpfs",
+            0xef53 => "ext4",
+            0x9123_683e => "btrfs",
+            0x5846_5342 => "xfs",
+            0x794c_7630 => "overlayfs",
+            _ => "other",
+        }
+        .to_owned(),
+    )
+}
+
+/// The human-readable report.
+pub fn render_text(r: &DoctorReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let model = match r.privilege_model {
+        PrivilegeModel::UserNamespaceRoot => "user-namespaced root",
+        PrivilegeModel::MinimalCapsRoot => "minimal-capabilities root",
+        PrivilegeModel::FileCapabilities => "file capabilities (non-root)",
+        PrivilegeModel::Unprivileged => "unprivileged (shared UID)",
+    };
+    let _ = writeln!(
+        s,
+        "cmp-warden {} doctor: policy {:?} (sha256 {})",
+        r.version,
+        r.policy,
+        &r.policy_sha256.get(..16).unwrap_or(&r.policy_sha256)
+    );
+    let _ = writeln!(s, "privilege model: {model} (euid {})", r.euid);
+    let _ = writeln!(
+        s,
+        "\n{:<24} {:<9} {:<8} {:<11} DETAIL",
+        "PROTECTION", "AVAILABLE", "REQUIRED", "STATUS"
+    );
+    for c in &r.checks {
+        let _ = writeln!(
+            s,
+            "{:<24} {:<9} {:<8} {:<11} {}",
+            c.name,
+            if c.available { "yes" } else { "no" },
+            if c.required { "yes" } else { "no" },
+            c.status,
+            c.detail
+        );
+    }
+    let _ = writeln!(s);
+    match &r.refusal {
+        None => {
+            let _ = writeln!(s, "verdict: serve would START");
+        }
+        Some(why) => {
+            let _ = writeln!(s, "verdict: serve would REFUSE to start: {why}");
+        }
+    }
+    s
+}

@@ -1,0 +1,283 @@
+//! `cmp-warden doctor`: a true account of this machine as root and as an unprivileged user,
+//! a refusal (exit 1, saying what) whenever the policy requires something missing, and the
+//! same report logged by `serve` at start-up.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{Server, bin, plugin, write_policy};
+use serde_json::Value;
+
+fn is_root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIP: doctor tests compare root and unprivileged runs (CI runs as root)");
+    false
+}
+
+fn doctor(prefix: &[&str], args: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
+    let mut cmd = if prefix.is_empty() {
+        Command::new(bin())
+    } else {
+        let mut c = Command::new(prefix[0]);
+        c.args(&prefix[1..]).arg(bin());
+        c
+    };
+    let out = cmd
+        .args(["doctor", "--json"])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run doctor");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, v)
+}
+
+fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {v:#}"))
+}
+
+fn assert_check(v: &Value, name: &str, available: bool, required: bool, status: &str) {
+    let c = check(v, name);
+    assert_eq!(
+        (
+            c["available"].as_bool(),
+            c["required"].as_bool(),
+            c["status"].as_str()
+        ),
+        (Some(available), Some(required), Some(status)),
+        "{name}: {c:#}"
+    );
+}
+
+const UNPRIVILEGED: &[&str] = &[
+    "setpriv",
+    "--reuid=65000",
+    "--regid=65000",
+    "--clear-groups",
+    "--inh-caps=-all",
+];
+
+/// A policy directory readable by the unprivileged UID.
+fn policy_dir(edits: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = tempfile::Builder::new()
+        .prefix("cmpw-doctor")
+        .tempdir()
+        .expect("tmp");
+    let p = d.path().join("policy.yaml");
+    write_policy(&p, edits);
+    for sub in [d.path().to_path_buf(), d.path().join("seccomp")] {
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    (d, p)
+}
+
+#[test]
+fn as_root_every_protection_is_enforced_and_serve_would_start() {
+    if !is_root() {
+        return;
+    }
+    let (out, v) = doctor(&[], &[], &[]);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["schema"], "cmp-warden.doctor/v1");
+    assert_eq!(v["verdict"], "start");
+    assert!(v["refusal"].is_null());
+    assert_eq!(v["policy"], "default");
+    assert_eq!(v["policySha256"].as_str().map(str::len), Some(64));
+    assert_eq!(v["privilegeModel"], "minimalCapsRoot");
+    assert_eq!(v["euid"], 0);
+    let kept: Vec<&str> = v["capabilitiesKept"]
+        .as_array()
+        .expect("kept")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(kept, ["CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP"]);
+    for (name, required) in [
+        ("uniqueUid", true),
+        ("capabilities", true),
+        ("noNewPrivs", true),
+        ("landlock", true),
+        ("seccomp", true),
+        ("rlimits", true),
+        ("cgroups", false),
+        ("landlockNetwork", false),
+        ("diskLimit", false),
+    ] {
+        assert_check(&v, name, true, required, "enforced");
+    }
+    for ns in ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"] {
+        assert_check(&v, &format!("namespace.{ns}"), true, false, "enforced");
+    }
+    // The probe's own /proc status lines prove the capability claim.
+    let caps = check(&v, "capabilities")["detail"].as_str().unwrap_or("");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(caps.contains(&format!("{set}: 0000000000000000")), "{caps}");
+    }
+    let ll = check(&v, "landlock")["detail"].as_str().unwrap_or("");
+    assert!(ll.contains("kernel ABI 7"), "{ll}");
+    assert!(
+        ll.contains("net:ConnectTcp") && ll.contains("scope:Signal"),
+        "{ll}"
+    );
+    let cg = check(&v, "cgroups")["detail"].as_str().unwrap_or("");
+    assert!(
+        cg.contains("cgroup v1") && cg.contains("memory, pids, cpu"),
+        "{cg}"
+    );
+    let rl = check(&v, "rlimits")["detail"].as_str().unwrap_or("");
+    assert!(rl.contains("CORE=0") && rl.contains("NOFILE=4096"), "{rl}");
+    // This VM's root filesystem is writable, and doctor says so.
+    assert_check(&v, "readOnlyRootFilesystem", false, false, "unavailable");
+
+    // The text form says the same.
+    let text = Command::new(bin()).arg("doctor").output().expect("doctor");
+    assert!(text.status.success());
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(t.contains("verdict: serve would START"), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("uniqueUid") && l.contains("enforced")),
+        "{t}"
+    );
+}
+
+#[test]
+fn unprivileged_with_the_default_policy_refuses_and_says_why() {
+    if !is_root() {
+        return;
+    }
+    let (out, v) = doctor(UNPRIVILEGED, &[], &[]);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["verdict"], "refuse");
+    assert_eq!(v["privilegeModel"], "unprivileged");
+    let why = v["refusal"].as_str().expect("refusal");
+    assert!(
+        why.contains("requires uniqueUid") && why.contains("cannot switch UIDs"),
+        "{why}"
+    );
+    assert_check(&v, "uniqueUid", false, true, "unavailable");
+    // What still works is still reported as such.
+    assert_check(&v, "landlock", true, true, "enforced");
+    assert_check(&v, "seccomp", true, true, "enforced");
+    assert_check(&v, "noNewPrivs", true, true, "enforced");
+    assert_check(&v, "cgroups", false, false, "unavailable");
+    let text = Command::new(UNPRIVILEGED[0])
+        .args(&UNPRIVILEGED[1..])
+        .arg(bin())
+        .arg("doctor")
+        .output()
+        .expect("doctor");
+    assert_eq!(text.status.code(), Some(1));
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        t.contains("verdict: serve would REFUSE to start: policy \"default\" requires uniqueUid"),
+        "{t}"
+    );
+}
+
+#[test]
+fn unprivileged_with_a_policy_that_accepts_a_shared_uid_would_start() {
+    if !is_root() {
+        return;
+    }
+    let (_d, p) = policy_dir(&[(
+        "require: [uniqueUid, noNewPrivs, landlock, seccomp]",
+        "require: [noNewPrivs, landlock, seccomp]",
+    )]);
+    let (out, v) = doctor(UNPRIVILEGED, &["--policy", p.to_str().expect("utf8")], &[]);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["verdict"], "start");
+    assert_check(&v, "uniqueUid", false, false, "unavailable");
+    assert_check(&v, "landlock", true, true, "enforced");
+}
+
+#[test]
+fn a_required_protection_that_is_missing_makes_doctor_fail() {
+    if !is_root() {
+        return;
+    }
+    // cgroups required, but the configured delegated directory does not exist.
+    let (_d, p) = policy_dir(&[(
+        "require: [uniqueUid, noNewPrivs, landlock, seccomp]",
+        "require: [uniqueUid, noNewPrivs, landlock, seccomp, cgroups]",
+    )]);
+    let missing = "/sys/fs/cgroup/does-not-exist-cmpw";
+    let (out, v) = doctor(
+        &[],
+        &["--policy", p.to_str().expect("utf8")],
+        &[("CMP_WARDEN_CGROUP_ROOT", missing)],
+    );
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let why = v["refusal"].as_str().expect("refusal");
+    assert!(why.contains("requires cgroups"), "{why}");
+    assert_check(&v, "cgroups", false, true, "unavailable");
+    assert_check(&v, "uniqueUid", true, true, "enforced");
+
+    // Unprivileged: cgroups cannot be created at all.
+    let (out, v) = doctor(UNPRIVILEGED, &["--policy", p.to_str().expect("utf8")], &[]);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let why = v["refusal"].as_str().expect("refusal");
+    assert!(why.contains("requires uniqueUid"), "{why}");
+
+    // Namespaces required while the policy's network mode keeps the host network: still
+    // fine (net is not asked for) — but a malformed policy is a usage error (2).
+    let bad = p.with_file_name("bad.yaml");
+    std::fs::write(&bad, "apiVersion: x\n").expect("write");
+    let out = Command::new(bin())
+        .args(["doctor", "--policy"])
+        .arg(&bad)
+        .output()
+        .expect("doctor");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policy"));
+}
+
+#[test]
+fn serve_logs_the_same_report_once_at_start_up() {
+    if !is_root() {
+        return;
+    }
+    let mut s = Server::start(&plugin("  generate:\n    command: [echo, '{}']\n"), &[]);
+    // The socket is bound before the probe runs: wait for the report.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !s.logs().contains("\"doctor report\"") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let logs = s.logs();
+    let lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("\"doctor report\""))
+        .collect();
+    assert_eq!(lines.len(), 1, "{logs}");
+    let ev: Value = serde_json::from_str(lines[0]).expect("json log line");
+    let report: Value =
+        serde_json::from_str(ev["report"].as_str().expect("report field")).expect("report is JSON");
+    assert_eq!(report["schema"], "cmp-warden.doctor/v1");
+    assert_eq!(report["verdict"], "start");
+    assert_check(&report, "uniqueUid", true, true, "enforced");
+    assert_check(&report, "seccomp", true, true, "enforced");
+    let sock = check(&report, "socketDirectory");
+    assert!(
+        sock["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(s.sock.parent().and_then(Path::to_str).unwrap_or("?"))),
+        "{sock:#}"
+    );
+    assert!(s.stop().success());
+}
