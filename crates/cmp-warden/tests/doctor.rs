@@ -2,6 +2,8 @@
 //! a refusal (exit 1, saying what) whenever the policy requires something missing, and the
 //! same report logged by `serve` at start-up.
 
+#![allow(clippy::print_stderr)]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
