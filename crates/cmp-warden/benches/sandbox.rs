@@ -134,6 +134,7 @@ fn main() {
             deadline: None,
             deadline_limit: jail::TimeLimit::Client,
             command_timeout: None,
+            record: Default::default(),
         };
         let t = Instant::now();
         let r = runner.execute(

@@ -46,6 +46,7 @@ fn internal(message: String) -> Reply {
         kind: ErrorKind::Internal,
         message,
         report: None,
+        record: Default::default(),
     }
 }
 
@@ -119,6 +120,7 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
             return reply(&Reply::Ok {
                 outcome: None,
                 report,
+                record: Default::default(),
             });
         }
         JailOp::Generate => Operation::Generate,
@@ -143,6 +145,7 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
         command_timeout: header
             .command_timeout
             .map(|(ms, t)| (Duration::from_millis(ms), t)),
+        record: Default::default(),
     };
     let cancel = CancelToken::new();
     let mut frames = FrameReader::new(input);
@@ -159,10 +162,12 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
             });
         run_operation(&spec, &cancel)
     });
+    let mut record = crate::record::snapshot(&spec.record);
     match result {
         Ok(outcome) => reply(&Reply::Ok {
             outcome: Some(outcome),
             report,
+            record,
         }),
         Err(e) => {
             let kind = match &e {
@@ -173,16 +178,26 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
             };
             // A failure on a full request tmpfs is the disk limit, whatever the tool said.
             let (kind, message) = match report.namespaces.disk_bytes {
-                Some(limit) if disk_full(dir) => (
-                    ErrorKind::ResourceExhausted,
-                    format!("disk limit reached (policy spec.limits.diskBytes: {limit}): {e}"),
-                ),
+                Some(limit) if disk_full(dir) => {
+                    record.limit = Some("disk".into());
+                    (
+                        ErrorKind::ResourceExhausted,
+                        format!("disk limit reached (policy spec.limits.diskBytes: {limit}): {e}"),
+                    )
+                }
                 _ => (kind, e.to_string()),
             };
+            if record.limit.is_none() {
+                record.limit = match &e {
+                    RequestError::Archive(_) => Some("archive".into()),
+                    _ => record.commands.last().and_then(|c| c.ended_by.clone()),
+                };
+            }
             reply(&Reply::Err {
                 kind,
                 message,
                 report: Some(report),
+                record,
             })
         }
     }

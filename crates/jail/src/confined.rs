@@ -316,6 +316,7 @@ impl Confined {
             deadline: Some(Instant::now() + Duration::from_secs(30)),
             deadline_limit: crate::run::TimeLimit::Client,
             command_timeout: None,
+            record: Default::default(),
         };
         let r = self.run_jail(
             &spec,
@@ -492,6 +493,17 @@ impl Confined {
             let _ = w.join();
         }
         let stats = cgroup.as_ref().map(|c| c.stats());
+        // The supervisor's part of the audit record: identity, cgroup, request-wide memory.
+        crate::record::update(&spec.record, |r| {
+            r.uid = creds.map(|c| c.uid);
+            r.gid = creds.map(|c| c.gid);
+            r.cgroup = cgroup.as_ref().map(|_| name.clone());
+            r.peak_memory_bytes = stats.map(|s| s.peak_memory_bytes);
+            r.oom_kills = stats.map(|s| s.oom_kills);
+            if stats.is_some_and(|s| s.oom_kills > 0) {
+                r.limit = Some("memory".into());
+            }
+        });
         if let Some(s) = stats {
             tracing::debug!(
                 peak_memory_bytes = s.peak_memory_bytes,
@@ -523,8 +535,19 @@ impl Confined {
             }
             Some(Err(e)) => return Err(e),
         };
-        let reply: Reply = serde_json::from_slice(&raw)
+        let mut reply: Reply = serde_json::from_slice(&raw)
             .map_err(|e| internal(format!("bad reply from the jail: {e}")))?;
+        // The jail's part (commands, archive, its view of the limit), merged under ours.
+        let (Reply::Ok { record, .. } | Reply::Err { record, .. }) = &mut reply;
+        let jail_record = std::mem::take(record);
+        crate::record::update(&spec.record, |r| {
+            r.archive = jail_record.archive;
+            r.commands = jail_record.commands;
+            r.seccomp_audit = jail_record.seccomp_audit;
+            if r.limit.is_none() {
+                r.limit = jail_record.limit;
+            }
+        });
         // Forks refused by the cgroup, or the task count at the limit (RLIMIT_NPROC, set to the
         // same value for the unique UID, usually refuses first).
         let pids_hit = stats
@@ -539,18 +562,23 @@ impl Confined {
                     kind,
                     message,
                     report: None,
+                    record: Default::default(),
                 }
             }
             // A failure after forks were refused: name the limit (the tool's own message,
             // e.g. "Cannot fork", follows).
-            Reply::Err { message, .. } if pids_hit => Reply::Err {
-                kind: ErrorKind::ResourceExhausted,
-                message: format!(
-                    "process limit reached (policy spec.limits.pids: {}): {message}",
-                    limits.map_or(0, |l| l.pids)
-                ),
-                report: None,
-            },
+            Reply::Err { message, .. } if pids_hit => {
+                crate::record::update(&spec.record, |r| r.limit = Some("pids".into()));
+                Reply::Err {
+                    kind: ErrorKind::ResourceExhausted,
+                    message: format!(
+                        "process limit reached (policy spec.limits.pids: {}): {message}",
+                        limits.map_or(0, |l| l.pids)
+                    ),
+                    report: None,
+                    record: Default::default(),
+                }
+            }
             other => other,
         })
     }
@@ -602,6 +630,7 @@ impl Runner for Confined {
             Reply::Ok {
                 outcome: Some(o),
                 report,
+                ..
             } => {
                 if !report.degraded.is_empty() {
                     tracing::warn!(degraded = ?report.degraded, "request ran with reduced confinement");

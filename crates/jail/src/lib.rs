@@ -16,6 +16,8 @@ pub mod namespaces;
 pub mod privilege;
 pub mod protocol;
 pub mod reaper;
+pub mod record;
+pub mod redact;
 pub mod request;
 pub mod run;
 pub mod seccomp;

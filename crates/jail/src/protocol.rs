@@ -94,6 +94,9 @@ pub enum Reply {
         outcome: Option<Outcome>,
         /// What was enforced.
         report: Report,
+        /// What ran (audit).
+        #[serde(default)]
+        record: crate::record::RunRecord,
     },
     /// Failure, with the message the client sees.
     Err {
@@ -103,6 +106,9 @@ pub enum Reply {
         message: String,
         /// What was enforced, if confinement got that far.
         report: Option<Report>,
+        /// What ran before the failure (audit).
+        #[serde(default)]
+        record: crate::record::RunRecord,
     },
 }
 

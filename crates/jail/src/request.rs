@@ -12,7 +12,7 @@ use plugin::{PluginConfig, glob, params, split_manifests};
 
 use crate::cancel::CancelToken;
 use crate::protocol::ErrorKind;
-use crate::run::{CmdError, CmdSpec, TimeLimit, run};
+use crate::run::{CmdError, CmdSpec, TimeLimit, run_recorded};
 
 /// What the request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,8 @@ pub struct RequestSpec {
     pub deadline_limit: TimeLimit,
     /// Per-command limit (`ARGOCD_EXEC_TIMEOUT`) and its configured text.
     pub command_timeout: Option<(Duration, String)>,
+    /// What the request did, for the audit log (filled by the runner).
+    pub record: crate::record::Recorder,
 }
 
 /// A request's result.
@@ -142,6 +144,12 @@ pub fn extract(spec: &RequestSpec, input: impl Read) -> Result<(), RequestError>
     let mut opts = spec.archive.clone();
     opts.preserve_file_mode = spec.config.spec.preserve_file_mode;
     let summary = archive::extract(input, &mut writer, &opts)?;
+    crate::record::update(&spec.record, |r| {
+        r.archive = Some(crate::record::ArchiveRecord {
+            entries: summary.entries,
+            file_bytes: summary.file_bytes,
+        })
+    });
     tracing::debug!(entries = summary.entries, bytes = summary.file_bytes, sha256 = %summary.sha256_hex(), "archive extracted");
     Ok(())
 }
@@ -177,7 +185,7 @@ pub fn resolve_app_path(tree: &Path, rel: &str) -> Result<PathBuf, RequestError>
 fn command(
     spec: &RequestSpec,
     app: &Path,
-    argv: &[String],
+    (phase, argv): (&str, &[String]),
     cancel: &CancelToken,
 ) -> Result<String, CmdError> {
     let cs = CmdSpec {
@@ -198,7 +206,14 @@ fn command(
         (None, Some((c, text))) => (Some(c), TimeLimit::Command { text }),
         (r, _) => (r, spec.deadline_limit.clone()),
     };
-    let out = run(&cs, deadline, cancel).map_err(|e| match e {
+    let mut rec = crate::record::CommandRecord {
+        phase: phase.to_owned(),
+        argv: argv.to_vec(),
+        ..Default::default()
+    };
+    let out = run_recorded(&cs, deadline, cancel, &mut rec);
+    crate::record::update(&spec.record, |r| r.commands.push(rec));
+    let out = out.map_err(|e| match e {
         CmdError::Deadline { argv, stderr, .. } => CmdError::Deadline {
             argv,
             stderr,
@@ -207,7 +222,8 @@ fn command(
         other => other,
     })?;
     if !out.stderr.is_empty() {
-        tracing::info!(stderr = %String::from_utf8_lossy(&out.stderr), argv = ?argv, "plugin command stderr");
+        let stderr = crate::redact::redact(&String::from_utf8_lossy(&out.stderr), &spec.env);
+        tracing::info!(%stderr, argv = ?argv, "plugin command stderr");
     }
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
     if s.ends_with('\n') {
@@ -223,9 +239,10 @@ fn generate(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outc
     };
     let init = spec.config.spec.init.argv();
     if !spec.config.spec.init.command.is_empty() {
-        command(spec, app, &init, cancel).map_err(wrap)?;
+        command(spec, app, ("init", &init), cancel).map_err(wrap)?;
     }
-    let out = command(spec, app, &spec.config.spec.generate.argv(), cancel).map_err(wrap)?;
+    let argv = spec.config.spec.generate.argv();
+    let out = command(spec, app, ("generate", &argv), cancel).map_err(wrap)?;
     if out.is_empty() {
         tracing::warn!("Plugin command returned zero output");
     }
@@ -251,7 +268,8 @@ fn discover(spec: &RequestSpec, app: &Path, cancel: &CancelToken) -> Result<Outc
         })?;
         !m.is_empty()
     } else if !d.find.command.command.is_empty() {
-        let out = command(spec, app, &d.find.command.argv(), cancel)
+        let argv = d.find.command.argv();
+        let out = command(spec, app, ("discover", &argv), cancel)
             .map_err(|e| RequestError::Discovery(format!("error running find command: {e}")))?;
         !out.is_empty()
     } else {
@@ -274,7 +292,8 @@ fn parameters(
     let p = &spec.config.spec.parameters;
     let mut dynamic = Vec::new();
     if !p.dynamic.command.is_empty() {
-        let out = command(spec, app, &p.dynamic.argv(), cancel).map_err(|source| RequestError::Command {
+        let argv = p.dynamic.argv();
+        let out = command(spec, app, ("parameters", &argv), cancel).map_err(|source| RequestError::Command {
             prefix: "get parameters announcement error: error executing dynamic parameter output command",
             source,
         })?;

@@ -6,6 +6,8 @@
 
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+
+use crate::record::CommandRecord;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -132,6 +134,29 @@ fn go_quote(s: &str) -> String {
     o
 }
 
+/// `SIGKILL`-style name for the audit record.
+fn signal_abbrev(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        n => return format!("signal {n}"),
+    };
+    name.to_owned()
+}
+
 fn signal_name(sig: i32) -> String {
     let name = match sig {
         1 => "hangup",
@@ -154,8 +179,9 @@ fn signal_name(sig: i32) -> String {
     name.to_owned()
 }
 
-fn trimmed_stderr(b: &[u8]) -> String {
-    let s = String::from_utf8_lossy(b);
+/// stderr for an error message: credentials redacted, trimmed, capped.
+fn trimmed_stderr(b: &[u8], env: &[(String, String)]) -> String {
+    let s = crate::redact::redact(&String::from_utf8_lossy(b), env);
     let t = s.trim();
     if t.len() > STDERR_IN_ERROR {
         let mut cut = STDERR_IN_ERROR;
@@ -240,6 +266,16 @@ pub fn run(
     spec: &CmdSpec<'_>,
     deadline: Option<Instant>,
     cancel: &CancelToken,
+) -> Result<CmdOutput, CmdError> {
+    run_recorded(spec, deadline, cancel, &mut CommandRecord::default())
+}
+
+/// [`run`], filling `rec` with how the command ended (argv and phase are the caller's).
+pub fn run_recorded(
+    spec: &CmdSpec<'_>,
+    deadline: Option<Instant>,
+    cancel: &CancelToken,
+    rec: &mut CommandRecord,
 ) -> Result<CmdOutput, CmdError> {
     let Some(program) = spec.argv.first() else {
         return Err(CmdError::Empty);
@@ -333,11 +369,31 @@ pub fn run(
     // Kill whatever is left of the group (daemons, stragglers) while the id is still reserved.
     let _ = kill_process_group(pgid, Signal::KILL);
     let _ = waiter.join();
-    let status = child.wait();
+    // wait4 rather than Child::wait: the rusage carries the command's peak memory.
+    let reaped = crate::sys::wait4_rusage(pid);
     crate::reaper::untrack(pid);
-    let status = status.map_err(|e| CmdError::Start(e.to_string()))?;
+    drop(child);
+    let (raw, peak_rss) = reaped.map_err(|e| CmdError::Start(e.to_string()))?;
+    let status = std::process::ExitStatus::from_raw(raw);
     let out = out_t.finish(PIPE_DRAIN);
     let err = err_t.finish(PIPE_DRAIN);
+    rec.exit_code = status.code();
+    rec.signal = status.signal().map(signal_abbrev);
+    rec.duration_ms = started.elapsed().as_millis() as u64;
+    rec.peak_rss_bytes = Some(peak_rss);
+    rec.stdout_bytes = out.data.len() as u64;
+    rec.stderr_bytes = err.data.len() as u64;
+    rec.ended_by = if out.over || err.over {
+        Some("output".into())
+    } else if must_stop && cancelled.is_some() {
+        Some("cancelled".into())
+    } else if must_stop {
+        Some("timeout".into())
+    } else if status.signal() == Some(libc::SIGSYS) {
+        Some("seccomp".into())
+    } else {
+        None
+    };
     tracing::debug!(pid, status = %status, ms = started.elapsed().as_millis() as u64, "command finished");
 
     if out.over || err.over {
@@ -361,7 +417,7 @@ pub fn run(
         }
         return Err(CmdError::Deadline {
             argv: argv_log,
-            stderr: trimmed_stderr(&err.data),
+            stderr: trimmed_stderr(&err.data, spec.env),
             limit: TimeLimit::Client,
         });
     }
@@ -374,7 +430,7 @@ pub fn run(
         return Err(CmdError::Failed {
             argv: argv_log,
             cause,
-            stderr: trimmed_stderr(&err.data),
+            stderr: trimmed_stderr(&err.data, spec.env),
         });
     }
     Ok(CmdOutput {

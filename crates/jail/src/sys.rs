@@ -23,6 +23,26 @@ pub fn kill_all_of_my_uid() -> io::Result<bool> {
     }
 }
 
+/// Reap `pid` with `wait4(2)`: its raw wait status and peak resident set size in bytes (the
+/// largest of the process and its reaped descendants).
+pub fn wait4_rusage(pid: i32) -> io::Result<(i32, u64)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: `rusage` is plain old data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both pointers are to live, exclusively borrowed locals of the right types
+        // that outlive the call; wait4 writes only through them.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            return Ok((status, (ru.ru_maxrss as u64).saturating_mul(1024)));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 /// `unshare(2)` for namespace flags only.
 pub fn unshare_namespaces(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
     if flags.contains(rustix::thread::UnshareFlags::FILES) {

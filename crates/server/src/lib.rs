@@ -2,8 +2,10 @@
 //! confined (that is the runner's business, `jail::Runner`).
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod authority;
 pub mod listener;
+pub mod metrics;
 pub mod service;
 pub mod status;
 

@@ -21,6 +21,8 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+use crate::audit::{ArchiveInfo, AuditEvent, AuditSink, PolicyRef};
+use crate::metrics::{Finished, Metrics};
 use crate::status::{StreamError, to_status};
 
 /// Bytes handed to the extractor at once.
@@ -47,6 +49,36 @@ pub struct ServiceConfig {
     pub wall_clock: Option<Duration>,
     /// Per-command timeout (`ARGOCD_EXEC_TIMEOUT`) and its configured text.
     pub command_timeout: Option<(Duration, String)>,
+    /// Where audit events go.
+    pub audit: AuditSink,
+    /// The policy in force (named in every audit event).
+    pub policy: PolicyRef,
+    /// Metrics registry.
+    pub metrics: Arc<Metrics>,
+}
+
+/// What the audit event needs that only the handler learns.
+#[derive(Debug, Default)]
+struct Ctx {
+    app: String,
+    app_rel_path: String,
+    env_names: Vec<String>,
+    archive: ArchiveInfo,
+    record: Option<jail::record::Recorder>,
+    limit: Option<String>,
+}
+
+fn rpc_name(op: Operation) -> &'static str {
+    match op {
+        Operation::Generate => "GenerateManifest",
+        Operation::Match => "MatchRepository",
+        Operation::Parameters => "GetParametersAnnouncement",
+    }
+}
+
+/// `InvalidArgument`-style name of a code (tonic's Debug form).
+fn code_name(c: tonic::Code) -> String {
+    format!("{c:?}")
 }
 
 /// How long past the policy's wall clock the service waits for the jail to report which
@@ -117,9 +149,101 @@ impl CmpService {
         let request_id = uuid::Uuid::new_v4();
         let span =
             tracing::info_span!("request", %request_id, rpc = ?op, app = tracing::field::Empty);
-        self.handle_inner(op, req.into_inner(), (deadline, limit), id, request_id)
+        let started = Instant::now();
+        self.cfg.metrics.started();
+        let mut ctx = Ctx::default();
+        let out = self
+            .handle_inner(
+                op,
+                req.into_inner(),
+                (deadline, limit),
+                id,
+                request_id,
+                &mut ctx,
+            )
             .instrument(span)
-            .await
+            .await;
+        self.account(op, request_id, ctx, &out, started.elapsed());
+        out
+    }
+
+    /// The request's audit event and metrics (also for requests refused before any sandbox).
+    fn account(
+        &self,
+        op: Operation,
+        request_id: uuid::Uuid,
+        ctx: Ctx,
+        out: &Result<Outcome, Status>,
+        elapsed: Duration,
+    ) {
+        let record = ctx
+            .record
+            .as_ref()
+            .map(jail::record::snapshot)
+            .unwrap_or_default();
+        let (code, error) = match out {
+            Ok(_) => (tonic::Code::Ok, None),
+            Err(s) => (s.code(), Some(s.message().to_owned())),
+        };
+        let event = AuditEvent {
+            log: "audit",
+            schema: crate::audit::SCHEMA,
+            time: crate::audit::rfc3339_now(),
+            request_id: request_id.to_string(),
+            rpc: rpc_name(op),
+            app: ctx.app,
+            app_rel_path: ctx.app_rel_path,
+            env_names: ctx.env_names,
+            archive: ctx.archive,
+            uid: None,
+            gid: None,
+            cgroup: None,
+            commands: Vec::new(),
+            peak_memory_bytes: None,
+            oom_kills: None,
+            outcome: if out.is_ok() { "ok" } else { "error" },
+            code: code_name(code),
+            // Already redacted where a command's stderr went into it; once more for text
+            // a tool put into a manifest-parsing error.
+            error: error.map(|e| jail::redact::redact(&e, &[])),
+            limit: ctx.limit,
+            seccomp_audit: Vec::new(),
+            policy: self.cfg.policy.clone(),
+            duration_ms: elapsed.as_millis() as u64,
+        }
+        .with_record(record);
+        let bytes_out = match out {
+            Ok(Outcome::Manifests(m)) => m.iter().map(|s| s.len() as u64).sum(),
+            _ => 0,
+        };
+        let limit = event.limit.as_deref();
+        let kill = limit.filter(|l| {
+            matches!(
+                *l,
+                "timeout" | "memory" | "pids" | "output" | "seccomp" | "disk"
+            )
+        });
+        let rejection = (limit == Some("archive")).then_some(match code {
+            tonic::Code::ResourceExhausted => "limit",
+            tonic::Code::DataLoss => "integrity",
+            _ => "policy",
+        });
+        let code_s = code_name(code);
+        self.cfg.metrics.finished(&Finished {
+            rpc: rpc_name(op),
+            code: &code_s,
+            duration: elapsed,
+            bytes_in: event.archive.bytes,
+            bytes_out,
+            kill,
+            rejection,
+            seccomp_audit: event
+                .seccomp_audit
+                .iter()
+                .map(|e| (e.syscall.as_str(), e.count))
+                .collect(),
+        });
+        self.cfg.audit.emit(&event);
     }
 
     async fn handle_inner(
@@ -129,6 +253,7 @@ impl CmpService {
         (deadline, limit): (Option<Instant>, TimeLimit),
         id: u64,
         request_id: uuid::Uuid,
+        ctx: &mut Ctx,
     ) -> Result<Outcome, Status> {
         let started = Instant::now();
         let first = match with_deadline(deadline, stream.message()).await {
@@ -141,6 +266,9 @@ impl CmpService {
             return Err(StreamError::NoMetadata.to_status());
         };
         tracing::Span::current().record("app", meta.app_name.as_str());
+        ctx.app = meta.app_name.clone();
+        ctx.app_rel_path = meta.app_rel_path.clone();
+        ctx.env_names = meta.env.iter().map(|e| e.name.clone()).collect();
         tracing::info!(app_rel_path = %meta.app_rel_path, deadline_ms = ?deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64), "request received");
 
         // The runner creates (and later reclaims) this directory; the service never touches it.
@@ -161,7 +289,9 @@ impl CmpService {
             deadline,
             deadline_limit: limit.clone(),
             command_timeout: self.cfg.command_timeout.clone(),
+            record: Default::default(),
         };
+        ctx.record = Some(spec.record.clone());
         let cancel = CancelToken::new();
         self.active
             .lock()
@@ -200,8 +330,14 @@ impl CmpService {
         let task = result_rx;
 
         let received = self
-            .receive(&mut stream, &tx, &meta.checksum, deadline)
+            .receive(&mut stream, &tx, &meta.checksum, deadline, &mut ctx.archive)
             .await;
+        if matches!(
+            received,
+            Err(StreamError::TooLarge(_) | StreamError::Checksum)
+        ) {
+            ctx.limit = Some("archive".into());
+        }
         let received = match received {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -226,6 +362,7 @@ impl CmpService {
                     // The runner kills its commands (TERM, then KILL) once cancelled.
                     guard.done = true;
                     cancel.cancel(CancelReason::Cancelled);
+                    ctx.limit = Some("timeout".into());
                     return Err(match limit {
                         TimeLimit::Request { seconds } => Status::deadline_exceeded(format!(
                             "request wall clock exceeded (policy spec.limits.wallSeconds: {seconds})"
@@ -261,6 +398,7 @@ impl CmpService {
         tx: &mpsc::Sender<Chunk>,
         checksum: &str,
         deadline: Option<Instant>,
+        info: &mut ArchiveInfo,
     ) -> Result<(), StreamError> {
         let cap = self.cfg.archive.limits.compressed_bytes;
         let mut hasher = Sha256::new();
@@ -283,6 +421,7 @@ impl CmpService {
                 return Err(StreamError::NotAFile);
             };
             total += file.chunk.len() as u64;
+            info.bytes = total;
             if total > cap {
                 return Err(StreamError::TooLarge(cap));
             }
@@ -298,6 +437,7 @@ impl CmpService {
             let _ = tx.send(Chunk::Data(batch)).await;
         }
         let actual = hex::encode(hasher.finalize());
+        info.sha256 = Some(actual.clone());
         if actual != checksum {
             return Err(StreamError::Checksum);
         }

@@ -82,6 +82,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
             seconds: policy.limits.wall_seconds,
         },
         command_timeout: None,
+        record: Default::default(),
     };
     let result = (|| -> anyhow::Result<()> {
         if config.spec.discover.is_defined() {

@@ -54,6 +54,13 @@ pub struct ServeArgs {
     /// Sandbox policy file [default: the embedded policies/default.yaml].
     #[arg(long, env = "CMP_WARDEN_POLICY")]
     policy: Option<PathBuf>,
+    /// Audit log: a file to append one JSON line per request to, or `-` for stderr (beside
+    /// the other logs, marked "log":"audit").
+    #[arg(long, env = "CMP_WARDEN_AUDIT_LOG", default_value = "-")]
+    audit_log: String,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics (e.g. 127.0.0.1:9102) [default: off].
+    #[arg(long, env = "CMP_WARDEN_METRICS_ADDRESS")]
+    metrics_address: Option<std::net::SocketAddr>,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -105,6 +112,7 @@ struct Prepared {
     listener: std::os::unix::net::UnixListener,
     work_dir: PathBuf,
     describe: &'static str,
+    metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
 }
 
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
@@ -230,8 +238,28 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
 
     let base_env = policy.passed_env(std::env::vars());
+    let audit = match a.audit_log.as_str() {
+        "-" | "" => server::audit::AuditSink::stderr(),
+        path => server::audit::AuditSink::file(std::path::Path::new(path))
+            .with_context(|| format!("--audit-log {path}"))?,
+    };
+    let metrics = Arc::new(server::metrics::Metrics::default());
+    let metrics_listener = match a.metrics_address {
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("--metrics-address {addr}"))?;
+            l.set_nonblocking(true)?;
+            tracing::info!(address = %l.local_addr()?, "metrics on http://{}/metrics", l.local_addr()?);
+            Some((l, metrics.clone()))
+        }
+        None => None,
+    };
 
     let runner = Arc::new(built.runner);
+    {
+        let r = runner.clone();
+        metrics.set_pool_source(move || r.pool_usage());
+    }
     let describe = jail::Runner::describe(runner.as_ref());
     let svc = CmpService::new(
         ServiceConfig {
@@ -242,6 +270,12 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             base_env,
             wall_clock: Some(Duration::from_secs(policy.limits.wall_seconds)),
             command_timeout,
+            audit,
+            policy: server::audit::PolicyRef {
+                name: policy.name.clone(),
+                sha256: policy.sha256.clone(),
+            },
+            metrics,
         },
         runner,
     );
@@ -251,12 +285,17 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         listener,
         work_dir,
         describe,
+        metrics: metrics_listener,
     })
 }
 
 async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     if rustix::process::getpid().is_init() {
         jail::reaper::start_orphan_reaper();
+    }
+    if let Some((l, m)) = p.metrics {
+        let l = tokio::net::TcpListener::from_std(l)?;
+        tokio::spawn(server::metrics::serve_metrics(l, m));
     }
     let socket_path = p.opts.socket_path.clone();
     tracing::info!(

@@ -113,6 +113,7 @@ func main() {
 	dir := flag.String("dir", "", "repository root to pack")
 	tgzFile := flag.String("tgz", "", "send this archive instead of packing -dir")
 	appRel := flag.String("app-rel-path", ".", "appRelPath")
+	appName := flag.String("app", "", "application name (default: the app path's base name)")
 	authority := flag.String("authority", "", "override :authority (encoded forms)")
 	chunk := flag.Int("chunk", 1024, "chunk size")
 	timeout := flag.Duration("timeout", 30*time.Second, "request deadline")
@@ -178,8 +179,12 @@ func main() {
 			}
 		}
 		appPath := filepath.Join(*dir, *appRel)
+		name := filepath.Base(appPath)
+		if *appName != "" {
+			name = *appName
+		}
 		meta := &pb.AppStreamRequest{Request: &pb.AppStreamRequest_Metadata{Metadata: &pb.ManifestRequestMetadata{
-			AppName: filepath.Base(appPath), AppRelPath: *appRel, Checksum: cs, Size: int64(len(data)), Env: entries}}}
+			AppName: name, AppRelPath: *appRel, Checksum: cs, Size: int64(len(data)), Env: entries}}}
 		type sender interface {
 			Send(*pb.AppStreamRequest) error
 		}

@@ -1,0 +1,297 @@
+//! The audit log and the metrics endpoint through the real server: one event per request with
+//! the documented fields for success, command failure, timeout, OOM, seccomp denial and
+//! archive rejection; no secret value anywhere in the events or the logs; `/metrics` scraped
+//! and parsed.
+#![allow(clippy::print_stderr)] // a skip must say why
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn is_root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIP: audit tests need root (CI runs as root): leased UIDs need CAP_SETUID");
+    false
+}
+
+const SECRET: &str = "s3cr3t-Vault-T0ken";
+const URL_PASSWORD: &str = "hunter2pw";
+
+/// Behaviour chosen by `ARGOCD_ENV_MODE`; default prints the manifest.
+const SPEC: &str = r#"  init:
+    command: [sh, -c, "true"]
+  generate:
+    command: [sh, -c]
+    args:
+      - |
+        case "$ARGOCD_ENV_MODE" in
+          fail) P=hunter; echo "fatal: could not read https://alice:${P}2pw@git.example.com/r.git token $ARGOCD_ENV_VAULT_TOKEN" >&2; exit 3 ;;
+          hang) sleep 60 ;;
+          oom) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;
+          unshare) exec unshare -U true ;;
+        esac
+        cat cm.yaml
+"#;
+
+const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n";
+
+fn events(path: &std::path::Path, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let v: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect();
+        if v.len() >= n || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn scrape(addr: &str) -> String {
+    let mut c = std::net::TcpStream::connect(addr).expect("connect metrics");
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut s = String::new();
+    c.read_to_string(&mut s).expect("read");
+    assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
+    s.split_once("\r\n\r\n").expect("body").1.to_owned()
+}
+
+/// Parse the exposition format into `name{labels}` → value, checking every line's shape.
+fn parse_metrics(body: &str) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    for line in body.lines() {
+        if line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+            continue;
+        }
+        let (key, val) = line.rsplit_once(' ').expect("sample line");
+        let v: f64 = val.parse().unwrap_or_else(|_| panic!("bad value: {line}"));
+        let name_ok = key
+            .split('{')
+            .next()
+            .is_some_and(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        assert!(name_ok, "bad metric name: {line}");
+        m.insert(key.to_owned(), v);
+    }
+    m
+}
+
+#[test]
+fn every_request_is_audited_without_secrets_and_metrics_count_it() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(&pol_file, &[("memoryBytes: 1Gi", "memoryBytes: 96Mi")]);
+    let audit = pol.path().join("audit.jsonl");
+    let s = Server::start_env(
+        &plugin(SPEC),
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--audit-log",
+            audit.to_str().expect("utf8"),
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
+        &[("ARGOCD_EXEC_TIMEOUT", "2s")],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let dir = r.path().to_str().expect("utf8");
+    let env = |mode: &str| {
+        vec![
+            "-dir".to_owned(),
+            dir.to_owned(),
+            "-env".to_owned(),
+            format!("ARGOCD_ENV_MODE={mode}"),
+            "-env".to_owned(),
+            format!("ARGOCD_ENV_VAULT_TOKEN={SECRET}"),
+            "-app".to_owned(),
+            format!("app-{mode}"),
+        ]
+    };
+    let call = |mode: &str| {
+        let a = env(mode);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        go(&s, "generate", &a)
+    };
+    // 1. success
+    let ok = call("ok").expect("honest request");
+    assert_eq!(ok["manifests"].as_array().map(Vec::len), Some(1));
+    // 2. command failure: the credentials in stderr are redacted in the reply too.
+    let (code, msg) = call("fail").expect_err("fails");
+    assert_eq!(code, UNKNOWN);
+    assert!(msg.contains("exit status 3"), "{msg}");
+    assert!(
+        !msg.contains(URL_PASSWORD) && !msg.contains(SECRET),
+        "{msg}"
+    );
+    assert!(msg.contains("https://***@git.example.com"), "{msg}");
+    // 3. timeout (ARGOCD_EXEC_TIMEOUT)
+    let (code, _) = call("hang").expect_err("times out");
+    assert_eq!(code, DEADLINE_EXCEEDED);
+    // 4. OOM (96 MiB cgroup)
+    let (code, msg) = call("oom").expect_err("oom");
+    assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
+    // 5. seccomp denial: unshare(CLONE_NEWUSER) → EPERM
+    let (code, msg) = call("unshare").expect_err("denied");
+    assert_eq!(code, UNKNOWN, "{msg}");
+    // 6. archive rejection: a symlink escaping the tree
+    let bad = repo(&[("cm.yaml", CM), ("evil", "->/etc/shadow")]);
+    let (code, _) = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            bad.path().to_str().expect("utf8"),
+            "-app",
+            "app-archive",
+        ],
+    )
+    .expect_err("refused");
+    assert_eq!(code, INVALID_ARGUMENT);
+
+    let ev = events(&audit, 6);
+    assert_eq!(ev.len(), 6, "{ev:#?}");
+    let by_app: BTreeMap<&str, &Value> = ev
+        .iter()
+        .map(|e| (e["app"].as_str().expect("app"), e))
+        .collect();
+    for e in &ev {
+        assert_eq!(e["log"], "audit");
+        assert_eq!(e["schema"], "cmp-warden.audit/v1");
+        assert_eq!(e["rpc"], "GenerateManifest");
+        assert_eq!(e["policy"]["name"], "default");
+        assert_eq!(e["policy"]["sha256"].as_str().map(str::len), Some(64));
+        assert_eq!(e["archive"]["sha256"].as_str().map(str::len), Some(64));
+        assert!(e["archive"]["bytes"].as_u64() > Some(0));
+        assert!(e["requestId"].as_str().is_some_and(|s| s.len() == 36));
+        assert!(e["time"].as_str().is_some_and(|t| t.ends_with('Z')));
+        assert!(e["uid"].as_u64().is_some() && e["uid"] == e["gid"], "{e:#}");
+        assert!(e["cgroup"].is_string(), "{e:#}");
+        assert_eq!(e["appRelPath"], ".");
+    }
+    let ok = by_app["app-ok"];
+    assert_eq!(ok["outcome"], "ok");
+    assert_eq!(ok["code"], "Ok");
+    assert!(ok["limit"].is_null());
+    assert_eq!(ok["archive"]["entries"], 1);
+    let names: Vec<&str> = ok["envNames"]
+        .as_array()
+        .expect("env names")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(names.contains(&"ARGOCD_ENV_VAULT_TOKEN"), "{names:?}");
+    let cmds = ok["commands"].as_array().expect("commands");
+    assert_eq!(cmds.len(), 2);
+    assert_eq!(cmds[0]["phase"], "init");
+    assert_eq!(cmds[1]["phase"], "generate");
+    assert_eq!(cmds[1]["exitCode"], 0);
+    assert!(cmds[1]["stdoutBytes"].as_u64() >= Some(CM.len() as u64 - 1));
+    assert!(cmds[1]["peakRssBytes"].as_u64() > Some(0), "{cmds:#?}");
+    assert!(cmds[1]["durationMs"].is_u64());
+    assert!(ok["peakMemoryBytes"].as_u64() > Some(0));
+
+    let fail = by_app["app-fail"];
+    assert_eq!(
+        (fail["outcome"].as_str(), fail["code"].as_str()),
+        (Some("error"), Some("Unknown"))
+    );
+    assert_eq!(fail["commands"][1]["exitCode"], 3);
+    assert!(
+        fail["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("***@git.example.com"))
+    );
+
+    let hang = by_app["app-hang"];
+    assert_eq!(hang["code"], "DeadlineExceeded");
+    assert_eq!(hang["limit"], "timeout");
+    assert_eq!(hang["commands"][1]["endedBy"], "timeout");
+
+    let oom = by_app["app-oom"];
+    assert_eq!(oom["code"], "ResourceExhausted");
+    assert_eq!(oom["limit"], "memory");
+    assert!(oom["oomKills"].as_u64() >= Some(1), "{oom:#}");
+
+    let un = by_app["app-unshare"];
+    assert_eq!(un["commands"][1]["exitCode"], 1, "{un:#}");
+
+    let arch = by_app["app-archive"];
+    assert_eq!(arch["code"], "InvalidArgument");
+    assert_eq!(arch["limit"], "archive");
+    assert_eq!(arch["commands"].as_array().map(Vec::len), Some(0));
+
+    // No secret value in any event or in the server's own log.
+    let all = std::fs::read_to_string(&audit).expect("audit");
+    for secret in [SECRET, URL_PASSWORD] {
+        assert!(!all.contains(secret), "audit log leaks {secret}");
+        assert!(!s.logs().contains(secret), "server log leaks {secret}");
+    }
+
+    // Metrics.
+    let logs = s.logs();
+    let addr = logs
+        .lines()
+        .find_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            (v["message"].as_str()?.starts_with("metrics on"))
+                .then(|| v["address"].as_str().map(str::to_owned))?
+        })
+        .expect("metrics address logged");
+    let m = parse_metrics(&scrape(&addr));
+    let get = |k: &str| {
+        m.get(k)
+            .copied()
+            .unwrap_or_else(|| panic!("{k} missing: {m:#?}"))
+    };
+    assert_eq!(
+        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Unknown"}"#),
+        2.0
+    );
+    assert_eq!(
+        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="DeadlineExceeded"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"cmp_warden_sandbox_kills_total{reason="timeout"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"cmp_warden_sandbox_kills_total{reason="memory"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"cmp_warden_archive_rejections_total{class="policy"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"cmp_warden_request_duration_seconds_count{rpc="GenerateManifest"}"#),
+        6.0
+    );
+    assert_eq!(
+        get(r#"cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="+Inf"}"#),
+        6.0
+    );
+    assert_eq!(get("cmp_warden_active_requests"), 0.0);
+    assert_eq!(get("cmp_warden_uid_pool_in_use"), 0.0);
+    assert_eq!(get("cmp_warden_uid_pool_capacity"), 16.0);
+    assert!(get("cmp_warden_received_bytes_total") > 0.0);
+    assert!(get("cmp_warden_sent_bytes_total") > 0.0);
+}

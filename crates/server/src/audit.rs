@@ -1,0 +1,228 @@
+//! The audit log: one JSON line per request (schema `cmp-warden.audit/v1`, docs/audit.md) to
+//! stderr beside the other logs (told apart by `"log":"audit"`) or to a file. Environment
+//! values never appear (names only); error text is redacted before it is written.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jail::record::RunRecord;
+use serde::Serialize;
+
+/// Schema identifier of an audit event.
+pub const SCHEMA: &str = "cmp-warden.audit/v1";
+
+/// Where events go.
+#[derive(Debug, Clone)]
+pub struct AuditSink(Arc<Sink>);
+
+#[derive(Debug)]
+enum Sink {
+    Stderr,
+    File(Mutex<std::fs::File>),
+    /// Tests: collect in memory.
+    Memory(Mutex<Vec<String>>),
+}
+
+impl Default for AuditSink {
+    fn default() -> Self {
+        Self::stderr()
+    }
+}
+
+impl AuditSink {
+    /// Standard error, interleaved with the logs.
+    pub fn stderr() -> Self {
+        Self(Arc::new(Sink::Stderr))
+    }
+
+    /// Append to `path` (created with mode 0600 if missing).
+    pub fn file(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(Self(Arc::new(Sink::File(Mutex::new(f)))))
+    }
+
+    /// In memory (tests).
+    pub fn memory() -> Self {
+        Self(Arc::new(Sink::Memory(Mutex::default())))
+    }
+
+    /// Events written so far (memory sink only).
+    pub fn lines(&self) -> Vec<String> {
+        match &*self.0 {
+            Sink::Memory(v) => v.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Write one event as one line (a single write, so lines never interleave).
+    pub fn emit(&self, event: &AuditEvent) {
+        let mut line = match serde_json::to_string(event) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "audit event not serialisable");
+                return;
+            }
+        };
+        line.push('\n');
+        let r = match &*self.0 {
+            Sink::Stderr => std::io::stderr().lock().write_all(line.as_bytes()),
+            Sink::File(f) => f
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write_all(line.as_bytes()),
+            Sink::Memory(v) => {
+                v.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                Ok(())
+            }
+        };
+        if let Err(e) = r {
+            tracing::error!(error = %e, "cannot write the audit log");
+        }
+    }
+}
+
+/// The archive as received.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveInfo {
+    /// SHA-256 of the compressed stream (what the client's checksum covers).
+    pub sha256: Option<String>,
+    /// Compressed bytes received.
+    pub bytes: u64,
+    /// Entries extracted.
+    pub entries: Option<u64>,
+    /// File bytes extracted.
+    pub file_bytes: Option<u64>,
+}
+
+/// The policy in force.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyRef {
+    /// `metadata.name`.
+    pub name: String,
+    /// SHA-256 of the policy file.
+    pub sha256: String,
+}
+
+/// One request's event.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// Always `audit`: tells the event apart from log lines on a shared stream.
+    pub log: &'static str,
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// RFC 3339 UTC time the request ended.
+    pub time: String,
+    /// The request id (also in the request's log span).
+    pub request_id: String,
+    /// `GenerateManifest`, `MatchRepository` or `GetParametersAnnouncement`.
+    pub rpc: &'static str,
+    /// Argo CD application name.
+    pub app: String,
+    /// `appRelPath`.
+    pub app_rel_path: String,
+    /// Names of the request's environment variables (never values).
+    pub env_names: Vec<String>,
+    /// The archive.
+    pub archive: ArchiveInfo,
+    /// Leased UID.
+    pub uid: Option<u32>,
+    /// Leased GID.
+    pub gid: Option<u32>,
+    /// The request's cgroup.
+    pub cgroup: Option<String>,
+    /// Commands run, in order.
+    pub commands: Vec<jail::record::CommandRecord>,
+    /// Peak memory of the whole request (cgroup).
+    pub peak_memory_bytes: Option<u64>,
+    /// OOM kills.
+    pub oom_kills: Option<u64>,
+    /// `ok` or `error`.
+    pub outcome: &'static str,
+    /// gRPC status code name.
+    pub code: String,
+    /// The error as returned to the client (redacted), if any.
+    pub error: Option<String>,
+    /// The limit or denial that ended it.
+    pub limit: Option<String>,
+    /// Would-be seccomp denials (audit mode).
+    pub seccomp_audit: Vec<jail::record::SeccompEvent>,
+    /// Policy in force.
+    pub policy: PolicyRef,
+    /// Wall-clock duration.
+    pub duration_ms: u64,
+}
+
+impl AuditEvent {
+    /// Fill the runner's part from `rec`.
+    pub fn with_record(mut self, rec: RunRecord) -> Self {
+        self.uid = rec.uid;
+        self.gid = rec.gid;
+        self.cgroup = rec.cgroup;
+        self.commands = rec.commands;
+        self.peak_memory_bytes = rec.peak_memory_bytes;
+        self.oom_kills = rec.oom_kills;
+        if self.limit.is_none() {
+            self.limit = rec.limit;
+        }
+        self.seccomp_audit = rec.seccomp_audit;
+        if let Some(a) = rec.archive {
+            self.archive.entries = Some(a.entries);
+            self.archive.file_bytes = Some(a.file_bytes);
+        }
+        self
+    }
+}
+
+/// `now` as RFC 3339 UTC with milliseconds.
+pub fn rfc3339_now() -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    rfc3339(d.as_secs() as i64, d.subsec_millis())
+}
+
+/// Seconds since the epoch → `YYYY-MM-DDTHH:MM:SS.mmmZ` (proleptic Gregorian).
+pub fn rfc3339(secs: i64, millis: u32) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm, restated).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(
+            rfc3339(1_795_392_000 + 3661, 999),
+            "2026-11-23T01:01:01.999Z"
+        );
+    }
+}

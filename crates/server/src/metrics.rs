@@ -1,0 +1,331 @@
+//! Prometheus metrics (text exposition format 0.0.4), served on an optional address. A small
+//! registry of our own: a handful of counters, gauges and one histogram do not justify a
+//! metrics framework and its dependencies in a security sidecar.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Upper bounds (seconds) of the request-duration histogram.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+/// The registry.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, String), u64>>,
+    durations: Mutex<BTreeMap<String, Histogram>>,
+    bytes_in: Mutex<u64>,
+    bytes_out: Mutex<u64>,
+    kills: Mutex<BTreeMap<String, u64>>,
+    rejections: Mutex<BTreeMap<String, u64>>,
+    seccomp_audit: Mutex<BTreeMap<String, u64>>,
+    active: AtomicI64,
+    /// (in use, capacity) of the UID pool, read at scrape time.
+    pool: Mutex<Option<PoolSource>>,
+}
+
+type PoolFn = dyn Fn() -> Option<(usize, usize)> + Send + Sync;
+
+struct PoolSource(Box<PoolFn>);
+
+impl std::fmt::Debug for PoolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PoolSource")
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What one finished request contributes.
+#[derive(Debug, Clone, Default)]
+pub struct Finished<'a> {
+    /// RPC name.
+    pub rpc: &'a str,
+    /// gRPC code name (`OK`, `InvalidArgument`, …).
+    pub code: &'a str,
+    /// Duration.
+    pub duration: Duration,
+    /// Compressed archive bytes received.
+    pub bytes_in: u64,
+    /// Manifest bytes returned.
+    pub bytes_out: u64,
+    /// The limit that killed it (`timeout`, `memory`, `pids`, `output`, `seccomp`, `disk`).
+    pub kill: Option<&'a str>,
+    /// Extraction rejection class (`policy`, `limit`, `integrity`).
+    pub rejection: Option<&'a str>,
+    /// Would-be seccomp denials (syscall, count).
+    pub seccomp_audit: Vec<(&'a str, u64)>,
+}
+
+impl Metrics {
+    /// Report the UID pool's usage through `f` at each scrape.
+    pub fn set_pool_source(&self, f: impl Fn() -> Option<(usize, usize)> + Send + Sync + 'static) {
+        *lock(&self.pool) = Some(PoolSource(Box::new(f)));
+    }
+
+    /// A request started.
+    pub fn started(&self) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request finished.
+    pub fn finished(&self, f: &Finished<'_>) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        *lock(&self.requests)
+            .entry((f.rpc.to_owned(), f.code.to_owned()))
+            .or_default() += 1;
+        {
+            let mut d = lock(&self.durations);
+            let h = d.entry(f.rpc.to_owned()).or_insert_with(|| Histogram {
+                buckets: vec![0; DURATION_BUCKETS.len()],
+                ..Default::default()
+            });
+            let s = f.duration.as_secs_f64();
+            for (i, b) in DURATION_BUCKETS.iter().enumerate() {
+                if s <= *b {
+                    h.buckets[i] += 1;
+                }
+            }
+            h.sum += s;
+            h.count += 1;
+        }
+        *lock(&self.bytes_in) += f.bytes_in;
+        *lock(&self.bytes_out) += f.bytes_out;
+        if let Some(k) = f.kill {
+            *lock(&self.kills).entry(k.to_owned()).or_default() += 1;
+        }
+        if let Some(r) = f.rejection {
+            *lock(&self.rejections).entry(r.to_owned()).or_default() += 1;
+        }
+        for (s, n) in &f.seccomp_audit {
+            *lock(&self.seccomp_audit)
+                .entry((*s).to_owned())
+                .or_default() += n;
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let head = |o: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        head(
+            &mut o,
+            "cmp_warden_requests_total",
+            "counter",
+            "Requests by RPC and gRPC code.",
+        );
+        for ((rpc, code), n) in lock(&self.requests).iter() {
+            let _ = writeln!(
+                o,
+                "cmp_warden_requests_total{{rpc=\"{rpc}\",code=\"{code}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "cmp_warden_request_duration_seconds",
+            "histogram",
+            "Request duration by RPC.",
+        );
+        for (rpc, h) in lock(&self.durations).iter() {
+            for (i, b) in DURATION_BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    o,
+                    "cmp_warden_request_duration_seconds_bucket{{rpc=\"{rpc}\",le=\"{b}\"}} {}",
+                    h.buckets[i]
+                );
+            }
+            let _ = writeln!(
+                o,
+                "cmp_warden_request_duration_seconds_bucket{{rpc=\"{rpc}\",le=\"+Inf\"}} {}\ncmp_warden_request_duration_seconds_sum{{rpc=\"{rpc}\"}} {}\ncmp_warden_request_duration_seconds_count{{rpc=\"{rpc}\"}} {}",
+                h.count, h.sum, h.count
+            );
+        }
+        head(
+            &mut o,
+            "cmp_warden_received_bytes_total",
+            "counter",
+            "Compressed archive bytes received.",
+        );
+        let _ = writeln!(
+            o,
+            "cmp_warden_received_bytes_total {}",
+            *lock(&self.bytes_in)
+        );
+        head(
+            &mut o,
+            "cmp_warden_sent_bytes_total",
+            "counter",
+            "Manifest bytes returned.",
+        );
+        let _ = writeln!(o, "cmp_warden_sent_bytes_total {}", *lock(&self.bytes_out));
+        head(
+            &mut o,
+            "cmp_warden_sandbox_kills_total",
+            "counter",
+            "Requests ended by a sandbox limit, by reason.",
+        );
+        for (r, n) in lock(&self.kills).iter() {
+            let _ = writeln!(o, "cmp_warden_sandbox_kills_total{{reason=\"{r}\"}} {n}");
+        }
+        head(
+            &mut o,
+            "cmp_warden_archive_rejections_total",
+            "counter",
+            "Archives refused, by class.",
+        );
+        for (r, n) in lock(&self.rejections).iter() {
+            let _ = writeln!(
+                o,
+                "cmp_warden_archive_rejections_total{{class=\"{r}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "cmp_warden_seccomp_audit_events_total",
+            "counter",
+            "System calls seccomp audit mode would have denied, by name.",
+        );
+        for (s, n) in lock(&self.seccomp_audit).iter() {
+            let _ = writeln!(
+                o,
+                "cmp_warden_seccomp_audit_events_total{{syscall=\"{s}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "cmp_warden_active_requests",
+            "gauge",
+            "Requests in flight.",
+        );
+        let _ = writeln!(
+            o,
+            "cmp_warden_active_requests {}",
+            self.active.load(Ordering::Relaxed).max(0)
+        );
+        if let Some((used, cap)) = lock(&self.pool).as_ref().and_then(|f| (f.0)()) {
+            head(
+                &mut o,
+                "cmp_warden_uid_pool_in_use",
+                "gauge",
+                "Leased UIDs.",
+            );
+            let _ = writeln!(o, "cmp_warden_uid_pool_in_use {used}");
+            head(
+                &mut o,
+                "cmp_warden_uid_pool_capacity",
+                "gauge",
+                "UIDs in the pool.",
+            );
+            let _ = writeln!(o, "cmp_warden_uid_pool_capacity {cap}");
+        }
+        o
+    }
+}
+
+/// Serve `GET /metrics` on `listener` until the task is dropped. Plain HTTP/1.1, one request
+/// per connection, 8 KiB request cap, 5 s to send it.
+pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: std::sync::Arc<Metrics>) {
+    loop {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            continue;
+        };
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            let mut buf = Vec::with_capacity(1024);
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                true
+            })
+            .await;
+            if read != Ok(true) {
+                return;
+            }
+            let line = String::from_utf8_lossy(&buf);
+            let first = line.lines().next().unwrap_or("");
+            let (status, ctype, body) = match first.split_whitespace().collect::<Vec<_>>()[..] {
+                ["GET", "/metrics", _] => (
+                    "200 OK",
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    m.render(),
+                ),
+                ["GET", _, _] => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+                _ => (
+                    "405 Method Not Allowed",
+                    "text/plain",
+                    "GET /metrics\n".to_owned(),
+                ),
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(resp.as_bytes()).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_counts_and_buckets() {
+        let m = Metrics::default();
+        m.started();
+        m.started();
+        m.finished(&Finished {
+            rpc: "GenerateManifest",
+            code: "OK",
+            duration: Duration::from_millis(200),
+            bytes_in: 100,
+            bytes_out: 50,
+            ..Default::default()
+        });
+        m.finished(&Finished {
+            rpc: "GenerateManifest",
+            code: "ResourceExhausted",
+            duration: Duration::from_secs(3),
+            kill: Some("memory"),
+            ..Default::default()
+        });
+        m.set_pool_source(|| Some((1, 16)));
+        let t = m.render();
+        for want in [
+            "cmp_warden_requests_total{rpc=\"GenerateManifest\",code=\"OK\"} 1",
+            "cmp_warden_requests_total{rpc=\"GenerateManifest\",code=\"ResourceExhausted\"} 1",
+            "cmp_warden_request_duration_seconds_bucket{rpc=\"GenerateManifest\",le=\"0.25\"} 1",
+            "cmp_warden_request_duration_seconds_bucket{rpc=\"GenerateManifest\",le=\"5\"} 2",
+            "cmp_warden_request_duration_seconds_count{rpc=\"GenerateManifest\"} 2",
+            "cmp_warden_received_bytes_total 100",
+            "cmp_warden_sandbox_kills_total{reason=\"memory\"} 1",
+            "cmp_warden_active_requests 0",
+            "cmp_warden_uid_pool_in_use 1",
+        ] {
+            assert!(t.contains(want), "{want} missing from\n{t}");
+        }
+    }
+}
