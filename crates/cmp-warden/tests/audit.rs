@@ -35,7 +35,7 @@ const SPEC: &str = r#"  init:
           fail) P=hunter; echo "fatal: could not read https://alice:${P}2pw@git.example.com/r.git token $ARGOCD_ENV_VAULT_TOKEN" >&2; exit 3 ;;
           hang) sleep 60 ;;
           oom) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;
-          unshare) exec unshare -U true ;;
+          unshare) unshare -U true || exit 1 ;;
         esac
         cat cm.yaml
 "#;
@@ -294,4 +294,77 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
     assert_eq!(get("cmp_warden_uid_pool_capacity"), 16.0);
     assert!(get("cmp_warden_received_bytes_total") > 0.0);
     assert!(get("cmp_warden_sent_bytes_total") > 0.0);
+}
+
+#[test]
+fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_denial() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let r = repo(&[("cm.yaml", CM)]);
+    let dir = r.path().to_str().expect("utf8");
+    let args = [
+        "-dir",
+        dir,
+        "-env",
+        "ARGOCD_ENV_MODE=unshare",
+        "-app",
+        "needs-unshare",
+    ];
+    // Enforce (the default): the plugin breaks.
+    let enforce_file = pol.path().join("enforce/policy.yaml");
+    write_policy(&enforce_file, &[]);
+    let s = Server::start(
+        &plugin(SPEC),
+        &["--policy", enforce_file.to_str().expect("utf8")],
+    );
+    let (code, msg) = go(&s, "generate", &args).expect_err("enforce denies unshare");
+    assert_eq!(code, UNKNOWN, "{msg}");
+    drop(s);
+
+    // Audit: the same request succeeds and its event names the call enforce mode denied.
+    let audit_file = pol.path().join("audit/policy.yaml");
+    write_policy(&audit_file, &[("mode: enforce}", "mode: audit}")]);
+    let log = pol.path().join("audit.jsonl");
+    let s = Server::start(
+        &plugin(SPEC),
+        &[
+            "--policy",
+            audit_file.to_str().expect("utf8"),
+            "--audit-log",
+            log.to_str().expect("utf8"),
+        ],
+    );
+    let v = go(&s, "generate", &args).expect("audit mode lets it run");
+    assert_eq!(
+        v["manifests"][0],
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm"}}"#
+    );
+    // An ordinary request records nothing.
+    go(&s, "generate", &["-dir", dir, "-app", "plain"]).expect("plain");
+    let ev = events(&log, 2);
+    let by_app: BTreeMap<&str, &Value> = ev
+        .iter()
+        .map(|e| (e["app"].as_str().expect("app"), e))
+        .collect();
+    let denials = by_app["needs-unshare"]["seccompAudit"]
+        .as_array()
+        .expect("seccompAudit");
+    assert!(
+        denials.iter().any(|d| d["syscall"] == "unshare"
+            && d["count"].as_u64() >= Some(1)
+            && d["comm"] == "unshare"),
+        "{denials:#?}"
+    );
+    assert_eq!(
+        by_app["plain"]["seccompAudit"].as_array().map(Vec::len),
+        Some(0)
+    );
+    assert!(
+        s.logs()
+            .contains("seccomp audit: would be denied in enforce mode"),
+        "{}",
+        s.logs()
+    );
 }

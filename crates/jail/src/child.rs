@@ -163,6 +163,7 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
         run_operation(&spec, &cancel)
     });
     let mut record = crate::record::snapshot(&spec.record);
+    record.seccomp_audit = crate::seccomp::audited();
     match result {
         Ok(outcome) => reply(&Reply::Ok {
             outcome: Some(outcome),

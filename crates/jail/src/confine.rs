@@ -385,7 +385,13 @@ pub fn confine(
     let mut seccomp_filters = 0;
     match &sb.seccomp {
         Some(f) => match f.install() {
-            Ok(()) => seccomp_filters = f.filters(),
+            Ok(listener) => {
+                seccomp_filters = f.filters();
+                if let Some(l) = listener {
+                    crate::seccomp::serve_notifications(l, f)
+                        .map_err(|e| fail("seccomp", format!("audit listener: {e}")))?;
+                }
+            }
             Err(e) if required(Protection::Seccomp) => return Err(fail("seccomp", e)),
             Err(e) => degraded.push(format!("seccomp: {e}")),
         },

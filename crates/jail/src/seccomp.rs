@@ -3,6 +3,13 @@
 //! Rules are grouped by action; each group becomes one filter whose mismatch action is allow.
 //! The kernel runs every installed filter and keeps the strongest verdict, so the groups
 //! compose (e.g. `clone3` → ENOSYS while the rest answers EPERM).
+//!
+//! Audit mode: every rule but the `clone3` → ENOSYS shim (a compatibility answer, not a
+//! denial: glibc falls back to `clone`, which the profile inspects) goes into one filter whose
+//! action is SECCOMP_RET_USER_NOTIF, installed with a listener. The jail answers each
+//! notification "continue" and records the call, so the request's audit event lists what
+//! enforce mode would have denied. Chosen over SECCOMP_RET_LOG: the kernel's log is
+//! rate-limited, needs CAP_SYSLOG to read inside a container, and cannot be tied to a request.
 
 use std::collections::BTreeMap;
 
@@ -29,27 +36,42 @@ pub enum SeccompError {
 /// A compiled profile: one BPF program per action group, installed in order. Compiled once by
 /// the supervisor and shipped to each jail as raw instructions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(
-    from = "Vec<Vec<(u16, u8, u8, u32)>>",
-    into = "Vec<Vec<(u16, u8, u8, u32)>>"
-)]
+#[serde(from = "WireFilter", into = "WireFilter")]
 pub struct CompiledFilter {
     programs: Vec<BpfProgram>,
+    /// Audit mode: the program installed with a user-notification listener.
+    notify: Option<usize>,
+    /// System call numbers of the notify program → names (for the audit record).
+    names: Vec<(u32, String)>,
 }
 
-impl From<CompiledFilter> for Vec<Vec<(u16, u8, u8, u32)>> {
+/// The wire form (raw instructions).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireFilter {
+    programs: Vec<Vec<(u16, u8, u8, u32)>>,
+    notify: Option<usize>,
+    names: Vec<(u32, String)>,
+}
+
+impl From<CompiledFilter> for WireFilter {
     fn from(f: CompiledFilter) -> Self {
-        f.programs
-            .iter()
-            .map(|p| p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
-            .collect()
+        WireFilter {
+            programs: f
+                .programs
+                .iter()
+                .map(|p| p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+                .collect(),
+            notify: f.notify,
+            names: f.names,
+        }
     }
 }
 
-impl From<Vec<Vec<(u16, u8, u8, u32)>>> for CompiledFilter {
-    fn from(v: Vec<Vec<(u16, u8, u8, u32)>>) -> Self {
+impl From<WireFilter> for CompiledFilter {
+    fn from(v: WireFilter) -> Self {
         CompiledFilter {
             programs: v
+                .programs
                 .into_iter()
                 .map(|p| {
                     p.into_iter()
@@ -57,14 +79,36 @@ impl From<Vec<Vec<(u16, u8, u8, u32)>>> for CompiledFilter {
                         .collect()
                 })
                 .collect(),
+            notify: v.notify,
+            names: v.names,
         }
     }
 }
 
-fn action_json(a: RuleAction, mode: SeccompMode) -> Value {
-    if mode == SeccompMode::Audit {
-        return json!("log");
-    }
+/// SECCOMP_RET_LOG, which seccompiler can emit, and SECCOMP_RET_USER_NOTIF, which it cannot:
+/// the notify program is compiled with the former and its return instructions rewritten.
+const RET_LOG: u32 = 0x7ffc_0000;
+const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+/// BPF_RET | BPF_K and BPF_JMP | BPF_JEQ | BPF_K.
+const BPF_RET_K: u16 = 0x06;
+const BPF_JEQ_K: u16 = 0x15;
+
+/// The number of system call `name` on `arch`, read back from a one-rule program (the only
+/// JEQ constant below the architecture tokens is the call number).
+fn syscall_number(name: &str, arch: seccompiler::TargetArch) -> Option<u32> {
+    let doc = json!({ "g": {
+        "mismatch_action": "allow",
+        "match_action": "log",
+        "filter": [{ "syscall": name }],
+    }});
+    let map = seccompiler::compile_from_json(doc.to_string().as_bytes(), arch).ok()?;
+    map.get("g")?
+        .iter()
+        .find(|i| i.code == BPF_JEQ_K && i.k < 0x1_0000)
+        .map(|i| i.k)
+}
+
+fn action_json(a: RuleAction) -> Value {
     match a {
         RuleAction::Errno(e) => json!({ "errno": e.number() }),
         RuleAction::KillProcess => json!("kill_process"),
@@ -86,7 +130,8 @@ pub fn compile(
 ) -> Result<CompiledFilter, SeccompError> {
     let arch = target_arch()?;
     // action → syscall → list of argument-condition lists (OR of ANDs).
-    let mut groups: BTreeMap<RuleAction, BTreeMap<&str, Vec<Vec<Value>>>> = BTreeMap::new();
+    // `None` is audit mode's notify group.
+    let mut groups: BTreeMap<Option<RuleAction>, BTreeMap<&str, Vec<Vec<Value>>>> = BTreeMap::new();
     for r in &profile.rules {
         if r.only_when == Some(Condition::NetworkNone) && network != NetworkMode::None {
             continue;
@@ -107,9 +152,11 @@ pub fn compile(
                 json!({ "index": a.index, "type": ty, "op": op, "val": a.value })
             })
             .collect();
+        let shim = r.action == RuleAction::Errno(policy::seccomp::Errno::ENOSYS);
+        let key = (mode == SeccompMode::Enforce || shim).then_some(r.action);
         for s in &r.syscalls {
             groups
-                .entry(r.action)
+                .entry(key)
                 .or_default()
                 .entry(s.as_str())
                 .or_default()
@@ -117,7 +164,16 @@ pub fn compile(
         }
     }
     let mut programs = Vec::new();
+    let mut notify = None;
+    let mut names = Vec::new();
     for (action, calls) in groups {
+        if action.is_none() {
+            for name in calls.keys() {
+                if let Some(nr) = syscall_number(name, arch) {
+                    names.push((nr, (*name).to_owned()));
+                }
+            }
+        }
         let mut filter = Vec::new();
         for (name, alternatives) in calls {
             // An unconditional rule makes the conditional ones for the same call redundant.
@@ -131,17 +187,29 @@ pub fn compile(
         }
         let doc = json!({ "g": {
             "mismatch_action": "allow",
-            "match_action": action_json(action, mode),
+            "match_action": action.map_or(json!("log"), action_json),
             "filter": filter,
         }});
         let mut map = seccompiler::compile_from_json(doc.to_string().as_bytes(), arch)
             .map_err(|e| SeccompError::Compile(e.to_string()))?;
-        let prog = map
+        let mut prog = map
             .remove("g")
             .ok_or_else(|| SeccompError::Compile("no program produced".into()))?;
+        if action.is_none() {
+            for i in prog.iter_mut() {
+                if i.code == BPF_RET_K && i.k == RET_LOG {
+                    i.k = RET_USER_NOTIF;
+                }
+            }
+            notify = Some(programs.len());
+        }
         programs.push(prog);
     }
-    Ok(CompiledFilter { programs })
+    Ok(CompiledFilter {
+        programs,
+        notify,
+        names,
+    })
 }
 
 impl CompiledFilter {
@@ -156,13 +224,94 @@ impl CompiledFilter {
     }
 
     /// Install on the calling thread (and everything it later creates). Also sets
-    /// no_new_privs, which the kernel requires of an unprivileged caller.
-    pub fn install(&self) -> Result<(), SeccompError> {
-        for p in &self.programs {
-            seccompiler::apply_filter(p).map_err(|e| SeccompError::Install(e.to_string()))?;
+    /// no_new_privs, which the kernel requires of an unprivileged caller. In audit mode,
+    /// returns the user-notification listener, which must be served ([`serve_notifications`])
+    /// or every audited call blocks until the listener is closed.
+    pub fn install(&self) -> Result<Option<std::os::fd::OwnedFd>, SeccompError> {
+        let mut listener = None;
+        for (i, p) in self.programs.iter().enumerate() {
+            if Some(i) == self.notify {
+                let raw: Vec<(u16, u8, u8, u32)> =
+                    p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect();
+                listener = Some(
+                    crate::sys::seccomp_install_with_listener(&raw)
+                        .map_err(|e| SeccompError::Install(e.to_string()))?,
+                );
+            } else {
+                seccompiler::apply_filter(p).map_err(|e| SeccompError::Install(e.to_string()))?;
+            }
         }
-        Ok(())
+        Ok(listener)
     }
+
+    /// Whether this is an audit-mode filter (calls are recorded, not denied).
+    pub fn is_audit(&self) -> bool {
+        self.notify.is_some()
+    }
+
+    /// Name of system call `nr` among the audited ones.
+    pub fn name_of(&self, nr: i32) -> String {
+        self.names
+            .iter()
+            .find(|(n, _)| i64::from(*n) == i64::from(nr))
+            .map_or_else(|| format!("nr:{nr}"), |(_, s)| s.clone())
+    }
+}
+
+/// Would-be denials recorded by [`serve_notifications`]: name → (count, first command).
+static AUDITED: std::sync::Mutex<BTreeMap<String, (u64, String)>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Serve the audit-mode listener on a thread of its own: record each notified call and let
+/// it proceed. Runs until the listener is closed (the jail exits).
+pub fn serve_notifications(
+    listener: std::os::fd::OwnedFd,
+    filter: &CompiledFilter,
+) -> std::io::Result<()> {
+    let f = CompiledFilter {
+        programs: Vec::new(),
+        notify: None,
+        names: filter.names.clone(),
+    };
+    std::thread::Builder::new()
+        .name("seccomp-audit".into())
+        .spawn(move || {
+            use std::os::fd::AsFd;
+            loop {
+                let (id, pid, nr) = match crate::sys::seccomp_notif_recv(listener.as_fd()) {
+                    Ok(n) => n,
+                    // ENOENT: the caller died before we read it; anything else: give up
+                    // (closing the listener lets waiting calls fail with ENOSYS).
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(_) => return,
+                };
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .map(|s| s.trim().to_owned())
+                    .unwrap_or_default();
+                let _ = crate::sys::seccomp_notif_continue(listener.as_fd(), id);
+                let name = f.name_of(nr);
+                tracing::info!(syscall = %name, pid, %comm, "seccomp audit: would be denied in enforce mode");
+                let mut a = AUDITED.lock().unwrap_or_else(|e| e.into_inner());
+                let e = a.entry(name).or_insert((0, comm));
+                e.0 += 1;
+            }
+        })?;
+    Ok(())
+}
+
+/// The would-be denials recorded so far (for the request's audit record).
+pub fn audited() -> Vec<crate::record::SeccompEvent> {
+    AUDITED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(s, (n, c))| crate::record::SeccompEvent {
+            syscall: s.clone(),
+            count: *n,
+            comm: c.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -179,7 +328,22 @@ mod tests {
         let egress = compile(&p, SeccompMode::Enforce, NetworkMode::Egress).expect("compile");
         assert_eq!(egress.filters(), 3, "no EACCES group without network: none");
         let audit = compile(&p, SeccompMode::Audit, NetworkMode::None).expect("compile");
-        assert_eq!(audit.filters(), 4);
+        // The clone3 shim, and one notify filter holding every other rule.
+        assert_eq!(audit.filters(), 2);
+        let n = audit.notify.expect("notify program");
+        assert!(
+            audit.programs[n]
+                .iter()
+                .any(|i| i.code == BPF_RET_K && i.k == RET_USER_NOTIF)
+        );
+        assert!(
+            !audit.programs[n]
+                .iter()
+                .any(|i| i.code == BPF_RET_K && i.k == RET_LOG)
+        );
+        assert_eq!(audit.name_of(272), "unshare");
+        assert_eq!(audit.name_of(101), "ptrace");
+        assert!(enforce.notify.is_none());
     }
 
     #[test]

@@ -43,6 +43,70 @@ pub fn wait4_rusage(pid: i32) -> io::Result<(i32, u64)> {
     }
 }
 
+/// Install a classic BPF seccomp program with SECCOMP_FILTER_FLAG_NEW_LISTENER and return the
+/// listener. The caller has set no_new_privs (or holds CAP_SYS_ADMIN).
+pub fn seccomp_install_with_listener(
+    prog: &[(u16, u8, u8, u32)],
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut insns: Vec<libc::sock_filter> = prog
+        .iter()
+        .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+        .collect();
+    let len = u16::try_from(insns.len()).map_err(|_| io::Error::other("BPF program too long"))?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: insns.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `insns`, a live vector of `len` instructions that outlives the
+    // call; the kernel copies the program and writes no memory of ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success seccomp(2) returns a new file descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Block for the next seccomp user notification: (id, pid, system call number).
+pub fn seccomp_notif_recv(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u32, i32)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `seccomp_notif` is plain old data; the kernel requires it zeroed on input.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: NOTIF_RECV writes one `seccomp_notif` into `n`, a live, exclusively borrowed
+    // value of exactly that type; `fd` is an open listener.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n.id, n.pid, n.data.nr))
+}
+
+/// Answer notification `id` with "continue": the call runs as if unfiltered.
+pub fn seccomp_notif_continue(fd: std::os::fd::BorrowedFd<'_>, id: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: 0,
+        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+    };
+    // SAFETY: NOTIF_SEND reads one `seccomp_notif_resp` from `resp`, a live value of exactly
+    // that type; `fd` is an open listener.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `unshare(2)` for namespace flags only.
 pub fn unshare_namespaces(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
     if flags.contains(rustix::thread::UnshareFlags::FILES) {
