@@ -368,3 +368,99 @@ fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_de
         s.logs()
     );
 }
+
+#[test]
+fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
+    if !is_root() {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let cfg = t.path().join("config");
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    std::fs::write(cfg.join("plugin.yaml"), plugin(SPEC)).expect("plugin.yaml");
+    let audit_pol = t.path().join("audit/policy.yaml");
+    write_policy(&audit_pol, &[("mode: enforce}", "mode: audit}")]);
+    let r = repo(&[("cm.yaml", CM)]);
+    let render = |policy: &std::path::Path, log: Option<&std::path::Path>| {
+        let mut c = std::process::Command::new(bin());
+        c.args(["render", "--config-dir-path"])
+            .arg(&cfg)
+            .arg("--policy")
+            .arg(policy)
+            .args(["--env", "ARGOCD_ENV_MODE=unshare"]);
+        if let Some(l) = log {
+            c.arg("--audit-log").arg(l);
+        }
+        c.arg(r.path()).output().expect("render")
+    };
+    // 1. The audit run works and is recorded.
+    let log = t.path().join("run.jsonl");
+    let out = render(&audit_pol, Some(&log));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 2. Suggest.
+    let dir = t.path().join("suggested");
+    let s = std::process::Command::new(bin())
+        .args(["policy", "suggest", "--audit-log"])
+        .arg(&log)
+        .arg("--policy")
+        .arg(&audit_pol)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .expect("suggest");
+    let notes = String::from_utf8_lossy(&s.stderr);
+    assert!(s.status.success(), "{notes}");
+    assert!(
+        notes.contains("seccomp: unshare is ALLOWED: unshare called it"),
+        "{notes}"
+    );
+    let yaml = std::fs::read_to_string(dir.join("policy.yaml")).expect("policy.yaml");
+    assert!(yaml.contains("mode: enforce"), "{yaml}");
+    assert!(
+        yaml.contains("limits.memoryBytes"),
+        "the notes explain the limits: {yaml}"
+    );
+    let profile = std::fs::read_to_string(dir.join("seccomp/profile.json")).expect("profile");
+    assert!(!profile.contains("\"unshare\""), "{profile}");
+    for still in ["\"setns\"", "\"ptrace\"", "\"bpf\"", "\"io_uring_setup\""] {
+        assert!(profile.contains(still), "{still} must stay denied");
+    }
+    let check = std::process::Command::new(bin())
+        .args(["policy", "check"])
+        .arg(dir.join("policy.yaml"))
+        .output()
+        .expect("check");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // 3. The suggested, enforced policy runs the plugin; the original enforce policy did not.
+    let out = render(&dir.join("policy.yaml"), None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ConfigMap"));
+    let enforce_pol = t.path().join("enforce/policy.yaml");
+    write_policy(&enforce_pol, &[]);
+    let out = render(&enforce_pol, None);
+    assert!(!out.status.success(), "the default profile denies unshare");
+    // An empty log is refused with a reason.
+    let empty = t.path().join("empty.jsonl");
+    std::fs::write(&empty, "{\"level\":\"INFO\"}\n").expect("write");
+    let s = std::process::Command::new(bin())
+        .args(["policy", "suggest", "--audit-log"])
+        .arg(&empty)
+        .arg("--out")
+        .arg(t.path().join("x"))
+        .output()
+        .expect("suggest");
+    assert_eq!(s.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&s.stderr).contains("holds no audit events"));
+}

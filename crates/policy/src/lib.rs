@@ -1,6 +1,7 @@
 //! The sandbox policy: schema, strict validation, and Kubernetes-style quantities.
 #![forbid(unsafe_code)]
 
+pub mod emit;
 pub mod policy;
 pub mod quantity;
 pub mod seccomp;

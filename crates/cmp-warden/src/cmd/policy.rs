@@ -1,10 +1,14 @@
 //! `cmp-warden policy check [FILE]`: validate a sandbox policy and print the effective policy.
+//! `cmp-warden policy suggest`: turn the audit events of an audit-mode run into a candidate
+//! enforce-mode policy (and seccomp profile), with every change explained.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Subcommand;
-use policy::Policy;
+use policy::{Policy, SeccompMode};
+use serde_json::Value;
 
 /// Policy subcommands.
 #[derive(Debug, Subcommand)]
@@ -14,11 +18,39 @@ pub enum PolicyCmd {
         /// Policy file [default: the embedded policies/default.yaml].
         file: Option<PathBuf>,
     },
+    /// From the audit events of runs under an audit-mode policy (serve or render with
+    /// --audit-log), write a candidate enforce-mode policy and seccomp profile to --out.
+    Suggest {
+        /// Audit log (JSON lines; other log lines are skipped).
+        #[arg(long)]
+        audit_log: PathBuf,
+        /// The policy the runs used [default: the embedded default].
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Output directory (policy.yaml and seccomp/profile.json).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Exit 0 and the effective policy on stdout, or 1 and the reason on stderr.
 pub fn run(cmd: PolicyCmd) -> ExitCode {
-    let PolicyCmd::Check { file } = cmd;
+    let file = match cmd {
+        PolicyCmd::Check { file } => file,
+        PolicyCmd::Suggest {
+            audit_log,
+            policy,
+            out,
+        } => {
+            return match suggest(&audit_log, policy.as_deref(), &out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+    };
     let parsed = match &file {
         None => Policy::default_policy(),
         Some(f) => Policy::load(f),
@@ -44,4 +76,188 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+const MI: u64 = 1 << 20;
+
+fn round_up(v: u64, unit: u64) -> u64 {
+    v.div_ceil(unit).max(1) * unit
+}
+
+/// What the audit events show, across all requests.
+#[derive(Debug, Default)]
+struct Observed {
+    requests: usize,
+    denied: std::collections::BTreeMap<String, (u64, String)>,
+    peak_memory: u64,
+    duration_ms: u64,
+    output: u64,
+    limits_hit: Vec<(String, String)>,
+}
+
+fn observe(text: &str) -> Observed {
+    let mut o = Observed::default();
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if e["log"] != "audit" {
+            continue;
+        }
+        o.requests += 1;
+        for d in e["seccompAudit"].as_array().into_iter().flatten() {
+            let name = d["syscall"].as_str().unwrap_or("?").to_owned();
+            let ent = o
+                .denied
+                .entry(name)
+                .or_insert((0, d["comm"].as_str().unwrap_or("").to_owned()));
+            ent.0 += d["count"].as_u64().unwrap_or(1);
+        }
+        o.peak_memory = o
+            .peak_memory
+            .max(e["peakMemoryBytes"].as_u64().unwrap_or(0));
+        o.duration_ms = o.duration_ms.max(e["durationMs"].as_u64().unwrap_or(0));
+        for c in e["commands"].as_array().into_iter().flatten() {
+            o.peak_memory = o.peak_memory.max(c["peakRssBytes"].as_u64().unwrap_or(0));
+            o.output = o
+                .output
+                .max(c["stdoutBytes"].as_u64().unwrap_or(0))
+                .max(c["stderrBytes"].as_u64().unwrap_or(0));
+        }
+        if let Some(l) = e["limit"].as_str() {
+            o.limits_hit
+                .push((l.to_owned(), e["app"].as_str().unwrap_or("").to_owned()));
+        }
+    }
+    o
+}
+
+/// The profile text the policy points at (the embedded one for the embedded default).
+fn profile_text(p: &Policy, from_file: bool) -> anyhow::Result<String> {
+    if from_file {
+        std::fs::read_to_string(&p.seccomp_profile)
+            .with_context(|| format!("reading {}", p.seccomp_profile.display()))
+    } else {
+        Ok(policy::seccomp::DEFAULT_SECCOMP_JSON.to_owned())
+    }
+}
+
+fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<()> {
+    let mut p = match base {
+        Some(f) => Policy::load(f)?,
+        None => Policy::default_policy()?,
+    };
+    let text = std::fs::read_to_string(audit_log)
+        .with_context(|| format!("reading {}", audit_log.display()))?;
+    let o = observe(&text);
+    if o.requests == 0 {
+        anyhow::bail!(
+            "{} holds no audit events (lines with \"log\":\"audit\"): run serve or render with --audit-log under an audit-mode policy first",
+            audit_log.display()
+        );
+    }
+    let mut notes = vec![format!(
+        "Suggested by `cmp-warden policy suggest` from {} request(s) in {}, based on policy {:?}.",
+        o.requests,
+        audit_log.display(),
+        p.name
+    )];
+    notes.push("Review every line below before deploying; each change says why.".into());
+
+    // Seccomp: take out of the profile exactly the calls the plugin made.
+    let mut profile: Value = serde_json::from_str(&profile_text(&p, base.is_some())?)?;
+    if p.seccomp_mode == SeccompMode::Audit && o.denied.is_empty() {
+        notes.push(
+            "seccomp: no would-be denial was recorded; enforce mode keeps the profile unchanged"
+                .into(),
+        );
+    }
+    if let Some(rules) = profile["rules"].as_array_mut() {
+        for r in rules.iter_mut() {
+            if let Some(calls) = r["syscalls"].as_array_mut() {
+                calls.retain(|c| {
+                    let name = c.as_str().unwrap_or("");
+                    match o.denied.get(name) {
+                        Some((n, comm)) => {
+                            notes.push(format!(
+                                "seccomp: {name} is ALLOWED: {comm} called it {n} time(s); the profile denied it because: {}",
+                                r_reason(name)
+                            ));
+                            false
+                        }
+                        None => true,
+                    }
+                });
+            }
+        }
+        rules.retain(|r| r["syscalls"].as_array().is_some_and(|c| !c.is_empty()));
+    }
+    p.seccomp_mode = SeccompMode::Enforce;
+    notes.push("seccomp: mode enforce".into());
+
+    // Limits: room above what was observed, never below it.
+    if o.peak_memory > 0 {
+        let want = round_up(o.peak_memory.saturating_mul(2), 64 * MI).max(256 * MI);
+        notes.push(format!(
+            "limits.memoryBytes: {want} (observed peak {} bytes, x2)",
+            o.peak_memory
+        ));
+        p.limits.memory_bytes = want;
+        p.limits.data_bytes = p.limits.data_bytes.max(want);
+    }
+    if o.duration_ms > 0 {
+        let want = (o.duration_ms.saturating_mul(3).div_ceil(1000)).max(30);
+        notes.push(format!(
+            "limits.wallSeconds: {want} (slowest request {} ms, x3)",
+            o.duration_ms
+        ));
+        p.limits.wall_seconds = want;
+    }
+    if o.output > 0 {
+        let want = round_up(o.output.saturating_mul(4), MI);
+        notes.push(format!(
+            "limits.outputBytes: {want} (largest stdout/stderr {} bytes, x4)",
+            o.output
+        ));
+        p.limits.output_bytes = want;
+    }
+    for (limit, app) in &o.limits_hit {
+        notes.push(format!(
+            "WARNING: request of app {app:?} ended on the {limit} limit: the values above come from runs that did not finish; raise it and run again"
+        ));
+    }
+    p.name = format!("{}-suggested", p.name);
+
+    std::fs::create_dir_all(out.join("seccomp"))?;
+    let prof_path = out.join("seccomp/profile.json");
+    std::fs::write(&prof_path, serde_json::to_string_pretty(&profile)? + "\n")?;
+    let yaml = policy::emit::to_yaml(&p, "seccomp/profile.json", &notes);
+    let pol_path = out.join("policy.yaml");
+    std::fs::write(&pol_path, &yaml)?;
+    // What we wrote must pass `policy check`.
+    let check = Policy::load(&pol_path).context("the suggested policy does not validate")?;
+    jail::seccomp::compile(&check.seccomp, check.seccomp_mode, check.network)?;
+    for n in &notes {
+        eprintln!("{n}");
+    }
+    eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
+    Ok(())
+}
+
+/// The embedded profile's reason for denying `name` (for the note).
+fn r_reason(name: &str) -> String {
+    let prof: Value =
+        serde_json::from_str(policy::seccomp::DEFAULT_SECCOMP_JSON).unwrap_or(Value::Null);
+    prof["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| {
+            r["syscalls"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|x| x == name))
+        })
+        .and_then(|r| r["reason"].as_str())
+        .unwrap_or("(custom rule)")
+        .to_owned()
 }

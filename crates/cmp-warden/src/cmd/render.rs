@@ -30,6 +30,10 @@ pub struct RenderArgs {
     /// Sandbox policy file [default: the embedded policies/default.yaml].
     #[arg(long, env = "CMP_WARDEN_POLICY")]
     policy: Option<PathBuf>,
+    /// Append each request's audit event (as `serve` writes them) to this file; feed it to
+    /// `cmp-warden policy suggest`.
+    #[arg(long)]
+    audit_log: Option<PathBuf>,
 }
 
 /// Print each manifest as one JSON line; exit 1 on failure.
@@ -62,6 +66,72 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     }
     let config = loaded.config;
     let (buf, _) = super::client::pack(&a.dir, &a.exclude)?;
+    let audit = match &a.audit_log {
+        Some(p) => {
+            Some(server::audit::AuditSink::file(p).with_context(|| p.display().to_string())?)
+        }
+        None => None,
+    };
+    let app = std::path::absolute(&a.dir)?
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&buf))
+    };
+    let account =
+        |s: &RequestSpec, r: &Result<Outcome, jail::RequestError>, took: std::time::Duration| {
+            let Some(sink) = &audit else { return };
+            let (code, error) = match r {
+                Ok(_) => (tonic::Code::Ok, None),
+                Err(e) => {
+                    let st = server::status::to_status(e);
+                    (st.code(), Some(st.message().to_owned()))
+                }
+            };
+            let event = server::audit::AuditEvent {
+                log: "audit",
+                schema: server::audit::SCHEMA,
+                time: server::audit::rfc3339_now(),
+                request_id: s
+                    .tree
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                rpc: match s.op {
+                    Operation::Generate => "GenerateManifest",
+                    Operation::Match => "MatchRepository",
+                    Operation::Parameters => "GetParametersAnnouncement",
+                },
+                app: app.clone(),
+                app_rel_path: a.app_rel_path.clone(),
+                env_names: a.env.iter().map(|(k, _)| k.clone()).collect(),
+                archive: server::audit::ArchiveInfo {
+                    sha256: Some(sha.clone()),
+                    bytes: buf.len() as u64,
+                    ..Default::default()
+                },
+                uid: None,
+                gid: None,
+                cgroup: None,
+                commands: Vec::new(),
+                peak_memory_bytes: None,
+                oom_kills: None,
+                outcome: if r.is_ok() { "ok" } else { "error" },
+                code: format!("{code:?}"),
+                error: error.map(|e| jail::redact::redact(&e, &[])),
+                limit: None,
+                seccomp_audit: Vec::new(),
+                policy: server::audit::PolicyRef {
+                    name: policy.name.clone(),
+                    sha256: policy.sha256.clone(),
+                },
+                duration_ms: took.as_millis() as u64,
+            }
+            .with_record(jail::record::snapshot(&s.record));
+            sink.emit(&event);
+        };
     let base = policy.passed_env(std::env::vars());
     let work = tempfile_dir()?;
     let built = super::sandbox::build(&policy, &work, log_args, super::sandbox::Owner::OneShot)?;
@@ -87,12 +157,14 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     let result = (|| -> anyhow::Result<()> {
         if config.spec.discover.is_defined() {
             let s = spec(Operation::Match);
+            let t = std::time::Instant::now();
             let r = runner.execute(
                 &s,
                 Box::new(std::io::Cursor::new(buf.clone())),
                 &CancelToken::new(),
             );
             runner.reclaim(&s);
+            account(&s, &r, t.elapsed());
             match r {
                 Ok(Outcome::Match { supported, .. }) => {
                     eprintln!(
@@ -109,8 +181,14 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
             }
         }
         let s = spec(Operation::Generate);
-        let out = runner.execute(&s, Box::new(std::io::Cursor::new(buf)), &CancelToken::new());
+        let t = std::time::Instant::now();
+        let out = runner.execute(
+            &s,
+            Box::new(std::io::Cursor::new(buf.clone())),
+            &CancelToken::new(),
+        );
         runner.reclaim(&s);
+        account(&s, &out, t.elapsed());
         let out = out?;
         let Outcome::Manifests(m) = out else {
             anyhow::bail!("unexpected outcome")
