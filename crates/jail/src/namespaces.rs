@@ -140,19 +140,31 @@ pub fn enter(
     write_proc("uid_map", &format!("{0} {0} 1\n", creds.uid))?;
     write_proc("gid_map", &format!("{0} {0} 1\n", creds.gid))?;
 
-    for (on, flag, n) in [
+    let wanted: Vec<(UnshareFlags, &str)> = [
         (want.mount, UnshareFlags::NEWNS, "mount"),
         (want.ipc, UnshareFlags::NEWIPC, "ipc"),
         (want.uts, UnshareFlags::NEWUTS, "uts"),
         (want.net, UnshareFlags::NEWNET, "net"),
         (want.cgroup, UnshareFlags::NEWCGROUP, "cgroup"),
-    ] {
-        if !on {
-            continue;
-        }
-        match unshare_namespaces(flag) {
-            Ok(()) => report.created.push(n.into()),
-            Err(e) => report.failed.push(format!("{n}: {}", errno(e))),
+    ]
+    .into_iter()
+    .filter(|(on, _, _)| *on)
+    .map(|(_, f, n)| (f, n))
+    .collect();
+    // One call for all of them (one nsproxy switch); one by one only to find which failed.
+    let all = wanted
+        .iter()
+        .fold(UnshareFlags::empty(), |acc, (f, _)| acc | *f);
+    if unshare_namespaces(all).is_ok() {
+        report
+            .created
+            .extend(wanted.iter().map(|(_, n)| (*n).to_owned()));
+    } else {
+        for (flag, n) in wanted {
+            match unshare_namespaces(flag) {
+                Ok(()) => report.created.push(n.into()),
+                Err(e) => report.failed.push(format!("{n}: {}", errno(e))),
+            }
         }
     }
     if report.has("uts") {
