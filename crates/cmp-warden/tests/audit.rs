@@ -226,8 +226,17 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
     assert_eq!(oom["limit"], "memory");
     assert!(oom["oomKills"].as_u64() >= Some(1), "{oom:#}");
 
+    // The denial that broke it is named: the call, its command, and the limit.
     let un = by_app["app-unshare"];
     assert_eq!(un["commands"][1]["exitCode"], 1, "{un:#}");
+    assert_eq!(un["limit"], "seccomp", "{un:#}");
+    let denied = un["seccompAudit"].as_array().expect("seccompAudit");
+    assert!(
+        denied.iter().any(|d| d["syscall"] == "unshare"
+            && d["action"] == "denied"
+            && d["comm"] == "unshare"),
+        "{denied:#?}"
+    );
 
     let arch = by_app["app-archive"];
     assert_eq!(arch["code"], "InvalidArgument");
@@ -277,6 +286,11 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
         get(r#"cmp_warden_sandbox_kills_total{reason="memory"}"#),
         1.0
     );
+    assert_eq!(
+        get(r#"cmp_warden_sandbox_kills_total{reason="seccomp"}"#),
+        1.0
+    );
+    assert!(get(r#"cmp_warden_seccomp_events_total{syscall="unshare",action="denied"}"#) >= 1.0);
     assert_eq!(
         get(r#"cmp_warden_archive_rejections_total{class="policy"}"#),
         1.0
@@ -353,6 +367,7 @@ fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_de
         .expect("seccompAudit");
     assert!(
         denials.iter().any(|d| d["syscall"] == "unshare"
+            && d["action"] == "audited"
             && d["count"].as_u64() >= Some(1)
             && d["comm"] == "unshare"),
         "{denials:#?}"

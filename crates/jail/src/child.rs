@@ -194,6 +194,10 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
                     _ => record.commands.last().and_then(|c| c.ended_by.clone()),
                 };
             }
+            // A failure after seccomp denied a call: name the denial.
+            if record.limit.is_none() && record.seccomp_audit.iter().any(|d| d.action == "denied") {
+                record.limit = Some("seccomp".into());
+            }
             reply(&Reply::Err {
                 kind,
                 message,

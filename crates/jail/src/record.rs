@@ -41,12 +41,14 @@ pub struct ArchiveRecord {
     pub file_bytes: u64,
 }
 
-/// A system call the seccomp profile would have denied (audit mode).
+/// A system call the seccomp profile denied (enforce mode) or would have denied (audit mode).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeccompEvent {
     /// System call name (or `nr:<n>` if unknown to this build).
     pub syscall: String,
+    /// `denied` or `audited` (allowed in audit mode).
+    pub action: String,
     /// How many times.
     pub count: u64,
     /// The first command (argv[0]) seen making it.
@@ -74,7 +76,7 @@ pub struct RunRecord {
     /// The limit or denial that ended the request: `memory`, `pids`, `disk`, `timeout`,
     /// `output`, `seccomp`, `archive`, `cancelled`.
     pub limit: Option<String>,
-    /// Would-be seccomp denials (audit mode).
+    /// Seccomp denials (enforce) or would-be denials (audit), by system call.
     pub seccomp_audit: Vec<SeccompEvent>,
 }
 

@@ -4,12 +4,15 @@
 //! The kernel runs every installed filter and keeps the strongest verdict, so the groups
 //! compose (e.g. `clone3` → ENOSYS while the rest answers EPERM).
 //!
-//! Audit mode: every rule but the `clone3` → ENOSYS shim (a compatibility answer, not a
-//! denial: glibc falls back to `clone`, which the profile inspects) goes into one filter whose
-//! action is SECCOMP_RET_USER_NOTIF, installed with a listener. The jail answers each
-//! notification "continue" and records the call, so the request's audit event lists what
-//! enforce mode would have denied. Chosen over SECCOMP_RET_LOG: the kernel's log is
-//! rate-limited, needs CAP_SYSLOG to read inside a container, and cannot be tied to a request.
+//! Errno rules (all but the `clone3` → ENOSYS shim, a compatibility answer rather than a
+//! denial: glibc falls back to `clone`, which the profile inspects) go into one filter whose
+//! action is SECCOMP_RET_USER_NOTIF, installed with a listener served by a thread of the jail.
+//! Enforce mode: the thread answers with the matching rule's errno (a call it cannot match, or
+//! any call once the listener is gone, fails too: fail closed) and records the denial, so the
+//! request's audit event names the call that broke it. Audit mode: it answers "continue" and
+//! records what enforce mode would have denied. Chosen over SECCOMP_RET_LOG: the kernel's log
+//! is rate-limited, needs CAP_SYSLOG to read inside a container, and cannot be tied to a
+//! request. Kill and log rules stay plain kernel actions.
 
 use std::collections::BTreeMap;
 
@@ -39,10 +42,38 @@ pub enum SeccompError {
 #[serde(from = "WireFilter", into = "WireFilter")]
 pub struct CompiledFilter {
     programs: Vec<BpfProgram>,
-    /// Audit mode: the program installed with a user-notification listener.
+    /// The program installed with a user-notification listener.
     notify: Option<usize>,
     /// System call numbers of the notify program → names (for the audit record).
     names: Vec<(u32, String)>,
+    /// The notify program's rules, evaluated again by the listener to pick the errno.
+    rules: Vec<NotifyRule>,
+    /// Audit mode: let notified calls continue.
+    audit: bool,
+}
+
+/// One rule of the notify program, as the listener evaluates it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NotifyRule {
+    nrs: Vec<u32>,
+    /// (arg index, 64-bit, op: 0 eq / 1 ne / 2 masked eq, mask, value), all must hold.
+    conds: Vec<(u8, bool, u8, u64, u64)>,
+    errno: i32,
+}
+
+impl NotifyRule {
+    fn matches(&self, nr: i32, args: &[u64; 6]) -> bool {
+        self.nrs.iter().any(|n| i64::from(*n) == i64::from(nr))
+            && self.conds.iter().all(|&(i, wide, op, mask, value)| {
+                let a = args.get(usize::from(i)).copied().unwrap_or(0);
+                let a = if wide { a } else { a & 0xffff_ffff };
+                match op {
+                    0 => a == value,
+                    1 => a != value,
+                    _ => a & mask == value,
+                }
+            })
+    }
 }
 
 /// The wire form (raw instructions).
@@ -51,6 +82,8 @@ pub struct WireFilter {
     programs: Vec<Vec<(u16, u8, u8, u32)>>,
     notify: Option<usize>,
     names: Vec<(u32, String)>,
+    rules: Vec<NotifyRule>,
+    audit: bool,
 }
 
 impl From<CompiledFilter> for WireFilter {
@@ -63,6 +96,8 @@ impl From<CompiledFilter> for WireFilter {
                 .collect(),
             notify: f.notify,
             names: f.names,
+            rules: f.rules,
+            audit: f.audit,
         }
     }
 }
@@ -81,6 +116,8 @@ impl From<WireFilter> for CompiledFilter {
                 .collect(),
             notify: v.notify,
             names: v.names,
+            rules: v.rules,
+            audit: v.audit,
         }
     }
 }
@@ -130,7 +167,8 @@ pub fn compile(
 ) -> Result<CompiledFilter, SeccompError> {
     let arch = target_arch()?;
     // action → syscall → list of argument-condition lists (OR of ANDs).
-    // `None` is audit mode's notify group.
+    // `None` is the notify group.
+    let mut rules = Vec::new();
     let mut groups: BTreeMap<Option<RuleAction>, BTreeMap<&str, Vec<Vec<Value>>>> = BTreeMap::new();
     for r in &profile.rules {
         if r.only_when == Some(Condition::NetworkNone) && network != NetworkMode::None {
@@ -153,7 +191,37 @@ pub fn compile(
             })
             .collect();
         let shim = r.action == RuleAction::Errno(policy::seccomp::Errno::ENOSYS);
-        let key = (mode == SeccompMode::Enforce || shim).then_some(r.action);
+        let notified = match r.action {
+            RuleAction::Errno(_) => !shim,
+            RuleAction::KillProcess | RuleAction::Log => mode == SeccompMode::Audit,
+        };
+        let key = (!notified).then_some(r.action);
+        if notified {
+            rules.push(NotifyRule {
+                nrs: r
+                    .syscalls
+                    .iter()
+                    .filter_map(|s| syscall_number(s, arch))
+                    .collect(),
+                conds: r
+                    .args
+                    .iter()
+                    .map(|a| {
+                        let op = match a.op {
+                            ArgOp::Eq => 0,
+                            ArgOp::Ne => 1,
+                            ArgOp::MaskedEq => 2,
+                        };
+                        let wide = a.width == ArgWidth::Qword;
+                        (a.index, wide, op, a.mask.unwrap_or(u64::MAX), a.value)
+                    })
+                    .collect(),
+                errno: match r.action {
+                    RuleAction::Errno(e) => e.number() as i32,
+                    _ => libc::EPERM,
+                },
+            });
+        }
         for s in &r.syscalls {
             groups
                 .entry(key)
@@ -209,6 +277,8 @@ pub fn compile(
         programs,
         notify,
         names,
+        rules,
+        audit: mode == SeccompMode::Audit,
     })
 }
 
@@ -246,7 +316,21 @@ impl CompiledFilter {
 
     /// Whether this is an audit-mode filter (calls are recorded, not denied).
     pub fn is_audit(&self) -> bool {
-        self.notify.is_some()
+        self.audit
+    }
+
+    /// The answer to notified call `nr(args)`: `None` = continue (audit mode), else the errno
+    /// of the first matching rule (EPERM if none matches: fail closed).
+    pub fn verdict(&self, nr: i32, args: &[u64; 6]) -> Option<i32> {
+        if self.audit {
+            return None;
+        }
+        Some(
+            self.rules
+                .iter()
+                .find(|r| r.matches(nr, args))
+                .map_or(libc::EPERM, |r| r.errno),
+        )
     }
 
     /// Name of system call `nr` among the audited ones.
@@ -258,12 +342,13 @@ impl CompiledFilter {
     }
 }
 
-/// Would-be denials recorded by [`serve_notifications`]: name → (count, first command).
+/// Calls recorded by [`serve_notifications`]: name → (count, first command).
 static AUDITED: std::sync::Mutex<BTreeMap<String, (u64, String)>> =
     std::sync::Mutex::new(BTreeMap::new());
+static AUDIT_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Serve the audit-mode listener on a thread of its own: record each notified call and let
-/// it proceed. Runs until the listener is closed (the jail exits).
+/// Serve the listener on a thread of its own: record each notified call, then deny it with its
+/// rule's errno (enforce) or let it proceed (audit). Runs until the listener is closed.
 pub fn serve_notifications(
     listener: std::os::fd::OwnedFd,
     filter: &CompiledFilter,
@@ -272,13 +357,16 @@ pub fn serve_notifications(
         programs: Vec::new(),
         notify: None,
         names: filter.names.clone(),
+        rules: filter.rules.clone(),
+        audit: filter.audit,
     };
+    AUDIT_MODE.store(filter.audit, std::sync::atomic::Ordering::Relaxed);
     std::thread::Builder::new()
         .name("seccomp-audit".into())
         .spawn(move || {
             use std::os::fd::AsFd;
             loop {
-                let (id, pid, nr) = match crate::sys::seccomp_notif_recv(listener.as_fd()) {
+                let (id, pid, nr, args) = match crate::sys::seccomp_notif_recv(listener.as_fd()) {
                     Ok(n) => n,
                     // ENOENT: the caller died before we read it; anything else: give up
                     // (closing the listener lets waiting calls fail with ENOSYS).
@@ -289,9 +377,13 @@ pub fn serve_notifications(
                 let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
                     .map(|s| s.trim().to_owned())
                     .unwrap_or_default();
-                let _ = crate::sys::seccomp_notif_continue(listener.as_fd(), id);
+                let verdict = f.verdict(nr, &args);
+                let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, verdict);
                 let name = f.name_of(nr);
-                tracing::info!(syscall = %name, pid, %comm, "seccomp audit: would be denied in enforce mode");
+                match verdict {
+                    None => tracing::info!(syscall = %name, pid, %comm, "seccomp audit: would be denied in enforce mode"),
+                    Some(errno) => tracing::info!(syscall = %name, pid, %comm, errno, "seccomp: denied"),
+                }
                 let mut a = AUDITED.lock().unwrap_or_else(|e| e.into_inner());
                 let e = a.entry(name).or_insert((0, comm));
                 e.0 += 1;
@@ -300,7 +392,7 @@ pub fn serve_notifications(
     Ok(())
 }
 
-/// The would-be denials recorded so far (for the request's audit record).
+/// The calls denied (enforce) or that would have been (audit), for the request's record.
 pub fn audited() -> Vec<crate::record::SeccompEvent> {
     AUDITED
         .lock()
@@ -308,6 +400,11 @@ pub fn audited() -> Vec<crate::record::SeccompEvent> {
         .iter()
         .map(|(s, (n, c))| crate::record::SeccompEvent {
             syscall: s.clone(),
+            action: if AUDIT_MODE.load(std::sync::atomic::Ordering::Relaxed) {
+                "audited".into()
+            } else {
+                "denied".into()
+            },
             count: *n,
             comm: c.clone(),
         })
@@ -322,14 +419,28 @@ mod tests {
     fn the_default_profile_compiles_in_both_modes() {
         let p = SeccompProfile::default_profile().expect("profile");
         let enforce = compile(&p, SeccompMode::Enforce, NetworkMode::None).expect("compile");
-        // EPERM, EACCES (network none), ENOSYS (clone3), EAFNOSUPPORT (socket families).
-        assert_eq!(enforce.filters(), 4);
+        // The ENOSYS shim and one notify filter for every errno rule.
         assert!(enforce.instructions() < 4096);
         let egress = compile(&p, SeccompMode::Enforce, NetworkMode::Egress).expect("compile");
-        assert_eq!(egress.filters(), 3, "no EACCES group without network: none");
+        assert_eq!(egress.filters(), 2);
+        assert!(
+            egress.rules.len() < enforce.rules.len(),
+            "no inet rules with egress"
+        );
         let audit = compile(&p, SeccompMode::Audit, NetworkMode::None).expect("compile");
         // The clone3 shim, and one notify filter holding every other rule.
         assert_eq!(audit.filters(), 2);
+        assert_eq!(enforce.filters(), 2);
+        // The listener's verdicts reproduce each rule's errno.
+        let args = |a: [u64; 6]| a;
+        assert_eq!(
+            enforce.verdict(272, &args([0x1000_0000, 0, 0, 0, 0, 0])),
+            Some(1)
+        ); // unshare
+        assert_eq!(enforce.verdict(41, &args([2, 1, 0, 0, 0, 0])), Some(13)); // socket(AF_INET)
+        assert_eq!(enforce.verdict(41, &args([16, 3, 0, 0, 0, 0])), Some(97)); // AF_NETLINK
+        assert_eq!(enforce.verdict(41, &args([1, 1, 0, 0, 0, 0])), Some(1)); // no rule: EPERM
+        assert_eq!(audit.verdict(272, &args([0; 6])), None);
         let n = audit.notify.expect("notify program");
         assert!(
             audit.programs[n]
@@ -343,7 +454,7 @@ mod tests {
         );
         assert_eq!(audit.name_of(272), "unshare");
         assert_eq!(audit.name_of(101), "ptrace");
-        assert!(enforce.notify.is_none());
+        assert!(enforce.notify.is_some() && !enforce.is_audit());
     }
 
     #[test]

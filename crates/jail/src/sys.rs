@@ -75,8 +75,10 @@ pub fn seccomp_install_with_listener(
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Block for the next seccomp user notification: (id, pid, system call number).
-pub fn seccomp_notif_recv(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u32, i32)> {
+/// Block for the next seccomp user notification: (id, pid, system call number, arguments).
+pub fn seccomp_notif_recv(
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<(u64, u32, i32, [u64; 6])> {
     use std::os::fd::AsRawFd;
     // SAFETY: `seccomp_notif` is plain old data; the kernel requires it zeroed on input.
     let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -86,17 +88,26 @@ pub fn seccomp_notif_recv(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((n.id, n.pid, n.data.nr))
+    Ok((n.id, n.pid, n.data.nr, n.data.args))
 }
 
-/// Answer notification `id` with "continue": the call runs as if unfiltered.
-pub fn seccomp_notif_continue(fd: std::os::fd::BorrowedFd<'_>, id: u64) -> io::Result<()> {
+/// Answer notification `id`: `None` = continue (the call runs as if unfiltered), `Some(e)` =
+/// fail it with errno `e`.
+pub fn seccomp_notif_respond(
+    fd: std::os::fd::BorrowedFd<'_>,
+    id: u64,
+    errno: Option<i32>,
+) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let mut resp = libc::seccomp_notif_resp {
         id,
         val: 0,
-        error: 0,
-        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        error: errno.map_or(0, |e| -e),
+        flags: if errno.is_none() {
+            libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32
+        } else {
+            0
+        },
     };
     // SAFETY: NOTIF_SEND reads one `seccomp_notif_resp` from `resp`, a live value of exactly
     // that type; `fd` is an open listener.

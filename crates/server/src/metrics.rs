@@ -31,7 +31,7 @@ pub struct Metrics {
     bytes_out: Mutex<u64>,
     kills: Mutex<BTreeMap<String, u64>>,
     rejections: Mutex<BTreeMap<String, u64>>,
-    seccomp_audit: Mutex<BTreeMap<String, u64>>,
+    seccomp: Mutex<BTreeMap<(String, String), u64>>,
     active: AtomicI64,
     /// (in use, capacity) of the UID pool, read at scrape time.
     pool: Mutex<Option<PoolSource>>,
@@ -68,8 +68,8 @@ pub struct Finished<'a> {
     pub kill: Option<&'a str>,
     /// Extraction rejection class (`policy`, `limit`, `integrity`).
     pub rejection: Option<&'a str>,
-    /// Would-be seccomp denials (syscall, count).
-    pub seccomp_audit: Vec<(&'a str, u64)>,
+    /// Seccomp events (syscall, `denied`/`audited`, count).
+    pub seccomp: Vec<(&'a str, &'a str, u64)>,
 }
 
 impl Metrics {
@@ -112,9 +112,9 @@ impl Metrics {
         if let Some(r) = f.rejection {
             *lock(&self.rejections).entry(r.to_owned()).or_default() += 1;
         }
-        for (s, n) in &f.seccomp_audit {
-            *lock(&self.seccomp_audit)
-                .entry((*s).to_owned())
+        for (s, a, n) in &f.seccomp {
+            *lock(&self.seccomp)
+                .entry(((*s).to_owned(), (*a).to_owned()))
                 .or_default() += n;
         }
     }
@@ -198,14 +198,14 @@ impl Metrics {
         }
         head(
             &mut o,
-            "cmp_warden_seccomp_audit_events_total",
+            "cmp_warden_seccomp_events_total",
             "counter",
-            "System calls seccomp audit mode would have denied, by name.",
+            "System calls the seccomp profile denied (enforce) or would have denied (audit).",
         );
-        for (s, n) in lock(&self.seccomp_audit).iter() {
+        for ((s, a), n) in lock(&self.seccomp).iter() {
             let _ = writeln!(
                 o,
-                "cmp_warden_seccomp_audit_events_total{{syscall=\"{s}\"}} {n}"
+                "cmp_warden_seccomp_events_total{{syscall=\"{s}\",action=\"{a}\"}} {n}"
             );
         }
         head(

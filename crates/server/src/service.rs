@@ -237,10 +237,10 @@ impl CmpService {
             bytes_out,
             kill,
             rejection,
-            seccomp_audit: event
+            seccomp: event
                 .seccomp_audit
                 .iter()
-                .map(|e| (e.syscall.as_str(), e.count))
+                .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
                 .collect(),
         });
         self.cfg.audit.emit(&event);
