@@ -36,6 +36,7 @@ const SPEC: &str = r#"  init:
           hang) sleep 60 ;;
           oom) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;
           unshare) unshare -U true || exit 1 ;;
+          flood) /usr/bin/python3 -c 'import ctypes; u = ctypes.CDLL(None, use_errno=True).unshare; print(sum(u(0x10000000) == -1 for _ in range(5000)))' > flood.txt ;;
         esac
         cat cm.yaml
 "#;
@@ -478,4 +479,48 @@ fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
         .expect("suggest");
     assert_eq!(s.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&s.stderr).contains("holds no audit events"));
+}
+
+#[test]
+fn a_command_looping_on_a_denied_call_is_counted_not_logged_each_time() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(&pol_file, &[]);
+    let log = pol.path().join("audit.jsonl");
+    let s = Server::start(
+        &plugin(SPEC),
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--audit-log",
+            log.to_str().expect("utf8"),
+        ],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let dir = r.path().to_str().expect("utf8");
+    // Every one of the 5,000 calls is denied, and the request itself still succeeds.
+    let v = go(
+        &s,
+        "generate",
+        &["-dir", dir, "-env", "ARGOCD_ENV_MODE=flood"],
+    )
+    .expect("the flood is denied call by call; the request succeeds");
+    assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
+    let ev = events(&log, 1);
+    let d = ev[0]["seccompAudit"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["syscall"] == "unshare"))
+        .cloned()
+        .expect("unshare recorded");
+    assert_eq!(d["action"], "denied");
+    assert_eq!(d["count"], 5000, "{d:#}");
+    let logged = s
+        .logs()
+        .lines()
+        .filter(|l| l.contains("seccomp: denied"))
+        .count();
+    assert_eq!(logged, 1, "one log line per syscall, not per call");
 }

@@ -374,15 +374,28 @@ pub fn serve_notifications(
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                     Err(_) => return,
                 };
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .map(|s| s.trim().to_owned())
-                    .unwrap_or_default();
+                let name = f.name_of(nr);
+                // Only the first call of each kind is logged and attributed: a command looping
+                // on a denied call must not flood the server's log (the count still grows).
+                let first = !AUDITED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains_key(&name);
+                // Read while the caller is still blocked in the call, so the PID is its own.
+                let comm = if first {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .map(|s| s.trim().to_owned())
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
                 let verdict = f.verdict(nr, &args);
                 let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, verdict);
-                let name = f.name_of(nr);
-                match verdict {
-                    None => tracing::info!(syscall = %name, pid, %comm, "seccomp audit: would be denied in enforce mode"),
-                    Some(errno) => tracing::info!(syscall = %name, pid, %comm, errno, "seccomp: denied"),
+                if first {
+                    match verdict {
+                        None => tracing::info!(syscall = %name, pid, %comm, "seccomp audit: would be denied in enforce mode"),
+                        Some(errno) => tracing::info!(syscall = %name, pid, %comm, errno, "seccomp: denied"),
+                    }
                 }
                 let mut a = AUDITED.lock().unwrap_or_else(|e| e.into_inner());
                 let e = a.entry(name).or_insert((0, comm));
