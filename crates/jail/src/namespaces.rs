@@ -72,6 +72,11 @@ pub struct NamespaceReport {
     pub private_tmp: bool,
     /// The request's tmpfs size, when one is mounted.
     pub disk_bytes: Option<u64>,
+    /// Parts of a created namespace the environment refused (e.g. a container runtime's
+    /// seccomp profile denying `sethostname` or `mount`): the namespace still isolates, the
+    /// extra is missing. Reported, never fatal.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 impl NamespaceReport {
@@ -167,15 +172,22 @@ pub fn enter(
             }
         }
     }
-    if report.has("uts") {
-        rustix::system::sethostname(b"cmp-warden").map_err(|e| fail("uts namespace", e))?;
+    if report.has("uts")
+        && let Err(e) = rustix::system::sethostname(b"cmp-warden")
+    {
+        report
+            .notes
+            .push(format!("uts: hostname not set: {}", errno(e)));
     }
-    if report.has("net") {
-        loopback_up().map_err(|e| fail("network namespace", format!("lo up: {e}")))?;
+    if report.has("net")
+        && let Err(e) = loopback_up()
+    {
+        // Still an empty network namespace: no loopback either.
+        report.notes.push(format!("net: loopback not up: {e}"));
     }
     let mut dir = None;
     if report.has("mount") {
-        dir = Some(private_tree(base, disk, &mut report)?);
+        dir = private_tree(base, disk, &mut report)?;
     }
     if want.pid {
         match unshare_namespaces(UnshareFlags::NEWPID) {
@@ -213,14 +225,21 @@ fn private_tree(
     base: &Path,
     disk: DiskLimit,
     report: &mut NamespaceReport,
-) -> Result<OwnedFd, ConfineError> {
+) -> Result<Option<OwnedFd>, ConfineError> {
     let step = "mount namespace";
-    // Nothing we mount may propagate back to the host.
-    rustix::mount::mount_change(
+    // Nothing we mount may propagate back to the host. Refused (a container runtime's seccomp
+    // profile may deny mount): nothing is mounted, the tree stays where it is, and the disk
+    // limit is reported missing.
+    if let Err(e) = rustix::mount::mount_change(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
-    )
-    .map_err(|e| fail(step, format!("making / private: {e}")))?;
+    ) {
+        report.notes.push(format!(
+            "mount: no private tmpfs: making / private: {}",
+            errno(e)
+        ));
+        return Ok(None);
+    }
     let opts = CString::new(format!(
         "size={},nr_inodes={},mode=0700",
         disk.bytes, disk.inodes
@@ -240,9 +259,16 @@ fn private_tree(
         )
         .map_err(|e| fail(step, format!("tmpfs on {}: {e}", at.display())))
     };
+    // The first mount decides: refused → degrade as above; later failures are real errors.
+    let target = if under_tmp.is_some() { tmp } else { base };
+    if let Err(e) = mount_tmpfs(target) {
+        report
+            .notes
+            .push(format!("mount: no private tmpfs: {}", e.why));
+        return Ok(None);
+    }
     let dir = match under_tmp {
         Some(rel) => {
-            mount_tmpfs(tmp)?;
             // Recreate the request directory's path inside the new /tmp.
             let mut at = open_dir(tmp)?;
             let mut parents = Vec::new();
@@ -261,7 +287,6 @@ fn private_tree(
             at
         }
         None => {
-            mount_tmpfs(base)?;
             let at = open_dir(base)?;
             make_subdirs(&at)?;
             if std::fs::symlink_metadata(tmp).is_ok_and(|m| m.is_dir()) {
@@ -273,7 +298,7 @@ fn private_tree(
     };
     report.private_tmp = true;
     report.disk_bytes = Some(disk.bytes);
-    Ok(dir)
+    Ok(Some(dir))
 }
 
 fn open_dir(p: &Path) -> Result<OwnedFd, ConfineError> {

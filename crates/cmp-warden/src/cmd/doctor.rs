@@ -320,10 +320,10 @@ pub fn assemble(
             tcp,
             false,
             yes(tcp),
-            if tcp {
-                "TCP bind and connect denied (network.mode: none)".into()
-            } else {
-                "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into()
+            match report {
+                None => no_probe.clone(),
+                Some(_) if tcp => "TCP bind and connect denied (network.mode: none)".into(),
+                Some(_) => "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into(),
             },
         );
     }
@@ -427,7 +427,22 @@ pub fn assemble(
                 .find(|f| f.starts_with(ns))
                 .cloned()
         });
-        let (status, detail) = if created {
+        let notes: Vec<String> = report
+            .map(|r| {
+                r.namespaces
+                    .notes
+                    .iter()
+                    .filter(|n| n.starts_with(&format!("{ns}:")))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (status, detail) = if created && !notes.is_empty() {
+            (
+                "partial",
+                format!("{}; but {}", ns_detail(ns, report), notes.join("; ")),
+            )
+        } else if created {
             ("enforced", ns_detail(ns, report))
         } else if !want {
             (
@@ -462,7 +477,14 @@ pub fn assemble(
             Some(b) => format!(
                 "the request tree and /tmp live on a private tmpfs of {b} bytes (spec.limits.diskBytes)"
             ),
-            None => "no mount namespace: the tree is bounded by RLIMIT_FSIZE per file and archive limits only".into(),
+            None => {
+                let why = report
+                    .and_then(|r| r.namespaces.notes.iter().find(|n| n.starts_with("mount:")))
+                    .map_or("no mount namespace".to_owned(), |n| n.clone());
+                format!(
+                    "{why}: the tree is bounded by RLIMIT_FSIZE per file and the archive limits only"
+                )
+            }
         },
     );
     // The container around us.
@@ -551,7 +573,7 @@ fn ns_detail(ns: &str, report: Option<&Report>) -> String {
         ),
         "net" => "empty network namespace: loopback only".into(),
         "ipc" => "private System V IPC and POSIX message queues".into(),
-        "uts" => "private hostname".into(),
+        "uts" => "private UTS namespace (hostname cmp-warden)".into(),
         "cgroup" => "commands see their own cgroup as the root".into(),
         _ => String::new(),
     }
