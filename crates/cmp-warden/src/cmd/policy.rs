@@ -174,14 +174,15 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
     }
     if let Some(rules) = profile["rules"].as_array_mut() {
         for r in rules.iter_mut() {
+            // The reason of this profile's own rule (a custom profile has its own).
+            let reason = r["reason"].as_str().unwrap_or("(no reason given)").to_owned();
             if let Some(calls) = r["syscalls"].as_array_mut() {
                 calls.retain(|c| {
                     let name = c.as_str().unwrap_or("");
                     match o.denied.get(name) {
                         Some((n, comm)) => {
                             notes.push(format!(
-                                "seccomp: {name} is ALLOWED: {comm} called it {n} time(s); the profile denied it because: {}",
-                                r_reason(name)
+                                "seccomp: {name} is ALLOWED: {comm} called it {n} time(s); the profile denied it because: {reason}"
                             ));
                             false
                         }
@@ -242,22 +243,4 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
     }
     eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
     Ok(())
-}
-
-/// The embedded profile's reason for denying `name` (for the note).
-fn r_reason(name: &str) -> String {
-    let prof: Value =
-        serde_json::from_str(policy::seccomp::DEFAULT_SECCOMP_JSON).unwrap_or(Value::Null);
-    prof["rules"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|r| {
-            r["syscalls"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|x| x == name))
-        })
-        .and_then(|r| r["reason"].as_str())
-        .unwrap_or("(custom rule)")
-        .to_owned()
 }
