@@ -161,9 +161,77 @@ pub struct AuditEvent {
     pub duration_ms: u64,
 }
 
+/// The RPC's name as Argo CD's service defines it.
+pub fn rpc_name(op: jail::Operation) -> &'static str {
+    match op {
+        jail::Operation::Generate => "GenerateManifest",
+        jail::Operation::Match => "MatchRepository",
+        jail::Operation::Parameters => "GetParametersAnnouncement",
+    }
+}
+
+/// What the caller saw of a request (the service, or `render`).
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// Request id.
+    pub request_id: String,
+    /// Argo CD application name.
+    pub app: String,
+    /// `appRelPath`.
+    pub app_rel_path: String,
+    /// Names of the request's variables.
+    pub env_names: Vec<String>,
+    /// The archive as received.
+    pub archive: ArchiveInfo,
+    /// A limit only the caller knows of (its own deadline, an oversized stream).
+    pub limit: Option<String>,
+}
+
 impl AuditEvent {
+    /// The event of a finished request: what the caller saw, how it ended (`Err`: the status
+    /// returned to the client), and the runner's `record`.
+    pub fn finished(
+        op: jail::Operation,
+        seen: Seen,
+        result: Result<(), &tonic::Status>,
+        elapsed: std::time::Duration,
+        policy: PolicyRef,
+        record: RunRecord,
+    ) -> Self {
+        AuditEvent {
+            log: "audit",
+            schema: SCHEMA,
+            time: rfc3339_now(),
+            request_id: seen.request_id,
+            rpc: rpc_name(op),
+            app: seen.app,
+            app_rel_path: seen.app_rel_path,
+            env_names: seen.env_names,
+            archive: seen.archive,
+            uid: None,
+            gid: None,
+            cgroup: None,
+            commands: Vec::new(),
+            peak_memory_bytes: None,
+            oom_kills: None,
+            outcome: if result.is_ok() { "ok" } else { "error" },
+            code: format!(
+                "{:?}",
+                result.map_or_else(|s| s.code(), |()| tonic::Code::Ok)
+            ),
+            // Already redacted where a command's stderr went into it; once more for text a
+            // tool put into, e.g., a manifest-parsing error.
+            error: result.err().map(|s| jail::redact::redact(s.message(), &[])),
+            limit: seen.limit,
+            seccomp_audit: Vec::new(),
+            policy,
+            duration_ms: elapsed.as_millis() as u64,
+        }
+        .with_record(record)
+    }
+
     /// Fill the runner's part from `rec`.
-    pub fn with_record(mut self, rec: RunRecord) -> Self {
+    fn with_record(mut self, rec: RunRecord) -> Self {
         self.uid = rec.uid;
         self.gid = rec.gid;
         self.cgroup = rec.cgroup;

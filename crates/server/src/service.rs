@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use crate::audit::{ArchiveInfo, AuditEvent, AuditSink, PolicyRef};
+use crate::audit::{ArchiveInfo, AuditEvent, AuditSink, PolicyRef, Seen};
 use crate::metrics::{Finished, Metrics};
 use crate::status::{StreamError, to_status};
 
@@ -66,19 +66,6 @@ struct Ctx {
     archive: ArchiveInfo,
     record: Option<jail::record::Recorder>,
     limit: Option<String>,
-}
-
-fn rpc_name(op: Operation) -> &'static str {
-    match op {
-        Operation::Generate => "GenerateManifest",
-        Operation::Match => "MatchRepository",
-        Operation::Parameters => "GetParametersAnnouncement",
-    }
-}
-
-/// `InvalidArgument`-style name of a code (tonic's Debug form).
-fn code_name(c: tonic::Code) -> String {
-    format!("{c:?}")
 }
 
 /// How long past the policy's wall clock the service waits for the jail to report which
@@ -181,37 +168,22 @@ impl CmpService {
             .as_ref()
             .map(jail::record::snapshot)
             .unwrap_or_default();
-        let (code, error) = match out {
-            Ok(_) => (tonic::Code::Ok, None),
-            Err(s) => (s.code(), Some(s.message().to_owned())),
-        };
-        let event = AuditEvent {
-            log: "audit",
-            schema: crate::audit::SCHEMA,
-            time: crate::audit::rfc3339_now(),
-            request_id: request_id.to_string(),
-            rpc: rpc_name(op),
-            app: ctx.app,
-            app_rel_path: ctx.app_rel_path,
-            env_names: ctx.env_names,
-            archive: ctx.archive,
-            uid: None,
-            gid: None,
-            cgroup: None,
-            commands: Vec::new(),
-            peak_memory_bytes: None,
-            oom_kills: None,
-            outcome: if out.is_ok() { "ok" } else { "error" },
-            code: code_name(code),
-            // Already redacted where a command's stderr went into it; once more for text
-            // a tool put into a manifest-parsing error.
-            error: error.map(|e| jail::redact::redact(&e, &[])),
-            limit: ctx.limit,
-            seccomp_audit: Vec::new(),
-            policy: self.cfg.policy.clone(),
-            duration_ms: elapsed.as_millis() as u64,
-        }
-        .with_record(record);
+        let event = AuditEvent::finished(
+            op,
+            Seen {
+                request_id: request_id.to_string(),
+                app: ctx.app,
+                app_rel_path: ctx.app_rel_path,
+                env_names: ctx.env_names,
+                archive: ctx.archive,
+                limit: ctx.limit,
+            },
+            out.as_ref().map(|_| ()),
+            elapsed,
+            self.cfg.policy.clone(),
+            record,
+        );
+        let code = out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
         let bytes_out = match out {
             Ok(Outcome::Manifests(m)) => m.iter().map(|s| s.len() as u64).sum(),
             _ => 0,
@@ -228,9 +200,9 @@ impl CmpService {
             tonic::Code::DataLoss => "integrity",
             _ => "policy",
         });
-        let code_s = code_name(code);
+        let code_s = format!("{code:?}");
         self.cfg.metrics.finished(&Finished {
-            rpc: rpc_name(op),
+            rpc: crate::audit::rpc_name(op),
             code: &code_s,
             duration: elapsed,
             bytes_in: event.archive.bytes,

@@ -175,7 +175,10 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
     if let Some(rules) = profile["rules"].as_array_mut() {
         for r in rules.iter_mut() {
             // The reason of this profile's own rule (a custom profile has its own).
-            let reason = r["reason"].as_str().unwrap_or("(no reason given)").to_owned();
+            let reason = r["reason"]
+                .as_str()
+                .unwrap_or("(no reason given)")
+                .to_owned();
             if let Some(calls) = r["syscalls"].as_array_mut() {
                 calls.retain(|c| {
                     let name = c.as_str().unwrap_or("");

@@ -83,53 +83,33 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     let account =
         |s: &RequestSpec, r: &Result<Outcome, jail::RequestError>, took: std::time::Duration| {
             let Some(sink) = &audit else { return };
-            let (code, error) = match r {
-                Ok(_) => (tonic::Code::Ok, None),
-                Err(e) => {
-                    let st = server::status::to_status(e);
-                    (st.code(), Some(st.message().to_owned()))
-                }
-            };
-            let event = server::audit::AuditEvent {
-                log: "audit",
-                schema: server::audit::SCHEMA,
-                time: server::audit::rfc3339_now(),
-                request_id: s
-                    .tree
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                rpc: match s.op {
-                    Operation::Generate => "GenerateManifest",
-                    Operation::Match => "MatchRepository",
-                    Operation::Parameters => "GetParametersAnnouncement",
+            let status = r.as_ref().err().map(server::status::to_status);
+            let event = server::audit::AuditEvent::finished(
+                s.op,
+                server::audit::Seen {
+                    request_id: s
+                        .tree
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    app: app.clone(),
+                    app_rel_path: a.app_rel_path.clone(),
+                    env_names: a.env.iter().map(|(k, _)| k.clone()).collect(),
+                    archive: server::audit::ArchiveInfo {
+                        sha256: Some(sha.clone()),
+                        bytes: buf.len() as u64,
+                        ..Default::default()
+                    },
+                    limit: None,
                 },
-                app: app.clone(),
-                app_rel_path: a.app_rel_path.clone(),
-                env_names: a.env.iter().map(|(k, _)| k.clone()).collect(),
-                archive: server::audit::ArchiveInfo {
-                    sha256: Some(sha.clone()),
-                    bytes: buf.len() as u64,
-                    ..Default::default()
-                },
-                uid: None,
-                gid: None,
-                cgroup: None,
-                commands: Vec::new(),
-                peak_memory_bytes: None,
-                oom_kills: None,
-                outcome: if r.is_ok() { "ok" } else { "error" },
-                code: format!("{code:?}"),
-                error: error.map(|e| jail::redact::redact(&e, &[])),
-                limit: None,
-                seccomp_audit: Vec::new(),
-                policy: server::audit::PolicyRef {
+                status.as_ref().map_or(Ok(()), Err),
+                took,
+                server::audit::PolicyRef {
                     name: policy.name.clone(),
                     sha256: policy.sha256.clone(),
                 },
-                duration_ms: took.as_millis() as u64,
-            }
-            .with_record(jail::record::snapshot(&s.record));
+                jail::record::snapshot(&s.record),
+            );
             sink.emit(&event);
         };
     let base = policy.passed_env(std::env::vars());
