@@ -169,6 +169,7 @@ pub fn compile(
     // action → syscall → list of argument-condition lists (OR of ANDs).
     // `None` is the notify group.
     let mut rules = Vec::new();
+    let mut names: Vec<(u32, String)> = Vec::new();
     let mut groups: BTreeMap<Option<RuleAction>, BTreeMap<&str, Vec<Vec<Value>>>> = BTreeMap::new();
     for r in &profile.rules {
         if r.only_when == Some(Condition::NetworkNone) && network != NetworkMode::None {
@@ -197,12 +198,22 @@ pub fn compile(
         };
         let key = (!notified).then_some(r.action);
         if notified {
-            rules.push(NotifyRule {
-                nrs: r
-                    .syscalls
+            // Each name is resolved once; the listener maps numbers back to names.
+            let mut nrs = Vec::new();
+            for s in &r.syscalls {
+                let known = names
                     .iter()
-                    .filter_map(|s| syscall_number(s, arch))
-                    .collect(),
+                    .find(|(_, n): &&(u32, String)| n == s)
+                    .map(|(nr, _)| *nr);
+                if let Some(nr) = known.or_else(|| syscall_number(s, arch)) {
+                    if known.is_none() {
+                        names.push((nr, s.clone()));
+                    }
+                    nrs.push(nr);
+                }
+            }
+            rules.push(NotifyRule {
+                nrs,
                 conds: r
                     .args
                     .iter()
@@ -233,15 +244,7 @@ pub fn compile(
     }
     let mut programs = Vec::new();
     let mut notify = None;
-    let mut names = Vec::new();
     for (action, calls) in groups {
-        if action.is_none() {
-            for name in calls.keys() {
-                if let Some(nr) = syscall_number(name, arch) {
-                    names.push((nr, (*name).to_owned()));
-                }
-            }
-        }
         let mut filter = Vec::new();
         for (name, alternatives) in calls {
             // An unconditional rule makes the conditional ones for the same call redundant.
@@ -342,10 +345,9 @@ impl CompiledFilter {
     }
 }
 
-/// Calls recorded by [`serve_notifications`]: name → (count, first command).
-static AUDITED: std::sync::Mutex<BTreeMap<String, (u64, String)>> =
+/// Calls recorded by [`serve_notifications`]: name → (count, first command, action).
+static AUDITED: std::sync::Mutex<BTreeMap<String, (u64, String, &'static str)>> =
     std::sync::Mutex::new(BTreeMap::new());
-static AUDIT_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Serve the listener on a thread of its own: record each notified call, then deny it with its
 /// rule's errno (enforce) or let it proceed (audit). Runs until the listener is closed.
@@ -353,14 +355,7 @@ pub fn serve_notifications(
     listener: std::os::fd::OwnedFd,
     filter: &CompiledFilter,
 ) -> std::io::Result<()> {
-    let f = CompiledFilter {
-        programs: Vec::new(),
-        notify: None,
-        names: filter.names.clone(),
-        rules: filter.rules.clone(),
-        audit: filter.audit,
-    };
-    AUDIT_MODE.store(filter.audit, std::sync::atomic::Ordering::Relaxed);
+    let f = filter.clone();
     std::thread::Builder::new()
         .name("seccomp-audit".into())
         .spawn(move || {
@@ -398,8 +393,8 @@ pub fn serve_notifications(
                     }
                 }
                 let mut a = AUDITED.lock().unwrap_or_else(|e| e.into_inner());
-                let e = a.entry(name).or_insert((0, comm));
-                e.0 += 1;
+                let action = if verdict.is_some() { "denied" } else { "audited" };
+                a.entry(name).or_insert((0, comm, action)).0 += 1;
             }
         })?;
     Ok(())
@@ -411,13 +406,9 @@ pub fn audited() -> Vec<crate::record::SeccompEvent> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .map(|(s, (n, c))| crate::record::SeccompEvent {
+        .map(|(s, (n, c, action))| crate::record::SeccompEvent {
             syscall: s.clone(),
-            action: if AUDIT_MODE.load(std::sync::atomic::Ordering::Relaxed) {
-                "audited".into()
-            } else {
-                "denied".into()
-            },
+            action: (*action).to_owned(),
             count: *n,
             comm: c.clone(),
         })
