@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,8 +27,8 @@ struct Histogram {
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, String), u64>>,
     durations: Mutex<BTreeMap<String, Histogram>>,
-    bytes_in: Mutex<u64>,
-    bytes_out: Mutex<u64>,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
     kills: Mutex<BTreeMap<String, u64>>,
     rejections: Mutex<BTreeMap<String, u64>>,
     seccomp: Mutex<BTreeMap<(String, String), u64>>,
@@ -104,8 +104,8 @@ impl Metrics {
             h.sum += s;
             h.count += 1;
         }
-        *lock(&self.bytes_in) += f.bytes_in;
-        *lock(&self.bytes_out) += f.bytes_out;
+        self.bytes_in.fetch_add(f.bytes_in, Ordering::Relaxed);
+        self.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
         if let Some(k) = f.kill {
             *lock(&self.kills).entry(k.to_owned()).or_default() += 1;
         }
@@ -166,7 +166,7 @@ impl Metrics {
         let _ = writeln!(
             o,
             "cmp_warden_received_bytes_total {}",
-            *lock(&self.bytes_in)
+            self.bytes_in.load(Ordering::Relaxed)
         );
         head(
             &mut o,
@@ -174,7 +174,11 @@ impl Metrics {
             "counter",
             "Manifest bytes returned.",
         );
-        let _ = writeln!(o, "cmp_warden_sent_bytes_total {}", *lock(&self.bytes_out));
+        let _ = writeln!(
+            o,
+            "cmp_warden_sent_bytes_total {}",
+            self.bytes_out.load(Ordering::Relaxed)
+        );
         head(
             &mut o,
             "cmp_warden_sandbox_kills_total",
