@@ -32,9 +32,17 @@ pub enum Rpc {
 /// `client` flags.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
-    /// The plugin socket.
+    /// The plugin socket [default: the only `*.sock` in --socket-dir].
     #[arg(long)]
-    socket: PathBuf,
+    socket: Option<PathBuf>,
+    /// Directory holding the plugin socket, used when --socket is not given (probes use this:
+    /// the socket's name depends on the plugin).
+    #[arg(
+        long,
+        env = "ARGOCD_PLUGINSOCKFILEPATH",
+        default_value = "/home/argocd/cmp-server/plugins"
+    )]
+    socket_dir: PathBuf,
     /// RPC to call.
     rpc: Rpc,
     /// Repository root to pack (not needed for `check`).
@@ -149,8 +157,35 @@ pub fn requests(
     msgs
 }
 
+/// `--socket`, or the one socket in `--socket-dir` (several or none is an error: say which).
+fn socket_path(a: &ClientArgs) -> anyhow::Result<PathBuf> {
+    if let Some(s) = &a.socket {
+        return Ok(s.clone());
+    }
+    let mut socks: Vec<PathBuf> = std::fs::read_dir(&a.socket_dir)
+        .with_context(|| format!("reading --socket-dir {}", a.socket_dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .collect();
+    socks.sort();
+    match socks.len() {
+        1 => Ok(socks.remove(0)),
+        0 => anyhow::bail!("no *.sock in {}", a.socket_dir.display()),
+        _ => anyhow::bail!(
+            "several sockets in {} ({}): pass --socket",
+            a.socket_dir.display(),
+            socks
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
-    let mut client = ConfigManagementPluginServiceClient::new(connect(a.socket.clone()).await?)
+    let mut client = ConfigManagementPluginServiceClient::new(connect(socket_path(&a)?).await?)
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     if let Rpc::Check = a.rpc {

