@@ -3,11 +3,13 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod auth;
 pub mod authority;
 pub mod listener;
 pub mod metrics;
 pub mod service;
 pub mod status;
+pub mod tls;
 
-pub use listener::{ListenOptions, bind, serve};
+pub use listener::{ListenOptions, TcpOptions, bind, serve};
 pub use service::{CmpService, ServiceConfig};

@@ -1,18 +1,25 @@
-//! The unix-socket listener: stale socket removed, mode/owner set, peers authorised by UID,
-//! every connection wrapped in the `:authority` layer, graceful shutdown.
+//! The listeners: the unix socket (stale socket removed, mode/owner set, peers authorised by
+//! UID, every connection wrapped in the `:authority` layer) and, for plugins as services, a TCP
+//! port with TLS (optionally mutual) and an optional bearer token. One gRPC server serves both;
+//! graceful shutdown drains both.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginServiceServer;
-use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, watch};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
+use crate::auth::BearerToken;
 use crate::authority::AuthorityFix;
 use crate::service::CmpService;
 
@@ -51,23 +58,151 @@ pub enum ListenError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Who is on the other end of a connection.
-#[derive(Debug, Clone, Copy)]
-pub struct PeerInfo {
-    /// Peer UID.
-    pub uid: u32,
-    /// Peer PID, when known.
-    pub pid: Option<i32>,
+/// The TCP listener's settings.
+#[derive(Debug, Clone)]
+pub struct TcpOptions {
+    /// The bound address (for logs).
+    pub addr: SocketAddr,
+    /// TLS; `None` is plaintext, which the binary allows only with `--insecure`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// When set, every CMP call on this listener must carry `authorization: Bearer <token>`.
+    /// gRPC health stays open: Kubernetes gRPC probes cannot send headers.
+    pub token: Option<BearerToken>,
 }
 
-impl Connected for AuthorityFix<UnixStream> {
+/// Who is on the other end of a connection (in each request's extensions).
+#[derive(Debug, Clone, Copy)]
+pub enum PeerInfo {
+    /// A unix-socket peer, by credentials.
+    Unix {
+        /// Peer UID.
+        uid: u32,
+        /// Peer PID, when known.
+        pid: Option<i32>,
+    },
+    /// A TCP peer.
+    Tcp {
+        /// Remote address.
+        remote: Option<SocketAddr>,
+        /// Whether the connection is TLS.
+        tls: bool,
+    },
+}
+
+/// One accepted connection of either listener.
+#[derive(Debug)]
+pub enum Conn {
+    /// Unix socket, through the `:authority` fix.
+    Unix(AuthorityFix<UnixStream>),
+    /// Plaintext TCP (`--insecure`).
+    Tcp(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl Connected for Conn {
     type ConnectInfo = Option<PeerInfo>;
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.get_ref().peer_cred().ok().map(|c| PeerInfo {
-            uid: c.uid(),
-            pid: c.pid(),
-        })
+        match self {
+            Conn::Unix(s) => s.get_ref().peer_cred().ok().map(|c| PeerInfo::Unix {
+                uid: c.uid(),
+                pid: c.pid(),
+            }),
+            Conn::Tcp(s) => Some(PeerInfo::Tcp {
+                remote: s.peer_addr().ok(),
+                tls: false,
+            }),
+            Conn::Tls(s) => Some(PeerInfo::Tcp {
+                remote: s.get_ref().0.peer_addr().ok(),
+                tls: true,
+            }),
+        }
     }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Unix(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// How long a TCP client may take to finish the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once (a slow-handshake flood waits here, not in memory).
+const MAX_PENDING_HANDSHAKES: usize = 256;
+
+/// Accept TCP connections (TLS-wrapped when configured) into `conns` until `stop` flips.
+pub fn spawn_tcp_acceptor(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    conns: mpsc::Sender<std::io::Result<Conn>>,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                r = listener.accept() => match r {
+                    Ok((stream, remote)) => {
+                        let _ = stream.set_nodelay(true);
+                        let Some(acceptor) = acceptor.clone() else {
+                            if conns.send(Ok(Conn::Tcp(stream))).await.is_err() { break; }
+                            continue;
+                        };
+                        let Ok(permit) = pending.clone().acquire_owned().await else { break };
+                        let conns = conns.clone();
+                        tokio::spawn(async move {
+                            let _permit = permit;
+                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                Ok(Ok(tls)) => { let _ = conns.send(Ok(Conn::Tls(Box::new(tls)))).await; }
+                                Ok(Err(e)) => tracing::warn!(%remote, error = %e, "TLS handshake refused"),
+                                Err(_) => tracing::warn!(%remote, "TLS handshake timed out"),
+                            }
+                        });
+                    }
+                    Err(e) => tracing::warn!(error = %e, "accept failed"),
+                }
+            }
+        }
+    })
 }
 
 fn io_err(
@@ -99,18 +234,15 @@ pub fn bind(opts: &ListenOptions) -> Result<std::os::unix::net::UnixListener, Li
     Ok(l)
 }
 
-/// Serve `service` (plus gRPC health) on `listener` until `shutdown` resolves, then drain.
+/// Serve `service` (plus gRPC health) on the unix socket and/or the TCP port until `shutdown`
+/// resolves, then drain.
 pub async fn serve(
-    listener: std::os::unix::net::UnixListener,
+    unix: Option<std::os::unix::net::UnixListener>,
+    tcp: Option<(std::net::TcpListener, TcpOptions)>,
     service: CmpService,
     opts: ListenOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ListenError> {
-    let listener = UnixListener::from_std(listener).map_err(|e| ListenError::Io {
-        what: "listening on",
-        path: opts.socket_path.display().to_string(),
-        source: e,
-    })?;
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -118,38 +250,83 @@ pub async fn serve(
     let grpc = ConfigManagementPluginServiceServer::new(service.clone())
         .max_decoding_message_size(opts.max_message_bytes)
         .max_encoding_message_size(opts.max_message_bytes);
-
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let (conn_tx, conn_rx) = mpsc::channel::<std::io::Result<AuthorityFix<UnixStream>>>(64);
-    let allowed = opts.allowed_uids.clone().map(Arc::new);
-    let mut accept_stop = stop_rx.clone();
-    let acceptor = tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = accept_stop.changed() => break,
-                r = listener.accept() => match r {
-                    Ok((stream, _)) => {
-                        let cred = stream.peer_cred().ok();
-                        if let Some(list) = &allowed {
-                            let ok = cred.as_ref().is_some_and(|c| list.contains(&c.uid()));
-                            if !ok {
-                                tracing::warn!(peer_uid = ?cred.map(|c| c.uid()), peer_pid = ?cred.and_then(|c| c.pid()), "connection refused: peer uid not allowed");
-                                continue;
-                            }
-                        }
-                        if conn_tx.send(Ok(AuthorityFix::new(stream))).await.is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "accept failed"),
+    let token = tcp.as_ref().and_then(|(_, t)| t.token.clone());
+    let grpc = tonic::service::interceptor::InterceptedService::new(
+        grpc,
+        move |req: tonic::Request<()>| {
+            let Some(token) = &token else { return Ok(req) };
+            let tcp_peer = match req.extensions().get::<Option<PeerInfo>>() {
+                Some(Some(PeerInfo::Unix { .. })) => None,
+                Some(Some(PeerInfo::Tcp { remote, .. })) => Some(*remote),
+                // Unknown transport: treat as network.
+                _ => Some(None),
+            };
+            if let Some(remote) = tcp_peer {
+                let header = req.metadata().get("authorization").map(|v| v.as_bytes());
+                if let Err(e) = token.check(header) {
+                    tracing::warn!(remote = ?remote, reason = %e, "request refused: authentication");
+                    return Err(tonic::Status::unauthenticated(e.to_string()));
                 }
             }
-        }
-    });
+            Ok(req)
+        },
+    );
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (conn_tx, conn_rx) = mpsc::channel::<std::io::Result<Conn>>(64);
+    let mut acceptors = Vec::new();
+    if let Some(listener) = unix {
+        let listener = UnixListener::from_std(listener).map_err(|e| ListenError::Io {
+            what: "listening on",
+            path: opts.socket_path.display().to_string(),
+            source: e,
+        })?;
+        let allowed = opts.allowed_uids.clone().map(Arc::new);
+        let mut accept_stop = stop_rx.clone();
+        let conn_tx = conn_tx.clone();
+        acceptors.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = accept_stop.changed() => break,
+                    r = listener.accept() => match r {
+                        Ok((stream, _)) => {
+                            let cred = stream.peer_cred().ok();
+                            if let Some(list) = &allowed {
+                                let ok = cred.as_ref().is_some_and(|c| list.contains(&c.uid()));
+                                if !ok {
+                                    tracing::warn!(peer_uid = ?cred.map(|c| c.uid()), peer_pid = ?cred.and_then(|c| c.pid()), "connection refused: peer uid not allowed");
+                                    continue;
+                                }
+                            }
+                            if conn_tx.send(Ok(Conn::Unix(AuthorityFix::new(stream)))).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "accept failed"),
+                    }
+                }
+            }
+        }));
+    }
+    if let Some((listener, t)) = tcp {
+        let listener = TcpListener::from_std(listener).map_err(|e| ListenError::Io {
+            what: "listening on",
+            path: t.addr.to_string(),
+            source: e,
+        })?;
+        acceptors.push(spawn_tcp_acceptor(
+            listener,
+            t.tls,
+            conn_tx.clone(),
+            stop_rx.clone(),
+        ));
+    }
+    drop(conn_tx);
 
     let socket_path = opts.socket_path.clone();
+    let mut stop_wait = stop_rx.clone();
     let signal = async move {
-        let _ = stop_rx.wait_for(|v| *v).await;
+        let _ = stop_wait.wait_for(|v| *v).await;
     };
     let server = tonic::transport::Server::builder()
         .add_service(health)
@@ -169,7 +346,9 @@ pub async fn serve(
     );
     let _ = std::fs::remove_file(&socket_path);
     let _ = stop_tx.send(true);
-    acceptor.abort();
+    for a in &acceptors {
+        a.abort();
+    }
     match tokio::time::timeout(opts.shutdown_grace, &mut server).await {
         Ok(r) => r?,
         Err(_) => {

@@ -27,6 +27,8 @@ pub enum Rpc {
     Generate,
     /// GetParametersAnnouncement
     Params,
+    /// grpc.health.v1 Health/Check
+    Health,
 }
 
 /// `client` flags.
@@ -62,6 +64,73 @@ pub struct ClientArgs {
     /// Request deadline in seconds (sent as grpc-timeout).
     #[arg(long)]
     timeout: Option<u64>,
+    /// Call a plugin service over TCP (HOST:PORT) instead of the unix socket; TLS unless
+    /// --insecure.
+    #[arg(long, conflicts_with = "socket")]
+    address: Option<String>,
+    /// CA bundle that signed the server's certificate.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate for mutual TLS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Name to verify in the server's certificate [default: the host of --address].
+    #[arg(long)]
+    tls_server_name: Option<String>,
+    /// File holding a bearer token to send.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Plaintext TCP.
+    #[arg(long)]
+    insecure: bool,
+}
+
+/// Anything a channel can run over.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Connect to a plugin service over TCP, with TLS unless `insecure`.
+async fn connect_tcp(a: &ClientArgs, address: &str) -> anyhow::Result<Channel> {
+    let tls = if a.insecure {
+        None
+    } else {
+        let ca = a
+            .tls_ca
+            .as_deref()
+            .context("--address needs --tls-ca (or --insecure for plaintext)")?;
+        let identity = a.tls_cert.as_deref().zip(a.tls_key.as_deref());
+        let cfg = server::tls::client_config(ca, identity, &[b"h2"])?;
+        let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+        let name = a
+            .tls_server_name
+            .clone()
+            .unwrap_or_else(|| host.trim_matches(['[', ']']).to_owned());
+        let name = rustls_pki_types::ServerName::try_from(name)
+            .context("--tls-server-name / --address host is not a valid server name")?;
+        Some((tokio_rustls::TlsConnector::from(cfg), name))
+    };
+    let address = address.to_owned();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let ch = Endpoint::try_from(format!("{scheme}://{address}"))?
+        .connect_with_connector(tower::service_fn(move |_| {
+            let address = address.clone();
+            let tls = tls.clone();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&address).await?;
+                let _ = tcp.set_nodelay(true);
+                let io: Box<dyn Io> = match tls {
+                    Some((connector, name)) => Box::new(connector.connect(name, tcp).await?),
+                    None => Box::new(tcp),
+                };
+                Ok::<_, std::io::Error>(TokioIo::new(io))
+            }
+        }))
+        .await
+        .with_context(|| format!("connecting to {scheme}://{}", a.address.as_deref().unwrap_or("")))?;
+    Ok(ch)
 }
 
 /// Run one client call; exit 1 with the status on stderr on failure.
@@ -185,7 +254,35 @@ fn socket_path(a: &ClientArgs) -> anyhow::Result<PathBuf> {
 }
 
 async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
-    let mut client = ConfigManagementPluginServiceClient::new(connect(socket_path(&a)?).await?)
+    let channel = match &a.address {
+        Some(addr) => connect_tcp(&a, addr).await?,
+        None => connect(socket_path(&a)?).await?,
+    };
+    let token = match &a.token_file {
+        Some(f) => {
+            let t = std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?;
+            Some(
+                tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.trim()))
+                    .context("token is not a valid header value")?,
+            )
+        }
+        None => None,
+    };
+    let add_token = move |mut req: tonic::Request<()>| {
+        if let Some(t) = &token {
+            req.metadata_mut().insert("authorization", t.clone());
+        }
+        Ok(req)
+    };
+    if let Rpc::Health = a.rpc {
+        let mut h = tonic_health::pb::health_client::HealthClient::with_interceptor(channel, add_token);
+        let r = h
+            .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+            .await?
+            .into_inner();
+        return Ok(json!({"status": format!("{:?}", r.status()).to_uppercase()}));
+    }
+    let mut client = ConfigManagementPluginServiceClient::with_interceptor(channel, add_token)
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     if let Rpc::Check = a.rpc {
@@ -236,6 +333,6 @@ async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
                 .collect();
             json!({"parameterAnnouncements": list})
         }
-        Rpc::Check => unreachable!("handled above"),
+        Rpc::Check | Rpc::Health => unreachable!("handled above"),
     })
 }

@@ -3,6 +3,7 @@
 pub mod archive;
 pub mod client;
 pub mod doctor;
+pub mod net;
 pub mod policy;
 pub mod render;
 pub mod sandbox;

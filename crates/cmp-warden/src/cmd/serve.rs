@@ -61,6 +61,12 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDRESS/metrics (e.g. 127.0.0.1:9102) [default: off].
     #[arg(long, env = "CMP_WARDEN_METRICS_ADDRESS")]
     metrics_address: Option<std::net::SocketAddr>,
+    /// Plugins as services: also (or, with --no-unix-socket, only) serve on a TCP port.
+    #[command(flatten)]
+    net: super::net::NetArgs,
+    /// Do not create the unix socket (a TCP-only plugin service; needs --listen).
+    #[arg(long)]
+    no_unix_socket: bool,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -109,7 +115,8 @@ pub fn run(a: ServeArgs, log_args: Vec<String>) -> ExitCode {
 struct Prepared {
     svc: CmpService,
     opts: ListenOptions,
-    listener: std::os::unix::net::UnixListener,
+    listener: Option<std::os::unix::net::UnixListener>,
+    tcp: Option<(std::net::TcpListener, server::TcpOptions)>,
     work_dir: PathBuf,
     describe: &'static str,
     metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
@@ -210,7 +217,25 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         max_message_bytes: a.grpc_max_size_mb * 1024 * 1024,
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
     };
-    let listener = server::bind(&opts)?;
+    if a.no_unix_socket && a.net.listen.is_none() {
+        bail!("--no-unix-socket needs --listen");
+    }
+    let listener = if a.no_unix_socket {
+        None
+    } else {
+        Some(server::bind(&opts)?)
+    };
+    // Bound before the capability drop (a port below 1024 needs CAP_NET_BIND_SERVICE).
+    let tcp = a.net.bind(&[b"h2"])?.map(|b| {
+        (
+            b.listener,
+            server::TcpOptions {
+                addr: b.addr,
+                tls: b.tls,
+                token: b.token,
+            },
+        )
+    });
 
     // From here on the supervisor holds only what it needs to start jails.
     let kept = if own_uid == 0 || built.privileges.can_switch_uids() {
@@ -283,6 +308,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         svc,
         opts,
         listener,
+        tcp,
         work_dir,
         describe,
         metrics: metrics_listener,
@@ -298,16 +324,27 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
         tokio::spawn(server::metrics::serve_metrics(l, m));
     }
     let socket_path = p.opts.socket_path.clone();
-    tracing::info!(
-        socket = %socket_path.display(),
-        work_dir = %p.work_dir.display(),
-        allowed_uids = ?p.opts.allowed_uids,
-        runner = p.describe,
-        "argocd-cmp-server {} (cmp-warden) serving on {}",
-        env!("CARGO_PKG_VERSION"),
-        socket_path.display()
-    );
-    server::serve(p.listener, p.svc, p.opts, shutdown_signal(early_stop)).await?;
+    if let Some((_, t)) = &p.tcp {
+        tracing::info!(
+            address = %t.addr,
+            tls = t.tls.is_some(),
+            token = t.token.is_some(),
+            "serving gRPC (CMP + health) on tcp://{}",
+            t.addr
+        );
+    }
+    if p.listener.is_some() {
+        tracing::info!(
+            socket = %socket_path.display(),
+            work_dir = %p.work_dir.display(),
+            allowed_uids = ?p.opts.allowed_uids,
+            runner = p.describe,
+            "argocd-cmp-server {} (cmp-warden) serving on {}",
+            env!("CARGO_PKG_VERSION"),
+            socket_path.display()
+        );
+    }
+    server::serve(p.listener, p.tcp, p.svc, p.opts, shutdown_signal(early_stop)).await?;
     tracing::info!("shut down cleanly");
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Harness: a real `cmp-warden serve` on a real socket, and real clients (grpc-go, grpcio, ours).
 #![allow(dead_code, clippy::print_stderr)]
 
+pub mod pki;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
