@@ -33,7 +33,7 @@ mod writer;
 pub use error::{ErrorClass, ExtractError, LimitKind, Reason, escape};
 pub use extract::{Options, Summary, extract};
 pub use limits::Limits;
-pub use pack::{PackSummary, pack_dir};
+pub use pack::{PackSummary, pack_dir, pack_tree};
 pub use writer::{DirWriter, NullSink, Resolver, Sink, regain_dir, remove_contents};
 
 use std::io::Read;

@@ -52,6 +52,17 @@ pub fn pack_dir<W: Write>(
     exclude: &dyn Fn(&str) -> bool,
     out: W,
 ) -> io::Result<PackSummary> {
+    pack_tree(Some(root), &[], exclude, out)
+}
+
+/// Pack in-memory files (top-level names, mode 0644) after the optional directory `root`:
+/// how the ApplicationSet generator hands a request (and its data directory) to the jail.
+pub fn pack_tree<W: Write>(
+    root: Option<&Path>,
+    files: &[(&str, &[u8])],
+    exclude: &dyn Fn(&str) -> bool,
+    out: W,
+) -> io::Result<PackSummary> {
     let hashing = Hashing {
         inner: out,
         hasher: Sha256::new(),
@@ -59,14 +70,30 @@ pub fn pack_dir<W: Write>(
     };
     let mut gz = GzEncoder::new(hashing, Compression::default());
     let mut s = PackSummary::default();
-    let md = fs::symlink_metadata(root)?;
-    write_entry(&mut gz, ".", &md, b"", None)?;
-    s.entries += 1;
-    walk(root, root, exclude, &mut gz, &mut s)?;
+    match root {
+        Some(root) => {
+            let md = fs::symlink_metadata(root)?;
+            write_entry(&mut gz, ".", &md, b"", None)?;
+            s.entries += 1;
+            walk(root, root, exclude, &mut gz, &mut s)?;
+        }
+        None => {
+            write_memory_entry(&mut gz, ".", None)?;
+            s.entries += 1;
+        }
+    }
+    for (name, data) in files {
+        if name.is_empty() || name.contains('/') || name.len() > 100 || !name.is_ascii() {
+            return Err(io::Error::other(format!("in-memory entry name {name:?}")));
+        }
+        write_memory_entry(&mut gz, name, Some(data))?;
+        s.entries += 1;
+        s.files += 1;
+    }
     if s.files == 0 {
         return Err(io::Error::other(format!(
             "no files to send({})",
-            root.display()
+            root.map_or_else(String::new, |r| r.display().to_string())
         )));
     }
     gz.write_all(&[0u8; 1024])?;
@@ -250,6 +277,37 @@ fn write_entry<W: Write>(
         }
         let pad = (512 - (size % 512) as usize) % 512;
         out.write_all(&vec![0u8; pad])?;
+    }
+    Ok(())
+}
+
+/// A ustar entry with no file behind it: the root directory (`data: None`, 0755) or a regular
+/// file (0644), owned by 0:0, mtime 0.
+fn write_memory_entry<W: Write>(out: &mut W, name: &str, data: Option<&[u8]>) -> io::Result<()> {
+    let mut h = tar::Header::new_ustar();
+    h.as_ustar_mut()
+        .ok_or_else(|| io::Error::other("ustar header"))?
+        .name[..name.len()]
+        .copy_from_slice(name.as_bytes());
+    match data {
+        Some(d) => {
+            h.set_mode(0o100644);
+            h.set_size(d.len() as u64);
+            h.set_entry_type(tar::EntryType::Regular);
+        }
+        None => {
+            h.set_mode(0o40755);
+            h.set_size(0);
+            h.set_entry_type(tar::EntryType::Directory);
+        }
+    }
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_cksum();
+    out.write_all(h.as_bytes())?;
+    if let Some(d) = data {
+        write_padded(out, d)?;
     }
     Ok(())
 }

@@ -162,6 +162,7 @@ fn main() {
             cwd: &cwd,
             stdout_cap: 1 << 20,
             stderr_cap: 1 << 20,
+            stdin: None,
         };
         jail::run::run(&spec, None, &CancelToken::new()).expect("run");
     });

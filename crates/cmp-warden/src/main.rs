@@ -40,13 +40,16 @@ enum Command {
     /// Validate a sandbox policy file.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCmd),
+    /// The ApplicationSet plugin generator (HTTP), through the same sandbox.
+    #[command(subcommand)]
+    Appset(cmd::appset::AppsetCmd),
 }
 
 /// Invoked with no subcommand (as `argocd-cmp-server` is, possibly with flags such as
 /// `--config-dir-path`), behave as `serve`.
 fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     const SUBCOMMANDS: &[&str] = &[
-        "serve", "client", "render", "archive", "policy", "doctor", "help",
+        "serve", "client", "render", "archive", "policy", "doctor", "appset", "help",
     ];
     const TOP_LEVEL: &[&str] = &["-h", "--help", "-V", "--version"];
     let first = args.get(1).and_then(|a| a.to_str()).map(str::to_owned);
@@ -103,7 +106,7 @@ fn main() -> ExitCode {
         eprintln!("no subcommand");
         return ExitCode::from(2);
     };
-    let serving = matches!(command, Command::Serve(_));
+    let serving = matches!(command, Command::Serve(_) | Command::Appset(_));
     // doctor's report already says everything its probe logs would.
     let quiet = matches!(command, Command::Doctor(_));
     let level = cli.log_level.unwrap_or_else(|| {
@@ -137,5 +140,6 @@ fn main() -> ExitCode {
         Command::Doctor(a) => cmd::doctor::run(a, log_args),
         Command::Archive(c) => cmd::archive::run(c),
         Command::Policy(c) => cmd::policy::run(c),
+        Command::Appset(c) => cmd::appset::run(c, log_args),
     }
 }

@@ -30,7 +30,11 @@ fn tcp_addr(s: &Server) -> String {
             let v: serde_json::Value = serde_json::from_str(line).expect("json log");
             return v["address"].as_str().expect("address").to_owned();
         }
-        assert!(Instant::now() < deadline, "no TCP address logged:\n{}", s.logs());
+        assert!(
+            Instant::now() < deadline,
+            "no TCP address logged:\n{}",
+            s.logs()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -161,7 +165,10 @@ fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
             s(&k.expired.1),
         ],
     );
-    failed_with(&call(&tcp_addr(&srv), "check", None, &ca), "certificate expired");
+    failed_with(
+        &call(&tcp_addr(&srv), "check", None, &ca),
+        "certificate expired",
+    );
     drop(k.dir);
 }
 
@@ -248,7 +255,12 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
         "code=Unauthenticated message=missing bearer token",
     );
     failed_with(
-        &call(&addr, "check", None, &["--tls-ca", s(&k.ca), "--token-file", s(&wrong)]),
+        &call(
+            &addr,
+            "check",
+            None,
+            &["--tls-ca", s(&k.ca), "--token-file", s(&wrong)],
+        ),
         "code=Unauthenticated message=invalid bearer token",
     );
     let good = ["--tls-ca", s(&k.ca), "--token-file", s(&token)];
@@ -268,7 +280,10 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
         .expect("client");
     ok_json(&out);
     // The token never appears in the logs.
-    assert!(!srv.logs().contains("correct-horse"), "token leaked into logs");
+    assert!(
+        !srv.logs().contains("correct-horse"),
+        "token leaked into logs"
+    );
     assert!(srv.logs().contains("request refused: authentication"));
 }
 
@@ -295,10 +310,7 @@ fn plaintext_tcp_needs_insecure_and_grpcio_speaks_tls() {
         String::from_utf8_lossy(&out.stderr)
     );
     // With --insecure: served, TCP only.
-    let srv = Server::start(
-        &plugin(PLUGIN),
-        &["--listen", "127.0.0.1:0", "--insecure"],
-    );
+    let srv = Server::start(&plugin(PLUGIN), &["--listen", "127.0.0.1:0", "--insecure"]);
     let addr = tcp_addr(&srv);
     assert!(srv.logs().contains("PLAINTEXT TCP"));
     ok_json(&call(&addr, "check", None, &["--insecure"]));

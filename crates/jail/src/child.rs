@@ -126,6 +126,7 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
         JailOp::Generate => Operation::Generate,
         JailOp::Match => Operation::Match,
         JailOp::Parameters => Operation::Parameters,
+        JailOp::Generator => Operation::Generator,
     };
     let base = report.request_dir.clone();
     let mut env = header.env.clone();

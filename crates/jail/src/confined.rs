@@ -625,6 +625,7 @@ impl Runner for Confined {
             Operation::Generate => JailOp::Generate,
             Operation::Match => JailOp::Match,
             Operation::Parameters => JailOp::Parameters,
+            Operation::Generator => JailOp::Generator,
         };
         match self.run_jail(spec, op, input, cancel)? {
             Reply::Ok {

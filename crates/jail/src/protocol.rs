@@ -26,6 +26,8 @@ pub enum JailOp {
     Match,
     /// GetParametersAnnouncement.
     Parameters,
+    /// ApplicationSet plugin generator.
+    Generator,
     /// Confine, report, exit (start-up probe and `doctor`).
     Probe,
 }

@@ -23,7 +23,13 @@ pub enum Operation {
     Match,
     /// GetParametersAnnouncement: dynamic command + static list.
     Parameters,
+    /// The ApplicationSet plugin generator: the `generate` command with the request JSON
+    /// ([`GENERATOR_REQUEST`] in the tree) on stdin, printing a JSON array of objects.
+    Generator,
 }
+
+/// The file (at the tree's root) holding the generator's HTTP request body.
+pub const GENERATOR_REQUEST: &str = ".cmp-warden-request.json";
 
 /// Everything a request needs besides its archive bytes.
 #[derive(Debug, Clone)]
@@ -66,6 +72,8 @@ pub enum Outcome {
     },
     /// Parameter announcements (dynamic then static).
     Parameters(Vec<ParameterAnnouncement>),
+    /// The generator's parameters: a compact JSON array of objects.
+    Generated(String),
 }
 
 /// Why a request failed. Messages follow Argo CD's wording where it has one.
@@ -98,6 +106,9 @@ pub enum RequestError {
     /// Setting up the request tree failed.
     #[error("error creating workdir for manifest generation: {0}")]
     Workdir(std::io::Error),
+    /// The generator command printed something other than a JSON array of objects.
+    #[error("generator output is not a JSON array of objects: {0}")]
+    GeneratorOutput(String),
     /// A failure reported by the confined jail process, already classified.
     #[error("{message}")]
     Remote {
@@ -126,9 +137,10 @@ impl RequestError {
                 CmdError::OutputLimit { .. } => ErrorKind::ResourceExhausted,
                 _ => ErrorKind::Unknown,
             },
-            RequestError::Discovery(_) | RequestError::Split(_) | RequestError::Params(_) => {
-                ErrorKind::Unknown
-            }
+            RequestError::Discovery(_)
+            | RequestError::Split(_)
+            | RequestError::Params(_)
+            | RequestError::GeneratorOutput(_) => ErrorKind::Unknown,
             RequestError::Workdir(_) => ErrorKind::Internal,
             RequestError::Remote { kind, .. } => *kind,
         }
@@ -161,6 +173,7 @@ pub fn run_operation(spec: &RequestSpec, cancel: &CancelToken) -> Result<Outcome
         Operation::Generate => generate(spec, &app, cancel),
         Operation::Match => discover(spec, &app, cancel),
         Operation::Parameters => parameters(spec, &app, cancel),
+        Operation::Generator => generator(spec, &app, cancel),
     }
 }
 
@@ -185,7 +198,17 @@ pub fn resolve_app_path(tree: &Path, rel: &str) -> Result<PathBuf, RequestError>
 fn command(
     spec: &RequestSpec,
     app: &Path,
+    phase_argv: (&str, &[String]),
+    cancel: &CancelToken,
+) -> Result<String, CmdError> {
+    command_with_stdin(spec, app, phase_argv, None, cancel)
+}
+
+fn command_with_stdin(
+    spec: &RequestSpec,
+    app: &Path,
     (phase, argv): (&str, &[String]),
+    stdin: Option<&Path>,
     cancel: &CancelToken,
 ) -> Result<String, CmdError> {
     let cs = CmdSpec {
@@ -194,6 +217,7 @@ fn command(
         cwd: app,
         stdout_cap: spec.output_bytes,
         stderr_cap: spec.output_bytes,
+        stdin,
     };
     // The earlier of the request's deadline and this command's own timeout wins, and the
     // error names the one that fired.
@@ -300,4 +324,54 @@ fn parameters(
         dynamic = params::parse_dynamic(&out)?;
     }
     Ok(Outcome::Parameters(params::announce(dynamic, &p.static_)))
+}
+
+fn generator(
+    spec: &RequestSpec,
+    app: &Path,
+    cancel: &CancelToken,
+) -> Result<Outcome, RequestError> {
+    let argv = spec.config.spec.generate.argv();
+    let request = spec.tree.join(GENERATOR_REQUEST);
+    let out = command_with_stdin(spec, app, ("generator", &argv), Some(&request), cancel).map_err(
+        |source| RequestError::Command {
+            prefix: "generator command failed",
+            source,
+        },
+    )?;
+    Ok(Outcome::Generated(parse_generated(&out)?))
+}
+
+/// The generator command's stdout: a JSON array whose elements are all objects, re-encoded
+/// compactly (an empty output means no parameters).
+pub fn parse_generated(out: &str) -> Result<String, RequestError> {
+    if out.trim().is_empty() {
+        return Ok("[]".into());
+    }
+    let v: serde_json::Value = serde_json::from_str(out).map_err(|e| {
+        let head: String = out.chars().take(200).collect();
+        RequestError::GeneratorOutput(format!("{e} (output starts: {head:?})"))
+    })?;
+    match &v {
+        serde_json::Value::Array(items) => {
+            if let Some(i) = items.iter().position(|x| !x.is_object()) {
+                return Err(RequestError::GeneratorOutput(format!(
+                    "element {i} is not an object"
+                )));
+            }
+        }
+        other => {
+            return Err(RequestError::GeneratorOutput(format!(
+                "got a JSON {}",
+                match other {
+                    serde_json::Value::Object(_) => "object",
+                    serde_json::Value::String(_) => "string",
+                    serde_json::Value::Number(_) => "number",
+                    serde_json::Value::Bool(_) => "boolean",
+                    _ => "null",
+                }
+            )));
+        }
+    }
+    Ok(v.to_string())
 }

@@ -35,6 +35,8 @@ pub struct CmdSpec<'a> {
     pub stdout_cap: u64,
     /// Maximum stderr bytes.
     pub stderr_cap: u64,
+    /// A file to read as stdin (the generator's request); `None` is /dev/null.
+    pub stdin: Option<&'a Path>,
 }
 
 /// What a successful command printed.
@@ -304,7 +306,13 @@ pub fn run_recorded(
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(spec.cwd)
-        .stdin(Stdio::null())
+        .stdin(match spec.stdin {
+            Some(p) => Stdio::from(
+                std::fs::File::open(p)
+                    .map_err(|e| CmdError::Start(format!("opening stdin {}: {e}", p.display())))?,
+            ),
+            None => Stdio::null(),
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
@@ -521,6 +529,7 @@ mod tests {
             cwd: Path::new("/"),
             stdout_cap: 1 << 20,
             stderr_cap: 1 << 20,
+            stdin: None,
         }
     }
 

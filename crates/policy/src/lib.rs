@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod emit;
+pub mod generator;
 pub mod policy;
 pub mod quantity;
 pub mod seccomp;

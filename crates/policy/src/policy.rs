@@ -54,7 +54,7 @@ pub enum SeccompMode {
 /// A number or a Kubernetes-style quantity string in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-enum RawQty {
+pub(crate) enum RawQty {
     Num(u64),
     Text(String),
 }
@@ -288,14 +288,14 @@ pub enum PolicyError {
     },
 }
 
-fn invalid(field: &'static str, why: impl Into<String>) -> PolicyError {
+pub(crate) fn invalid(field: &'static str, why: impl Into<String>) -> PolicyError {
     PolicyError::Invalid {
         field,
         why: why.into(),
     }
 }
 
-fn qty(v: &RawQty, field: &'static str, min: u64) -> Result<u64, PolicyError> {
+pub(crate) fn qty(v: &RawQty, field: &'static str, min: u64) -> Result<u64, PolicyError> {
     let n = match v {
         RawQty::Num(n) => *n,
         RawQty::Text(s) => parse_quantity(s).map_err(|e| invalid(field, e.to_string()))?,

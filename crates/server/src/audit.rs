@@ -167,6 +167,7 @@ pub fn rpc_name(op: jail::Operation) -> &'static str {
         jail::Operation::Generate => "GenerateManifest",
         jail::Operation::Match => "MatchRepository",
         jail::Operation::Parameters => "GetParametersAnnouncement",
+        jail::Operation::Generator => "getparams.execute",
     }
 }
 

@@ -122,7 +122,9 @@ impl ReloadingCert {
                     }
                     // Mid-rotation the two files can disagree for a moment: keep serving the
                     // old pair and try again on a later handshake.
-                    Err(e) => tracing::warn!(error = %e, "TLS certificate reload failed; keeping the previous one"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "TLS certificate reload failed; keeping the previous one")
+                    }
                 }
             }
         }
@@ -152,10 +154,9 @@ pub fn server_config(
                     .add(c)
                     .map_err(|e| TlsError::ClientCa(format!("{}: {e}", ca.display())))?;
             }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                    .build()
-                    .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| TlsError::ClientCa(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),

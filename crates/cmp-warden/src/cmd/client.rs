@@ -129,7 +129,12 @@ async fn connect_tcp(a: &ClientArgs, address: &str) -> anyhow::Result<Channel> {
             }
         }))
         .await
-        .with_context(|| format!("connecting to {scheme}://{}", a.address.as_deref().unwrap_or("")))?;
+        .with_context(|| {
+            format!(
+                "connecting to {scheme}://{}",
+                a.address.as_deref().unwrap_or("")
+            )
+        })?;
     Ok(ch)
 }
 
@@ -260,7 +265,8 @@ async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
     };
     let token = match &a.token_file {
         Some(f) => {
-            let t = std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?;
+            let t = std::fs::read_to_string(f)
+                .with_context(|| format!("--token-file {}", f.display()))?;
             Some(
                 tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.trim()))
                     .context("token is not a valid header value")?,
@@ -275,9 +281,12 @@ async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
         Ok(req)
     };
     if let Rpc::Health = a.rpc {
-        let mut h = tonic_health::pb::health_client::HealthClient::with_interceptor(channel, add_token);
+        let mut h =
+            tonic_health::pb::health_client::HealthClient::with_interceptor(channel, add_token);
         let r = h
-            .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
             .await?
             .into_inner();
         return Ok(json!({"status": format!("{:?}", r.status()).to_uppercase()}));

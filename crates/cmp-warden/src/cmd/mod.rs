@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod appset;
 pub mod archive;
 pub mod client;
 pub mod doctor;

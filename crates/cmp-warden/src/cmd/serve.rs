@@ -344,12 +344,20 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
             socket_path.display()
         );
     }
-    server::serve(p.listener, p.tcp, p.svc, p.opts, shutdown_signal(early_stop)).await?;
+    server::serve(
+        p.listener,
+        p.tcp,
+        p.svc,
+        p.opts,
+        shutdown_signal(early_stop),
+    )
+    .await?;
     tracing::info!("shut down cleanly");
     Ok(())
 }
 
-async fn shutdown_signal(early_stop: Arc<AtomicBool>) {
+/// Resolves on SIGTERM/SIGINT (or one that arrived before the runtime existed).
+pub async fn shutdown_signal(early_stop: Arc<AtomicBool>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

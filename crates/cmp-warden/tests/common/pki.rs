@@ -21,7 +21,8 @@ impl Ca {
         let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
         p.distinguished_name.push(DnType::CommonName, name);
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let issuer = CertifiedIssuer::self_signed(p, KeyPair::generate().expect("key")).expect("ca");
+        let issuer =
+            CertifiedIssuer::self_signed(p, KeyPair::generate().expect("key")).expect("ca");
         let pem = issuer.pem();
         Ca { issuer, pem }
     }
@@ -54,7 +55,10 @@ impl Ca {
         }
         let key = KeyPair::generate().expect("key");
         let cert = p.signed_by(&key, &self.issuer).expect("sign");
-        let (c, k) = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
+        let (c, k) = (
+            dir.join(format!("{stem}.crt")),
+            dir.join(format!("{stem}.key")),
+        );
         std::fs::write(&c, cert.pem()).expect("write cert");
         std::fs::write(&k, key.serialize_pem()).expect("write key");
         (c, k)
