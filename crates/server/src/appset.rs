@@ -54,7 +54,7 @@ pub struct AppSetService {
     pub policy: PolicyRef,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
 }
 
 impl AppSetService {
@@ -72,7 +72,7 @@ impl AppSetService {
         policy: PolicyRef,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let slots = Semaphore::new(config.concurrency);
+        let slots = Arc::new(Semaphore::new(config.concurrency));
         Self {
             config,
             runner,
@@ -332,7 +332,8 @@ impl AppSetService {
         tracing::Span::current().record("appset", appset.as_str());
         ctx.appset = appset.clone();
 
-        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline.into(), self.slots.acquire()).await
+        let Ok(Ok(slot)) =
+            tokio::time::timeout_at(deadline.into(), self.slots.clone().acquire_owned()).await
         else {
             ctx.limit = Some("concurrency".into());
             return Err(err(
@@ -353,7 +354,10 @@ impl AppSetService {
             )
             .to_string(),
             Source::File(path) => read_params_file(path)?,
-            Source::Command(argv) => self.run_command(argv, &appset, body, deadline, ctx).await?,
+            Source::Command(argv) => {
+                self.run_command(argv, &appset, body, deadline, slot, ctx)
+                    .await?
+            }
         };
         tracing::info!(bytes = params.len(), "parameters generated");
         Ok(format!("{{\"output\":{{\"parameters\":{params}}}}}"))
@@ -365,6 +369,7 @@ impl AppSetService {
         appset: &str,
         body: Bytes,
         deadline: Instant,
+        slot: tokio::sync::OwnedSemaphorePermit,
         ctx: &mut Ctx,
     ) -> Result<String, HttpError> {
         let internal = |m: String| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", m);
@@ -407,6 +412,9 @@ impl AppSetService {
             let r = runner.execute(&spec, Box::new(std::io::Cursor::new(tgz)), &cancel);
             let _ = tx.send(r);
             runner.reclaim(&spec);
+            // The slot is free only once the request's UID is back in the pool: a burst then
+            // queues for slots instead of running out of UIDs.
+            drop(slot);
         });
         let result = rx
             .await

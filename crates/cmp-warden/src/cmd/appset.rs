@@ -145,6 +145,7 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
     let work_parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_dir = work_parent.join("_cmp_appset");
     // Only a command source runs anything; static and file sources need no jail.
+    let mut config = config;
     let runner: Arc<dyn jail::Runner> = if matches!(config.source, Source::Command(_)) {
         let built =
             super::sandbox::build(&policy, &work_dir, log_args, super::sandbox::Owner::Server)?;
@@ -157,6 +158,18 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
         };
         let report = super::sandbox::probe(&built, &policy)?;
         super::sandbox::log_enforced(&built, &policy, &report, &kept);
+        // Each running command holds a leased UID: more slots than UIDs would turn a burst
+        // into errors instead of a queue.
+        if let Some((_, capacity)) = built.runner.pool_usage()
+            && capacity < config.concurrency
+        {
+            tracing::warn!(
+                concurrency = config.concurrency,
+                uids = capacity,
+                "spec.limits.concurrency exceeds the policy's UID range; using {capacity}"
+            );
+            config.concurrency = capacity;
+        }
         Arc::new(built.runner)
     } else {
         if rustix::process::geteuid().is_root() {

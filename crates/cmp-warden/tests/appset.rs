@@ -1,0 +1,471 @@
+//! The ApplicationSet plugin generator: a real `cmp-warden appset serve` over TLS, spoken to
+//! exactly as the ApplicationSet controller does (POST, `Content-Type: application/json`,
+//! `Authorization: Bearer`, `User-Agent: argocd-applicationset`, Go's JSON encoder output with
+//! its trailing newline), plus every refusal the contract and our limits call for, the command
+//! confined like a CMP command, and a load run.
+#![allow(clippy::print_stderr)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::pki::Ca;
+use common::{bin, write_policy};
+
+fn is_root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("SKIP: generator tests confine commands with leased UIDs, which needs root");
+    false
+}
+
+const TOKEN: &str = "appset-s3cret-token";
+
+struct Gen {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    addr: String,
+    tls: Arc<rustls::ClientConfig>,
+    uid_range: (u32, u32),
+}
+
+impl Gen {
+    /// Start with this generator `spec:` body (YAML, indented two spaces), TLS and a token.
+    fn start(spec: &str) -> Gen {
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path();
+        let ca = Ca::new("appset test CA");
+        let (cert, key) = ca.leaf(d, "server", false, false);
+        let ca_path = ca.write(d, "ca.crt");
+        std::fs::create_dir_all(d.join("data")).expect("mkdir");
+        std::fs::write(d.join("data/environments"), "dev\nstaging\nprod\n").expect("write");
+        std::fs::write(
+            d.join("generator.yaml"),
+            format!(
+                "apiVersion: cmp-warden.io/v1alpha1\nkind: AppSetGenerator\nmetadata: {{name: test}}\nspec:\n{spec}"
+            ),
+        )
+        .expect("write");
+        std::fs::write(d.join("token"), format!("{TOKEN}\n")).expect("token");
+        let uid_range = write_policy(&d.join("policy/policy.yaml"), &[]);
+        std::fs::create_dir_all(d.join("work")).expect("mkdir");
+        let log = std::fs::File::create(d.join("server.log")).expect("log");
+        let child = Command::new(bin())
+            .args([
+                "appset",
+                "serve",
+                "--loglevel",
+                "debug",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--config")
+            .arg(d.join("generator.yaml"))
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .arg("--token-file")
+            .arg(d.join("token"))
+            .arg("--policy")
+            .arg(d.join("policy/policy.yaml"))
+            .arg("--work-dir")
+            .arg(d.join("work"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn");
+        let tls = server::tls::client_config(&ca_path, None, &[b"http/1.1"]).expect("tls");
+        let mut g = Gen {
+            child: Some(child),
+            dir,
+            addr: String::new(),
+            tls,
+            uid_range,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(line) = g
+                .logs()
+                .lines()
+                .find(|l| l.contains("ApplicationSet plugin generator on"))
+            {
+                let v: serde_json::Value = serde_json::from_str(line).expect("json log");
+                g.addr = v["address"].as_str().expect("address").to_owned();
+                return g;
+            }
+            if let Some(st) = g.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("appset serve exited ({st}):\n{}", g.logs());
+            }
+            assert!(Instant::now() < deadline, "never served:\n{}", g.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let pid = self.child.as_ref().expect("running").id();
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .expect("status")
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    fn tls_stream(&self) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+        let tcp = TcpStream::connect(&self.addr).expect("connect");
+        tcp.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+        let conn = rustls::ClientConnection::new(self.tls.clone(), name).expect("tls");
+        rustls::StreamOwned::new(conn, tcp)
+    }
+
+    /// Send raw request bytes over TLS; (status, headers, body).
+    fn raw(&self, req: &[u8]) -> (u16, String, String) {
+        let mut s = self.tls_stream();
+        s.write_all(req).expect("write");
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        parse_response(&out)
+    }
+
+    /// A request as the ApplicationSet controller makes it (token and body are parameters).
+    fn post(&self, token: Option<&str>, body: &str) -> (u16, String, String) {
+        let mut req = format!(
+            "POST /api/v1/getparams.execute HTTP/1.1\r\nHost: {}\r\nUser-Agent: argocd-applicationset\r\nContent-Length: {}\r\nContent-Type: application/json\r\nAccept-Encoding: gzip\r\nConnection: close\r\n",
+            self.addr,
+            body.len()
+        );
+        if let Some(t) = token {
+            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        self.raw(req.as_bytes())
+    }
+}
+
+impl Drop for Gen {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn parse_response(raw: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// The controller's body: Go's json.Encoder with a trailing newline.
+fn controller_body(appset: &str, params: &str) -> String {
+    format!("{{\"applicationSetName\":\"{appset}\",\"input\":{{\"parameters\":{params}}}}}\n")
+}
+
+const ENV_COMMAND: &str = "  command: [sh, -c]\n  args:\n    - |\n      req=$(cat)\n      case \"$req\" in *'\"applicationSetName\"'*) ;; *) echo \"no request on stdin\" >&2; exit 3;; esac\n      printf '['; sep=''\n      while read -r env; do printf '%s{\"env\":\"%s\",\"appset\":\"%s\"}' \"$sep\" \"$env\" \"$APPLICATIONSET_NAME\"; sep=','; done < environments\n      printf ']\\n'\n  dataDir: data\n";
+
+#[test]
+fn answers_the_controller_exactly_with_a_confined_command() {
+    if !is_root() {
+        return;
+    }
+    let g = Gen::start(ENV_COMMAND);
+    let (status, head, body) = g.post(Some(TOKEN), &controller_body("shop", r#"{"region":"eu"}"#));
+    assert_eq!(status, 200, "{head}\n{body}\n{}", g.logs());
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        v,
+        serde_json::json!({"output": {"parameters": [
+            {"env": "dev", "appset": "shop"},
+            {"env": "staging", "appset": "shop"},
+            {"env": "prod", "appset": "shop"},
+        ]}})
+    );
+    // An input without parameters (Go's omitempty gives {}), too.
+    let (status, _, _) = g.post(Some(TOKEN), "{\"applicationSetName\":\"x\",\"input\":{}}\n");
+    assert_eq!(status, 200);
+    // One audit event per request, named after the ApplicationSet, with the command's record.
+    let audit: Vec<serde_json::Value> = g
+        .logs()
+        .lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .map(|l| serde_json::from_str(l).expect("audit json"))
+        .collect();
+    assert_eq!(audit.len(), 2, "{}", g.logs());
+    assert_eq!(audit[0]["rpc"], "getparams.execute");
+    assert_eq!(audit[0]["app"], "shop");
+    assert_eq!(audit[0]["code"], "200");
+    let uid = audit[0]["uid"].as_u64().expect("leased uid") as u32;
+    assert!((g.uid_range.0..g.uid_range.0 + g.uid_range.1).contains(&uid));
+    assert_eq!(audit[0]["commands"][0]["phase"], "generator");
+}
+
+#[test]
+fn refuses_unauthenticated_and_malformed_requests_with_json_errors() {
+    if !is_root() {
+        return;
+    }
+    let g = Gen::start(&format!(
+        "{ENV_COMMAND}  limits: {{bodyBytes: 4Ki, timeoutSeconds: 3}}\n"
+    ));
+    let good = controller_body("shop", "{}");
+    let expect = |r: (u16, String, String), status: u16, needle: &str| {
+        assert_eq!(r.0, status, "{}\n{}", r.1, r.2);
+        let v: serde_json::Value = serde_json::from_str(&r.2).expect("JSON error body");
+        let msg = v["message"].as_str().expect("message");
+        assert!(v["error"].is_string() && msg.contains(needle), "{v}");
+    };
+    expect(g.post(None, &good), 401, "missing bearer token");
+    expect(
+        g.post(Some("not-the-token"), &good),
+        401,
+        "invalid bearer token",
+    );
+    expect(g.post(Some(TOKEN), ""), 400, "empty request body");
+    expect(g.post(Some(TOKEN), "{not json"), 400, "not JSON");
+    expect(g.post(Some(TOKEN), "[]"), 400, "JSON object");
+    expect(
+        g.post(Some(TOKEN), r#"{"input":{}}"#),
+        400,
+        "applicationSetName is missing",
+    );
+    expect(
+        g.post(
+            Some(TOKEN),
+            r#"{"applicationSetName":"a","input":{"parameters":[]}}"#,
+        ),
+        400,
+        "input.parameters must be an object",
+    );
+    // Oversize, by Content-Length and by a chunked body that never says its size.
+    expect(
+        g.post(
+            Some(TOKEN),
+            &controller_body("a", &format!("{{\"x\":\"{}\"}}", "y".repeat(8192))),
+        ),
+        413,
+        "larger than 4096",
+    );
+    let chunk = "z".repeat(3000);
+    let chunked = format!(
+        "POST /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer {TOKEN}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{chunk}\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n",
+        chunk.len(),
+        chunk.len()
+    );
+    expect(g.raw(chunked.as_bytes()), 413, "larger than 4096");
+    // Wrong path, method, media type.
+    expect(
+        g.raw(format!("POST /api/v1/other HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes()),
+        404,
+        "no such endpoint",
+    );
+    let (status, head, _) = g.raw(
+        format!("GET /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(status, 405);
+    assert!(head.to_ascii_lowercase().contains("allow: post"), "{head}");
+    expect(
+        g.raw(format!("POST /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}").as_bytes()),
+        415,
+        "application/json",
+    );
+    // A slow client: headers, then half the body, then nothing: 408 once the timeout passes.
+    let mut s = g.tls_stream();
+    let t = Instant::now();
+    s.write_all(
+        format!("POST /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{{\"applicationSetName\":").as_bytes(),
+    )
+    .expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let r = parse_response(&out);
+    assert_eq!(r.0, 408, "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(20));
+    // Plaintext HTTP to the TLS port gets no HTTP answer.
+    let mut tcp = TcpStream::connect(&g.addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    tcp.write_all(b"POST /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut out = Vec::new();
+    let _ = tcp.read_to_end(&mut out);
+    assert!(!String::from_utf8_lossy(&out).contains("HTTP/1.1 200"));
+    // The good request still works, and the token never reached the logs.
+    assert_eq!(g.post(Some(TOKEN), &good).0, 200);
+    assert!(!g.logs().contains(TOKEN), "token leaked into logs");
+}
+
+#[test]
+fn the_command_is_confined_like_a_cmp_command() {
+    if !is_root() {
+        return;
+    }
+    let spec = r#"  command: [sh, -c]
+  args:
+    - |
+      try() { if sh -c "$2" >/dev/null 2>&1; then r=allowed; else r=denied; fi; printf '"%s":"%s",' "$1" "$r"; }
+      d=$(try write_etc 'echo x > /etc/pwned'
+          try write_var_tmp 'echo x > /var/tmp/pwned-by-generator'
+          try read_shadow 'cat /etc/shadow'
+          try read_token 'cat /proc/1/environ'
+          try unshare 'unshare -U true')
+      # /tmp is the request's own (a private tmpfs): writable, and gone with the request.
+      echo x > /tmp/pwned-by-generator
+      legit=$(echo ok > ./own && cat ./own)
+      printf '[{%s"legit":"%s","uid":"%s","nnp":"%s"}]\n' "$d" "$legit" "$(id -u)" "$(grep NoNewPrivs /proc/self/status | tr -d ' \t' | cut -d: -f2)"
+"#;
+    let g = Gen::start(spec);
+    let (status, _, body) = g.post(Some(TOKEN), &controller_body("evil", "{}"));
+    assert_eq!(status, 200, "{body}\n{}", g.logs());
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let p = &v["output"]["parameters"][0];
+    for k in [
+        "write_etc",
+        "write_var_tmp",
+        "read_shadow",
+        "read_token",
+        "unshare",
+    ] {
+        assert_eq!(p[k], "denied", "{k}: {p}");
+    }
+    assert_eq!(p["legit"], "ok");
+    assert_eq!(p["nnp"], "1");
+    let uid: u32 = p["uid"].as_str().expect("uid").parse().expect("number");
+    assert!(
+        (g.uid_range.0..g.uid_range.0 + g.uid_range.1).contains(&uid),
+        "uid {uid}"
+    );
+    assert!(!Path::new("/tmp/pwned-by-generator").exists());
+    assert!(!Path::new("/var/tmp/pwned-by-generator").exists());
+    // Failures keep their meaning: a failing command is a 500 naming it, a hanging one a 504.
+    drop(g);
+    let g = Gen::start("  command: [sh, -c, 'echo broken >&2; exit 7']\n");
+    let (status, _, body) = g.post(Some(TOKEN), &controller_body("a", "{}"));
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.contains("exit status 7") && body.contains("broken"),
+        "{body}"
+    );
+    drop(g);
+    let g = Gen::start("  command: [sh, -c, 'sleep 60']\n  limits: {timeoutSeconds: 2}\n");
+    let t = Instant::now();
+    let (status, _, body) = g.post(Some(TOKEN), &controller_body("a", "{}"));
+    assert_eq!(status, 504, "{body}");
+    assert!(t.elapsed() < Duration::from_secs(15));
+    drop(g);
+    let g = Gen::start("  command: [sh, -c, 'echo \"{\\\"not\\\": \\\"an array\\\"}\"']\n");
+    let (status, _, body) = g.post(Some(TOKEN), &controller_body("a", "{}"));
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("not a JSON array of objects"), "{body}");
+}
+
+#[test]
+fn static_and_file_sources() {
+    if !is_root() {
+        return;
+    }
+    let g = Gen::start(
+        "  static: [{cluster: a, url: 'https://a.example'}, {cluster: b, url: 'https://b.example'}]\n",
+    );
+    let (status, _, body) = g.post(Some(TOKEN), &controller_body("x", "{}"));
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        r#"{"output":{"parameters":[{"cluster":"a","url":"https://a.example"},{"cluster":"b","url":"https://b.example"}]}}"#
+    );
+    drop(g);
+    let g = Gen::start("  file: params.yaml\n");
+    let file: PathBuf = g.dir.path().join("params.yaml");
+    std::fs::write(&file, "- {team: a}\n").expect("write");
+    assert!(
+        g.post(Some(TOKEN), &controller_body("x", "{}"))
+            .2
+            .contains(r#"[{"team":"a"}]"#)
+    );
+    // Re-read per request.
+    std::fs::write(&file, "- {team: a}\n- {team: b}\n").expect("write");
+    assert!(
+        g.post(Some(TOKEN), &controller_body("x", "{}"))
+            .2
+            .contains(r#"[{"team":"a"},{"team":"b"}]"#)
+    );
+}
+
+#[test]
+fn two_thousand_requests_at_concurrency_32_without_errors_or_memory_growth() {
+    if !is_root() {
+        return;
+    }
+    let g = Arc::new(Gen::start(
+        "  command: [sh, -c, 'cat >/dev/null; echo \"[{\\\"n\\\": 1}]\"']\n  limits: {concurrency: 8}\n",
+    ));
+    // Warm up (first connections, allocator arenas), then measure.
+    for _ in 0..32 {
+        assert_eq!(g.post(Some(TOKEN), &controller_body("load", "{}")).0, 200);
+    }
+    let before = g.rss_kib();
+    let total = 2000;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            let (g, next, failures) = (g.clone(), next.clone(), failures.clone());
+            std::thread::spawn(move || {
+                while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < total {
+                    let (status, _, body) = g.post(Some(TOKEN), &controller_body("load", "{}"));
+                    if status != 200 || body != r#"{"output":{"parameters":[{"n":1}]}}"# {
+                        failures
+                            .lock()
+                            .expect("lock")
+                            .push(format!("{status} {body}"));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    let failures = failures.lock().expect("lock");
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    let after = g.rss_kib();
+    eprintln!("appset load: RSS {before} KiB before, {after} KiB after {total} requests");
+    assert!(
+        after < before + 32 * 1024,
+        "server RSS grew from {before} KiB to {after} KiB over {total} requests"
+    );
+    // Every request tree is gone.
+    let left: Vec<_> = std::fs::read_dir(g.dir.path().join("work/_cmp_appset"))
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "request trees left: {left:?}");
+}
