@@ -38,6 +38,11 @@ struct Gen {
 impl Gen {
     /// Start with this generator `spec:` body (YAML, indented two spaces), TLS and a token.
     fn start(spec: &str) -> Gen {
+        Self::start_config(None, spec)
+    }
+
+    /// Start with a generator config file as given (`config`), or one written from `spec`.
+    fn start_config(config: Option<&Path>, spec: &str) -> Gen {
         let dir = tempfile::tempdir().expect("tmp");
         let d = dir.path();
         let ca = Ca::new("appset test CA");
@@ -66,7 +71,7 @@ impl Gen {
                 "127.0.0.1:0",
             ])
             .arg("--config")
-            .arg(d.join("generator.yaml"))
+            .arg(config.map_or_else(|| d.join("generator.yaml"), Path::to_path_buf))
             .arg("--tls-cert")
             .arg(&cert)
             .arg("--tls-key")
@@ -468,4 +473,23 @@ fn two_thousand_requests_at_concurrency_32_without_errors_or_memory_growth() {
         .map(|r| r.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "request trees left: {left:?}");
+}
+
+#[test]
+fn the_example_generator_answers_as_expected() {
+    if !is_root() {
+        return;
+    }
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/appset-generator");
+    let g = Gen::start_config(Some(&ex.join("generator.yaml")), "");
+    let request = std::fs::read_to_string(ex.join("request.json")).expect("request.json");
+    let (status, _, body) = g.post(Some(TOKEN), &request);
+    assert_eq!(status, 200, "{body}\n{}", g.logs());
+    let want = std::fs::read_to_string(ex.join("expected-response.json")).expect("expected");
+    assert_eq!(body, want.trim_end());
+    // Without the tier filter: every environment.
+    let (status, _, body) = g.post(Some(TOKEN), &controller_body("all", "{}"));
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["output"]["parameters"].as_array().map(Vec::len), Some(4));
 }
