@@ -275,6 +275,8 @@ pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: std::sync
                     "text/plain; version=0.0.4; charset=utf-8",
                     m.render(),
                 ),
+                // Liveness for probes (the kubelet's gRPC probe cannot speak TLS).
+                ["GET", "/healthz", _] => ("200 OK", "text/plain", "ok\n".to_owned()),
                 ["GET", _, _] => ("404 Not Found", "text/plain", "not found\n".to_owned()),
                 _ => (
                     "405 Method Not Allowed",

@@ -19,6 +19,12 @@ const EXIT_STARTUP: u8 = 20;
 pub enum AppsetCmd {
     /// Serve POST /api/v1/getparams.execute for the ApplicationSet controller.
     Serve(AppsetServeArgs),
+    /// Validate a generator config file and print what it does.
+    Check {
+        /// Generator config.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 /// `appset serve` flags.
@@ -49,7 +55,35 @@ pub struct AppsetServeArgs {
 
 /// Run an `appset` subcommand.
 pub fn run(c: AppsetCmd, log_args: Vec<String>) -> ExitCode {
-    let AppsetCmd::Serve(a) = c;
+    let a = match c {
+        AppsetCmd::Serve(a) => a,
+        AppsetCmd::Check { config } => {
+            return match GeneratorConfig::load(&config) {
+                Ok(g) => {
+                    println!(
+                        "ok {}: source {}, dataDir {}, bodyBytes {}, timeoutSeconds {}, concurrency {}",
+                        g.name,
+                        match &g.source {
+                            Source::Command(argv) => format!("command {argv:?}"),
+                            Source::Static(l) => format!("static ({} entries)", l.len()),
+                            Source::File(f) => format!("file {}", f.display()),
+                        },
+                        g.data_dir
+                            .as_ref()
+                            .map_or("none".into(), |d| d.display().to_string()),
+                        g.body_bytes,
+                        g.timeout_seconds,
+                        g.concurrency
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {}: {e}", config.display());
+                    ExitCode::from(1)
+                }
+            };
+        }
+    };
     let early_stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, early_stop.clone()) {
