@@ -8,6 +8,7 @@ pod spec says, like the PodSecurity admission controller, not what a runtime doe
   pss.py rendered FILE            every workload in FILE against its namespace's enforce label
   pss.py helm VALUES RENDERED DIR the argo-helm values agree with the component and pass baseline
   pss.py selftest                 known-bad pods are rejected (the checker can fail)
+  pss.py netpol FILE              each network service admits only its Argo CD caller
 """
 
 import copy
@@ -232,5 +233,51 @@ def cmd_selftest():
     print(f"ok    PSS checker rejects all {len(cases)} known-bad pods")
 
 
+# Which Argo CD component may call each network service.
+CALLERS = {"cmp-warden-service": "argocd-repo-server",
+           "cmp-warden-appset": "argocd-applicationset-controller"}
+
+
+def cmd_netpol(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    pols = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    failed = False
+    for dep in (d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] in CALLERS):
+        name = dep["metadata"]["name"]
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        mine = [p for p in pols if all(labels.get(k) == v for k, v in
+                                       p["spec"]["podSelector"].get("matchLabels", {}).items())]
+        ports = {p["containerPort"] for c in dep["spec"]["template"]["spec"]["containers"]
+                 for p in c.get("ports", [])}
+        problems = []
+        if len(mine) != 1:
+            problems.append(f"{len(mine)} NetworkPolicies select it, want 1")
+        else:
+            spec = mine[0]["spec"]
+            if sorted(spec.get("policyTypes", [])) != ["Egress", "Ingress"] or spec.get("egress"):
+                problems.append("must restrict Ingress and deny all Egress")
+            for rule in spec.get("ingress", []):
+                for src in rule.get("from", []):
+                    app = ((src.get("podSelector") or {}).get("matchLabels") or {}).get("app.kubernetes.io/name")
+                    ns = ((src.get("namespaceSelector") or {}).get("matchLabels") or {}).get(
+                        "kubernetes.io/metadata.name")
+                    rule_ports = {p["port"] for p in rule.get("ports", [])}
+                    if app == CALLERS[name] and rule_ports and rule_ports <= ports:
+                        continue
+                    if ns == "monitoring" and rule_ports == {9464}:
+                        continue
+                    problems.append(f"ingress from {src} on {sorted(rule_ports)} is broader than {CALLERS[name]}")
+                if not rule.get("from") or not rule.get("ports"):
+                    problems.append("an ingress rule without from/ports admits everyone")
+        if problems:
+            failed = True
+            print(f"FAIL  NetworkPolicy for {name}: " + "; ".join(problems))
+        else:
+            print(f"ok    NetworkPolicy for {name}: ingress only from {CALLERS[name]} (+ monitoring on 9464), no egress")
+    if failed:
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    {"rendered": cmd_rendered, "helm": cmd_helm, "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])
+    {"rendered": cmd_rendered, "helm": cmd_helm, "selftest": cmd_selftest,
+     "netpol": cmd_netpol}[sys.argv[1]](*sys.argv[2:])

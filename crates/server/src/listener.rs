@@ -93,7 +93,7 @@ pub enum PeerInfo {
 #[derive(Debug)]
 pub enum Conn {
     /// Unix socket, through the `:authority` fix.
-    Unix(AuthorityFix<UnixStream>),
+    Unix(Box<AuthorityFix<UnixStream>>),
     /// Plaintext TCP (`--insecure`).
     Tcp(TcpStream),
     /// TLS over TCP.
@@ -127,7 +127,7 @@ impl AsyncRead for Conn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
-            Conn::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Unix(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
@@ -141,21 +141,21 @@ impl AsyncWrite for Conn {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
-            Conn::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Unix(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
-            Conn::Unix(s) => Pin::new(s).poll_flush(cx),
+            Conn::Unix(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
-            Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Unix(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
@@ -298,7 +298,7 @@ pub async fn serve(
                                     continue;
                                 }
                             }
-                            if conn_tx.send(Ok(Conn::Unix(AuthorityFix::new(stream)))).await.is_err() {
+                            if conn_tx.send(Ok(Conn::Unix(Box::new(AuthorityFix::new(stream))))).await.is_err() {
                                 break;
                             }
                         }

@@ -18,7 +18,7 @@ const EXIT_STARTUP: u8 = 20;
 #[derive(Debug, Subcommand)]
 pub enum AppsetCmd {
     /// Serve POST /api/v1/getparams.execute for the ApplicationSet controller.
-    Serve(AppsetServeArgs),
+    Serve(Box<AppsetServeArgs>),
     /// Validate a generator config file and print what it does.
     Check {
         /// Generator config.
@@ -56,7 +56,7 @@ pub struct AppsetServeArgs {
 /// Run an `appset` subcommand.
 pub fn run(c: AppsetCmd, log_args: Vec<String>) -> ExitCode {
     let a = match c {
-        AppsetCmd::Serve(a) => a,
+        AppsetCmd::Serve(a) => *a,
         AppsetCmd::Check { config } => {
             return match GeneratorConfig::load(&config) {
                 Ok(g) => {
