@@ -100,23 +100,27 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf8")
 }
 
+/// A server with the CMP service on 127.0.0.1:<any> over TLS with this certificate, plus `extra`.
+fn tls_server(cert: &str, key: &str, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&plugin(PLUGIN), &args)
+}
+
 #[test]
 fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
     if !is_root() {
         return;
     }
     let k = pki();
-    let srv = Server::start(
-        &plugin(PLUGIN),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            s(&k.cert),
-            "--tls-key",
-            s(&k.key),
-        ],
-    );
+    let srv = tls_server(s(&k.cert), s(&k.key), &[]);
     let addr = tcp_addr(&srv);
     let r = repo(&[("a.yaml", "x: 1\n")]);
     let ca = ["--tls-ca", s(&k.ca)];
@@ -154,17 +158,7 @@ fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
     drop(srv);
 
     // A server with an expired certificate is refused by a client that trusts its CA.
-    let srv = Server::start(
-        &plugin(PLUGIN),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            s(&k.expired.0),
-            "--tls-key",
-            s(&k.expired.1),
-        ],
-    );
+    let srv = tls_server(s(&k.expired.0), s(&k.expired.1), &[]);
     failed_with(
         &call(&tcp_addr(&srv), "check", None, &ca),
         "certificate expired",
@@ -178,19 +172,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
         return;
     }
     let k = pki();
-    let srv = Server::start(
-        &plugin(PLUGIN),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            s(&k.cert),
-            "--tls-key",
-            s(&k.key),
-            "--tls-client-ca",
-            s(&k.ca),
-        ],
-    );
+    let srv = tls_server(s(&k.cert), s(&k.key), &["--tls-client-ca", s(&k.ca)]);
     let addr = tcp_addr(&srv);
     let ca = ["--tls-ca", s(&k.ca)];
     // No client certificate: the handshake fails (the server logs why).
@@ -234,19 +216,7 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     std::fs::write(&token, "correct-horse-battery-staple\n").expect("token");
     let wrong = k.dir.path().join("wrong");
     std::fs::write(&wrong, "correct-horse-battery-stapler").expect("token");
-    let srv = Server::start(
-        &plugin(PLUGIN),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            s(&k.cert),
-            "--tls-key",
-            s(&k.key),
-            "--token-file",
-            s(&token),
-        ],
-    );
+    let srv = tls_server(s(&k.cert), s(&k.key), &["--token-file", s(&token)]);
     let addr = tcp_addr(&srv);
     let r = repo(&[("a.yaml", "x: 1\n")]);
     let ca = ["--tls-ca", s(&k.ca)];
@@ -319,19 +289,7 @@ fn plaintext_tcp_needs_insecure_and_grpcio_speaks_tls() {
     let k = pki();
     let token = k.dir.path().join("token");
     std::fs::write(&token, "tok-123").expect("token");
-    let srv = Server::start(
-        &plugin(PLUGIN),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            s(&k.cert),
-            "--tls-key",
-            s(&k.key),
-            "--token-file",
-            s(&token),
-        ],
-    );
+    let srv = tls_server(s(&k.cert), s(&k.key), &["--token-file", s(&token)]);
     let addr = tcp_addr(&srv);
     let py = r#"
 import sys, grpc
@@ -374,17 +332,7 @@ fn a_rotated_certificate_is_served_without_a_restart() {
     let live_key = k.dir.path().join("live.key");
     std::fs::copy(&k.cert, &live_cert).expect("copy");
     std::fs::copy(&k.key, &live_key).expect("copy");
-    let srv = Server::start(
-        &plugin(PLUGIN),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            s(&live_cert),
-            "--tls-key",
-            s(&live_key),
-        ],
-    );
+    let srv = tls_server(s(&live_cert), s(&live_key), &[]);
     let addr = tcp_addr(&srv);
     ok_json(&call(&addr, "check", None, &["--tls-ca", s(&k.ca)]));
     // Rotate to a certificate from a new CA (as cert-manager would, files replaced in place).

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::policy::{PolicyError, RawQty, invalid, qty};
+use crate::policy::{PolicyError, RawQty, from_yaml, invalid, qty};
 
 /// `apiVersion` of a generator config.
 pub const API_VERSION: &str = "cmp-warden.io/v1alpha1";
@@ -96,12 +96,7 @@ impl GeneratorConfig {
 
     /// Parse and validate config text.
     pub fn parse(text: &str, dir: &Path) -> Result<Self, PolicyError> {
-        let node = plugin::yaml::parse_one(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
-        let node = node.ok_or_else(|| PolicyError::Parse("empty document".into()))?;
-        let json =
-            plugin::json::Json::from_yaml(&node).map_err(|e| PolicyError::Parse(e.to_string()))?;
-        let raw: Raw = serde_json::from_str(&json.to_go_string())
-            .map_err(|e| PolicyError::Parse(format!("generator config: {e}")))?;
+        let raw: Raw = from_yaml(text, "generator config: ")?;
         if raw.api_version != API_VERSION {
             return Err(invalid(
                 "apiVersion",

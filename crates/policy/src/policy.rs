@@ -295,6 +295,19 @@ pub(crate) fn invalid(field: &'static str, why: impl Into<String>) -> PolicyErro
     }
 }
 
+/// One YAML document into a strict raw type (the project's one YAML reader, then serde with
+/// `deny_unknown_fields`); `what` prefixes serde's message.
+pub(crate) fn from_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<T, PolicyError> {
+    let node = plugin::yaml::parse_one(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
+    let node = node.ok_or_else(|| PolicyError::Parse("empty document".into()))?;
+    let json =
+        plugin::json::Json::from_yaml(&node).map_err(|e| PolicyError::Parse(e.to_string()))?;
+    serde_json::from_str(&json.to_go_string()).map_err(|e| PolicyError::Parse(format!("{what}{e}")))
+}
+
 pub(crate) fn qty(v: &RawQty, field: &'static str, min: u64) -> Result<u64, PolicyError> {
     let n = match v {
         RawQty::Num(n) => *n,
@@ -353,12 +366,7 @@ impl Policy {
     /// Parse and validate policy text. `dir` is the policy file's directory (for the seccomp
     /// profile path); `None` for the embedded default (resolved against `policies/`).
     pub fn parse(text: &str, dir: Option<&Path>) -> Result<Policy, PolicyError> {
-        let node = plugin::yaml::parse_one(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
-        let node = node.ok_or_else(|| PolicyError::Parse("empty document".into()))?;
-        let json =
-            plugin::json::Json::from_yaml(&node).map_err(|e| PolicyError::Parse(e.to_string()))?;
-        let raw: RawPolicy = serde_json::from_str(&json.to_go_string())
-            .map_err(|e| PolicyError::Parse(e.to_string()))?;
+        let raw: RawPolicy = from_yaml(text, "")?;
         Self::validate(raw, text, dir)
     }
 

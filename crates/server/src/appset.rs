@@ -217,12 +217,7 @@ impl AppSetService {
             .map_or_else(|e| e.status, |()| StatusCode::OK);
         event.code = http_status.as_u16().to_string();
         let limit = event.limit.as_deref();
-        let kill = limit.filter(|l| {
-            matches!(
-                *l,
-                "timeout" | "memory" | "pids" | "output" | "seccomp" | "disk"
-            )
-        });
+        let kill = crate::metrics::kill_reason(limit);
         self.metrics.finished(&Finished {
             rpc: crate::audit::rpc_name(Operation::Generator),
             code: &event.code,

@@ -243,6 +243,16 @@ impl Metrics {
     }
 }
 
+/// The `sandbox_kills_total` reason for an audit event's `limit`, if that limit ended commands.
+pub fn kill_reason(limit: Option<&str>) -> Option<&str> {
+    limit.filter(|l| {
+        matches!(
+            *l,
+            "timeout" | "memory" | "pids" | "output" | "seccomp" | "disk"
+        )
+    })
+}
+
 /// Serve `GET /metrics` on `listener` until the task is dropped. Plain HTTP/1.1, one request
 /// per connection, 8 KiB request cap, 5 s to send it.
 pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: std::sync::Arc<Metrics>) {

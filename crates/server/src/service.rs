@@ -189,12 +189,7 @@ impl CmpService {
             _ => 0,
         };
         let limit = event.limit.as_deref();
-        let kill = limit.filter(|l| {
-            matches!(
-                *l,
-                "timeout" | "memory" | "pids" | "output" | "seccomp" | "disk"
-            )
-        });
+        let kill = crate::metrics::kill_reason(limit);
         let rejection = (limit == Some("archive")).then_some(match code {
             tonic::Code::ResourceExhausted => "limit",
             tonic::Code::DataLoss => "integrity",

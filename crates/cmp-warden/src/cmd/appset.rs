@@ -11,9 +11,6 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use policy::generator::{GeneratorConfig, Source};
 
-/// Start-up errors exit like `serve`'s.
-const EXIT_STARTUP: u8 = 20;
-
 /// `appset` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum AppsetCmd {
@@ -84,65 +81,36 @@ pub fn run(c: AppsetCmd, log_args: Vec<String>) -> ExitCode {
             };
         }
     };
-    let early_stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        if let Err(e) = signal_hook::flag::register(sig, early_stop.clone()) {
-            tracing::error!(error = %e, "cannot install signal handlers");
-            return ExitCode::from(EXIT_STARTUP);
-        }
+    super::serve::run_service(|| prepare(a, log_args), serve)
+}
+
+async fn serve(prepared: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    if rustix::process::getpid().is_init() {
+        jail::reaper::start_orphan_reaper();
     }
-    let prepared = match prepare(a, log_args) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "fatal");
-            return ExitCode::from(EXIT_STARTUP);
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start runtime");
-            return ExitCode::from(EXIT_STARTUP);
-        }
-    };
-    let r = rt.block_on(async move {
-        if rustix::process::getpid().is_init() {
-            jail::reaper::start_orphan_reaper();
-        }
-        if let Some((l, m)) = prepared.metrics {
-            let l = tokio::net::TcpListener::from_std(l)?;
-            tokio::spawn(server::metrics::serve_metrics(l, m));
-        }
-        tracing::info!(
-            address = %prepared.addr,
-            tls = prepared.tls.is_some(),
-            generator = %prepared.svc.config.name,
-            "serving the ApplicationSet plugin generator on {}://{}{}",
-            if prepared.tls.is_some() { "https" } else { "http" },
-            prepared.addr,
-            server::appset::PATH
-        );
-        server::appset::serve(
-            prepared.listener,
-            prepared.tls,
-            prepared.svc,
-            prepared.grace,
-            super::serve::shutdown_signal(early_stop),
-        )
-        .await?;
-        tracing::info!("shut down cleanly");
-        anyhow::Ok(())
-    });
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "fatal");
-            ExitCode::from(EXIT_STARTUP)
-        }
+    if let Some((l, m)) = prepared.metrics {
+        let l = tokio::net::TcpListener::from_std(l)?;
+        tokio::spawn(server::metrics::serve_metrics(l, m));
     }
+    tracing::info!(
+        address = %prepared.addr,
+        tls = prepared.tls.is_some(),
+        generator = %prepared.svc.config.name,
+        "serving the ApplicationSet plugin generator on {}://{}{}",
+        if prepared.tls.is_some() { "https" } else { "http" },
+        prepared.addr,
+        server::appset::PATH
+    );
+    server::appset::serve(
+        prepared.listener,
+        prepared.tls,
+        prepared.svc,
+        prepared.grace,
+        super::serve::shutdown_signal(early_stop),
+    )
+    .await?;
+    tracing::info!("shut down cleanly");
+    Ok(())
 }
 
 struct Prepared {

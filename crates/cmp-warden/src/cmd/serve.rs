@@ -75,8 +75,20 @@ fn parse_octal(s: &str) -> Result<u32, String> {
 
 /// Run the server; exit 0 after a clean shutdown, 20 on start-up failure.
 pub fn run(a: ServeArgs, log_args: Vec<String>) -> ExitCode {
-    // The socket exists before the runtime (and its signal handling) does: a SIGTERM in that
-    // window must still mean "shut down cleanly", not the default kill.
+    run_service(|| prepare(a, log_args), serve)
+}
+
+/// The start-up skeleton `serve` and `appset serve` share: stop-signal flag first (a SIGTERM
+/// before the runtime exists must still mean "shut down cleanly"), then `prepare` — everything
+/// privileged, while the process is single-threaded (capabilities are per thread) — then the
+/// runtime and `serve`. Exit 0 after a clean shutdown, 20 on any start-up failure.
+pub fn run_service<P, F>(
+    prepare: impl FnOnce() -> anyhow::Result<P>,
+    serve: impl FnOnce(P, Arc<AtomicBool>) -> F,
+) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
     let early_stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, early_stop.clone()) {
@@ -84,9 +96,7 @@ pub fn run(a: ServeArgs, log_args: Vec<String>) -> ExitCode {
             return ExitCode::from(EXIT_STARTUP);
         }
     }
-    // Everything privileged happens here, before any runtime thread exists: capabilities are
-    // per thread, so they are dropped while the process is still single-threaded.
-    let prepared = match prepare(a, log_args) {
+    let prepared = match prepare() {
         Ok(p) => p,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "fatal");
