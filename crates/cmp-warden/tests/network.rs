@@ -100,6 +100,16 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf8")
 }
 
+/// The grpc-go client (Argo CD's client stack) against the TCP port.
+fn go_tcp(addr: &str, rpc: &str, args: &[&str]) -> common::CallResult {
+    let out = Command::new(common::go_client())
+        .args(["-address", addr, "-rpc", rpc])
+        .args(args)
+        .output()
+        .expect("go client");
+    common::parse_client_output(&out)
+}
+
 /// A server with the CMP service on 127.0.0.1:<any> over TLS with this certificate, plus `extra`.
 fn tls_server(cert: &str, key: &str, extra: &[&str]) -> Server {
     let mut args = vec![
@@ -199,6 +209,23 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
     let r = repo(&[("a.yaml", "x: 1\n")]);
     let v = ok_json(&call(&addr, "generate", Some(r.path()), &good));
     assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
+    // grpc-go with the repo-server's certificate, too.
+    let v = go_tcp(
+        &addr,
+        "generate",
+        &[
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-tls-ca",
+            s(&k.ca),
+            "-tls-cert",
+            s(&k.client.0),
+            "-tls-key",
+            s(&k.client.1),
+        ],
+    )
+    .expect("grpc-go with a client certificate");
+    assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
     let logs = srv.logs();
     assert!(
         logs.contains("TLS handshake refused"),
@@ -236,6 +263,24 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     let good = ["--tls-ca", s(&k.ca), "--token-file", s(&token)];
     let v = ok_json(&call(&addr, "generate", Some(r.path()), &good));
     assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
+    // grpc-go, as a Go repo-server would dial a plugin service: TLS + token metadata.
+    let dir = r.path().to_str().expect("utf8");
+    let v = go_tcp(
+        &addr,
+        "generate",
+        &[
+            "-dir",
+            dir,
+            "-tls-ca",
+            s(&k.ca),
+            "-token",
+            "correct-horse-battery-staple",
+        ],
+    )
+    .expect("grpc-go over TLS with the token");
+    assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
+    let e = go_tcp(&addr, "generate", &["-dir", dir, "-tls-ca", s(&k.ca)]).expect_err("no token");
+    assert_eq!(e.0, 16, "Unauthenticated: {e:?}");
     // Kubernetes gRPC probes send no headers.
     assert_eq!(
         ok_json(&call(&addr, "health", None, &ca))["status"],

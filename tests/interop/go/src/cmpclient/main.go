@@ -12,6 +12,8 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -26,6 +28,8 @@ import (
 	"github.com/golang/protobuf/jsonpb"
 	"github.com/golang/protobuf/proto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -122,23 +126,53 @@ func main() {
 	flag.Var(&env, "env", "NAME=VALUE (repeatable)")
 	var exclude envList
 	flag.Var(&exclude, "exclude", "glob (repeatable)")
+	address := flag.String("address", "", "dial HOST:PORT over TCP instead of -socket (plugins as services)")
+	tlsCA := flag.String("tls-ca", "", "with -address: TLS, trusting this CA bundle")
+	tlsCert := flag.String("tls-cert", "", "with -tls-ca: client certificate (mutual TLS)")
+	tlsKey := flag.String("tls-key", "", "key of -tls-cert")
+	token := flag.String("token", "", "bearer token sent as authorization metadata")
 	flag.Parse()
 
 	opts := []grpc.DialOption{
-		grpc.WithInsecure(),
 		grpc.WithBlock(),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(100*1024*1024), grpc.MaxCallSendMsgSize(100*1024*1024)),
+	}
+	target := *socket
+	if *address != "" {
+		target = *address
+		if *tlsCA != "" {
+			pem, err := os.ReadFile(*tlsCA)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(pem)
+			cfg := &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+			if *tlsCert != "" {
+				pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(2)
+				}
+				cfg.Certificates = []tls.Certificate{pair}
+			}
+			opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		} else {
+			opts = append(opts, grpc.WithInsecure())
+		}
+	} else {
+		opts = append(opts, grpc.WithInsecure(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", addr)
-		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(100*1024*1024), grpc.MaxCallSendMsgSize(100*1024*1024)),
+		}))
 	}
 	if *authority != "" {
 		opts = append(opts, grpc.WithAuthority(*authority))
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
-	conn, err := grpc.DialContext(dctx, *socket, opts...)
+	conn, err := grpc.DialContext(dctx, target, opts...)
 	if err != nil {
 		fail(err)
 	}
@@ -146,6 +180,9 @@ func main() {
 	client := pb.NewConfigManagementPluginServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	if *token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+*token)
+	}
 	var resp proto.Message
 	if *rpc == "check" {
 		r, err := client.CheckPluginConfiguration(ctx, &emptypb.Empty{})
