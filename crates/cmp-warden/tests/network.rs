@@ -300,6 +300,15 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
         "token leaked into logs"
     );
     assert!(srv.logs().contains("request refused: authentication"));
+    // Each refused call is an audit event too.
+    let refused = srv
+        .logs()
+        .lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["code"] == "Unauthenticated" && e["limit"] == "authentication")
+        .count();
+    assert!(refused >= 2, "refusals audited: {refused}\n{}", srv.logs());
 }
 
 #[test]

@@ -65,8 +65,9 @@ pub struct TcpOptions {
     pub addr: SocketAddr,
     /// TLS; `None` is plaintext, which the binary allows only with `--insecure`.
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// When set, every CMP call on this listener must carry `authorization: Bearer <token>`.
-    /// gRPC health stays open: Kubernetes gRPC probes cannot send headers.
+    /// When set, every CMP call on this listener must carry `authorization: Bearer <token>`
+    /// (checked and audited by the service, `ServiceConfig::tcp_token`). gRPC health stays
+    /// open: Kubernetes gRPC probes cannot send headers.
     pub token: Option<BearerToken>,
 }
 
@@ -250,28 +251,6 @@ pub async fn serve(
     let grpc = ConfigManagementPluginServiceServer::new(service.clone())
         .max_decoding_message_size(opts.max_message_bytes)
         .max_encoding_message_size(opts.max_message_bytes);
-    let token = tcp.as_ref().and_then(|(_, t)| t.token.clone());
-    let grpc = tonic::service::interceptor::InterceptedService::new(
-        grpc,
-        move |req: tonic::Request<()>| {
-            let Some(token) = &token else { return Ok(req) };
-            let tcp_peer = match req.extensions().get::<Option<PeerInfo>>() {
-                Some(Some(PeerInfo::Unix { .. })) => None,
-                Some(Some(PeerInfo::Tcp { remote, .. })) => Some(*remote),
-                // Unknown transport: treat as network.
-                _ => Some(None),
-            };
-            if let Some(remote) = tcp_peer {
-                let header = req.metadata().get("authorization").map(|v| v.as_bytes());
-                if let Err(e) = token.check(header) {
-                    tracing::warn!(remote = ?remote, reason = %e, "request refused: authentication");
-                    return Err(tonic::Status::unauthenticated(e.to_string()));
-                }
-            }
-            Ok(req)
-        },
-    );
-
     let (stop_tx, stop_rx) = watch::channel(false);
     let (conn_tx, conn_rx) = mpsc::channel::<std::io::Result<Conn>>(64);
     let mut acceptors = Vec::new();

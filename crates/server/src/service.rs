@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::audit::{ArchiveInfo, AuditEvent, AuditSink, PolicyRef, Seen};
+use crate::listener::PeerInfo;
 use crate::metrics::{Finished, Metrics};
 use crate::status::{StreamError, to_status};
 
@@ -55,6 +56,8 @@ pub struct ServiceConfig {
     pub policy: PolicyRef,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
+    /// Token every call arriving over TCP must carry (unix peers are authorised by credentials).
+    pub tcp_token: Option<crate::auth::BearerToken>,
 }
 
 /// What the audit event needs that only the handler learns.
@@ -108,6 +111,24 @@ impl CmpService {
         self.active.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// A TCP peer must present the token when one is configured (unix peers passed the
+    /// credential check at accept). Refusals are logged here and audited by the caller.
+    fn authenticate<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let Some(token) = &self.cfg.tcp_token else {
+            return Ok(());
+        };
+        let remote = match req.extensions().get::<Option<PeerInfo>>() {
+            Some(Some(PeerInfo::Unix { .. })) => return Ok(()),
+            Some(Some(PeerInfo::Tcp { remote, .. })) => *remote,
+            _ => None,
+        };
+        let header = req.metadata().get("authorization").map(|v| v.as_bytes());
+        token.check(header).map_err(|e| {
+            tracing::warn!(remote = ?remote, reason = %e, "request refused: authentication");
+            Status::unauthenticated(e.to_string())
+        })
+    }
+
     async fn handle(
         &self,
         op: Operation,
@@ -139,6 +160,12 @@ impl CmpService {
         let started = Instant::now();
         self.cfg.metrics.started();
         let mut ctx = Ctx::default();
+        if let Err(refused) = self.authenticate(&req) {
+            ctx.limit = Some("authentication".into());
+            let out = Err(refused);
+            self.account(op, request_id, ctx, &out, started.elapsed());
+            return out;
+        }
         let out = self
             .handle_inner(
                 op,
@@ -526,8 +553,9 @@ impl ConfigManagementPluginService for CmpService {
 
     async fn check_plugin_configuration(
         &self,
-        _req: Request<()>,
+        req: Request<()>,
     ) -> Result<Response<CheckPluginConfigurationResponse>, Status> {
+        self.authenticate(&req)?;
         Ok(Response::new(CheckPluginConfigurationResponse {
             is_discovery_configured: self.cfg.plugin.spec.discover.is_defined(),
             provide_git_creds: self.cfg.plugin.spec.provide_git_creds,

@@ -311,6 +311,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
                 sha256: policy.sha256.clone(),
             },
             metrics,
+            tcp_token: tcp.as_ref().and_then(|(_, t)| t.token.clone()),
         },
         runner,
     );
