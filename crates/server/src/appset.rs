@@ -162,7 +162,7 @@ impl AppSetService {
         let started = Instant::now();
         let request_id = uuid::Uuid::new_v4();
         let span = tracing::info_span!("appset", %request_id, remote = ?remote, appset = tracing::field::Empty);
-        self.metrics.started();
+        let _active = self.metrics.started();
         let mut ctx = Ctx::default();
         let out = tracing::Instrument::instrument(self.serve_one(req, &mut ctx), span).await;
         let elapsed = started.elapsed();

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -72,20 +72,31 @@ pub struct Finished<'a> {
     pub seccomp: Vec<(&'a str, &'a str, u64)>,
 }
 
+/// Keeps a request in `cmp_warden_active_requests` while alive.
+#[derive(Debug)]
+pub struct ActiveGuard(Arc<Metrics>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Metrics {
     /// Report the UID pool's usage through `f` at each scrape.
     pub fn set_pool_source(&self, f: impl Fn() -> Option<(usize, usize)> + Send + Sync + 'static) {
         *lock(&self.pool) = Some(PoolSource(Box::new(f)));
     }
 
-    /// A request started.
-    pub fn started(&self) {
+    /// A request started; it counts as active until the guard is dropped (also when the
+    /// handler's future is dropped because the client went away).
+    pub fn started(self: &Arc<Self>) -> ActiveGuard {
         self.active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(self.clone())
     }
 
     /// A request finished.
     pub fn finished(&self, f: &Finished<'_>) {
-        self.active.fetch_sub(1, Ordering::Relaxed);
         *lock(&self.requests)
             .entry((f.rpc.to_owned(), f.code.to_owned()))
             .or_default() += 1;
@@ -255,7 +266,7 @@ pub fn kill_reason(limit: Option<&str>) -> Option<&str> {
 
 /// Serve `GET /metrics` on `listener` until the task is dropped. Plain HTTP/1.1, one request
 /// per connection, 8 KiB request cap, 5 s to send it.
-pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: std::sync::Arc<Metrics>) {
+pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
     loop {
         let Ok((mut conn, _)) = listener.accept().await else {
             continue;
@@ -310,9 +321,9 @@ mod tests {
 
     #[test]
     fn exposition_counts_and_buckets() {
-        let m = Metrics::default();
-        m.started();
-        m.started();
+        let m = Arc::new(Metrics::default());
+        // Both requests end (their guards drop) before the scrape.
+        drop((m.started(), m.started()));
         m.finished(&Finished {
             rpc: "GenerateManifest",
             code: "OK",

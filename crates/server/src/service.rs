@@ -158,7 +158,7 @@ impl CmpService {
         let span =
             tracing::info_span!("request", %request_id, rpc = ?op, app = tracing::field::Empty);
         let started = Instant::now();
-        self.cfg.metrics.started();
+        let _active = self.cfg.metrics.started();
         let mut ctx = Ctx::default();
         if let Err(refused) = self.authenticate(&req) {
             ctx.limit = Some("authentication".into());

@@ -227,7 +227,7 @@ func main() {
 		}
 		send := func(s sender) {
 			if err := s.Send(meta); err != nil {
-				fail(err)
+				return // io.EOF: the server already answered; CloseAndRecv reports its status
 			}
 			for off := 0; off < len(data); off += *chunk {
 				end := off + *chunk
