@@ -261,7 +261,16 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
                 .then(|| v["address"].as_str().map(str::to_owned))?
         })
         .expect("metrics address logged");
-    let m = parse_metrics(&scrape(&addr));
+    // The last request's UID returns to the pool just after its response (reclaim is off the
+    // response path), so wait for it before reading the gauges.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let m = loop {
+        let m = parse_metrics(&scrape(&addr));
+        if m.get("cmp_warden_uid_pool_in_use") == Some(&0.0) || Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let get = |k: &str| {
         m.get(k)
             .copied()
