@@ -224,7 +224,36 @@ impl Reader {
     }
 }
 
+/// A helper thread started before the command: a command that exhausts the task limit (a fork
+/// bomb filling `pids.max` / `RLIMIT_NPROC`) must not leave the jail unable to watch it.
+struct Parked {
+    job: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+    handle: thread::JoinHandle<()>,
+}
+
+impl Parked {
+    fn start(name: &str) -> Result<Self, CmdError> {
+        let (job, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let handle = thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                // A dropped sender (the command never started) ends the thread unused.
+                if let Ok(f) = rx.recv() {
+                    f();
+                }
+            })
+            .map_err(|e| CmdError::Start(format!("starting the {name} thread: {e}")))?;
+        Ok(Self { job, handle })
+    }
+
+    fn run(self, f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+        let _ = self.job.send(Box::new(f));
+        self.handle
+    }
+}
+
 fn reader(
+    thread: Parked,
     mut src: impl Read + Send + 'static,
     cap: u64,
     over: Arc<AtomicBool>,
@@ -236,7 +265,7 @@ fn reader(
     }));
     let (tx, done) = std::sync::mpsc::channel();
     let shared = capture.clone();
-    thread::spawn(move || {
+    thread.run(move || {
         let mut buf = [0u8; 64 * 1024];
         loop {
             match src.read(&mut buf) {
@@ -316,6 +345,11 @@ pub fn run_recorded(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let (out_thread, err_thread, wait_thread) = (
+        Parked::start("stdout")?,
+        Parked::start("stderr")?,
+        Parked::start("waiter")?,
+    );
     let mut child: Child =
         crate::reaper::spawn_tracked(&mut cmd).map_err(|e| start_error(program, &e))?;
     let pid = child.id() as i32;
@@ -325,12 +359,14 @@ pub fn run_recorded(
     let out_over = Arc::new(AtomicBool::new(false));
     let err_over = Arc::new(AtomicBool::new(false));
     let out_t = reader(
+        out_thread,
         child.stdout.take().expect("piped"),
         spec.stdout_cap,
         out_over.clone(),
         cancel.clone(),
     );
     let err_t = reader(
+        err_thread,
         child.stderr.take().expect("piped"),
         spec.stderr_cap,
         err_over.clone(),
@@ -342,7 +378,7 @@ pub fn run_recorded(
     let waiter = {
         let exited = exited.clone();
         let token = cancel.clone();
-        thread::spawn(move || {
+        wait_thread.run(move || {
             let p = Pid::from_raw(pid).expect("child pid is positive");
             let opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
             while let Err(rustix::io::Errno::INTR) =
