@@ -1,129 +1,154 @@
-#!/usr/bin/env python3
-"""End-to-end GenerateManifest benchmark: `cmp-warden client` → `cmp-warden serve`.
+"""End to end: `cmp-warden client` -> `cmp-warden serve` GenerateManifest.
 
-Usage: python3 benches/e2e.py [--runs N] [--out benches/out/e2e.json]
-A 5,000-file / ~20 MiB repo is streamed at the repo-server's 1 KiB chunk size to a plugin whose
-generate is `cat` of one small file (so the command costs ~nothing). Reported:
+For each repo size the archive is packed once and streamed by the client at the repo-server's
+1 KiB chunk size (`client --archive`: packing is the repo-server's cost, kept out of the
+measurement). generate is `cat` of one small file, so what is measured is the server: receive,
+hand the stream to a confined jail, extract, run the command, reply. Reported:
 - server-side latency p50/p99 (first message to response, from the server's own log) and the
-  client's wall time (which includes packing: the repo-server's cost, not the server's);
-- the floor measured in the same run on the same filesystem: `cmp-warden archive extract` of the
-  same archive plus a bare `cat`; server overhead = server p50 − floor;
-- throughput at concurrency 1, 4, 16 and failures; server peak RSS (VmHWM).
-The work dir is on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed emptyDir would be:
-on this VM's ext4, creating thousands of inodes right after deleting thousands spends most of
-its time in ext4's `recently_deleted` inode scan, for us and for GNU tar alike.
+  client's wall time;
+- the floor on the same data in the same run: `cmp-warden archive extract` (unconfined, one
+  process) plus a bare `cat`; GNU `tar -xzf` is shown beside it;
+- throughput and latency at concurrency 1, 4 and 16 on the medium repo, and peak memory:
+  the server process (VmHWM) and the whole tree (server + jails + commands, sampled).
+Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed emptyDir would.
 """
-import argparse, concurrent.futures as cf, json, os, random, shutil, statistics, subprocess, sys, tempfile, time
+import concurrent.futures as cf, json, os, shutil, subprocess, sys, tempfile, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "cmp-warden")
+from common import PeakTreeRss, log, make_tree, median, pack, pct, timed, vm_hwm_kib
 
-
-def make_repo(d, files=5000, total=20 * 1024 * 1024):
-    rnd = random.Random(7)
-    per = total // files
-    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789 :-\n"
-    for i in range(files):
-        p = os.path.join(d, f"dir{i % 100:03d}", f"sub{i % 7}", f"f{i:05d}.yaml")
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(p, "w") as f:
-            f.write("".join(rnd.choice(alphabet) for _ in range(per)))
-    with open(os.path.join(d, "manifest.yaml"), "w") as f:
-        f.write("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bench\n")
+FULL_SIZES = [("small", 100, 400 << 10, 30), ("1k", 1000, 4 << 20, 20), ("medium", 5000, 20 << 20, 15),
+              ("20k", 20_000, 80 << 20, 6), ("large", 50_000, 200 << 20, 5)]
+QUICK_SIZES = [("small", 20, 20 << 10, 3), ("medium", 200, 400 << 10, 3), ("large", 500, 1 << 20, 3)]
 
 
-def timed(cmd, **kw):
-    t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, **kw)
-    return time.perf_counter() - t, r
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--out", default=os.path.join(ROOT, "benches", "out", "e2e.json"))
-    a = ap.parse_args()
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "cmp-warden"], cwd=ROOT, check=True)
-    work = tempfile.mkdtemp(prefix="cmpw-e2e-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
-    os.chmod(work, 0o755)  # jails (leased UIDs) reach the work root by path
-    try:
-        repo = os.path.join(work, "repo")
-        make_repo(repo)
+class Server:
+    def __init__(self, binary, work):
         cfg, socks = os.path.join(work, "cfg"), os.path.join(work, "socks")
-        os.makedirs(cfg); os.makedirs(socks)
+        os.makedirs(cfg)
+        os.makedirs(socks)
         with open(os.path.join(cfg, "plugin.yaml"), "w") as f:
             f.write("apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata: {name: bench}\n"
                     "spec:\n  generate:\n    command: [cat, manifest.yaml]\n")
         env = dict(os.environ, ARGOCD_PLUGINSOCKFILEPATH=socks, ARGOCD_CMP_WORKDIR=work)
-        log_path = os.path.join(work, "server.log")
-        log = open(log_path, "w")
-        srv = subprocess.Popen([BIN, "--loglevel", "info", "--config-dir-path", cfg, "--max-compressed", "1Gi"],
-                               env=env, stderr=log)
-        sock = os.path.join(socks, "bench.sock")
-        for _ in range(200):
-            if os.path.exists(sock):
+        self.log_path = os.path.join(work, "server.log")
+        self.proc = subprocess.Popen([binary, "--loglevel", "info", "--config-dir-path", cfg,
+                                      "--max-compressed", "1Gi"], env=env, stderr=open(self.log_path, "w"))
+        self.sock = os.path.join(socks, "bench.sock")
+        for _ in range(400):
+            if os.path.exists(self.sock):
+                return
+            if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        client = [BIN, "client", "--socket", sock, "generate", repo, "--chunk-size", "1024"]
+        sys.exit("server did not start:\n" + open(self.log_path).read())
 
-        # Floors measured in the same run.
-        tgz = os.path.join(work, "repo.tgz")
-        subprocess.run(f"tar --format=ustar -czf {tgz} -C {repo} .", shell=True, check=True)
-        tar_bytes = os.path.getsize(tgz)
-        extract_t, cat_t = [], []
-        for i in range(5):
-            dest = os.path.join(work, f"x{i}")
-            dt, _ = timed([BIN, "archive", "extract", "--max-compressed", "1Gi", "--into", dest, tgz])
-            extract_t.append(dt)
-            shutil.rmtree(dest)
-            dt, _ = timed(["cat", os.path.join(repo, "manifest.yaml")])
-            cat_t.append(dt)
+    def mark(self):
+        return os.path.getsize(self.log_path)
 
-        wall = []
-        for _ in range(a.runs):
-            dt, r = timed(client)
+    def server_seconds(self, since):
+        """`ms` of every finished request logged after `since` (a mark)."""
+        time.sleep(0.2)  # the log line follows the response
+        with open(self.log_path) as f:
+            f.seek(since)
+            return [json.loads(l)["us"] / 1e6 for l in f if '"request finished"' in l]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def client_cmd(binary, sock, repo, tgz):
+    return [binary, "client", "--socket", sock, "generate", repo, "--archive", tgz, "--chunk-size", "1024"]
+
+
+def one(cmd):
+    dt, r = timed(cmd)
+    if r.returncode != 0:
+        sys.exit(f"request failed: {r.stderr.decode()}")
+    return dt
+
+
+def floor(binary, work, repo, tgz, runs):
+    ours, tar, cat = [], [], []
+    for i in range(runs):
+        for who, lst in (("ours", ours), ("tar", tar)):
+            dest = os.path.join(work, f"floor-{who}")
+            os.makedirs(dest)
+            if who == "ours":
+                cmd = [binary, "archive", "extract", "--max-compressed", "1Gi", "--into", dest, tgz]
+            else:
+                cmd = ["tar", "-xzf", tgz, "-C", dest]
+            dt, r = timed(cmd)
             if r.returncode != 0:
-                sys.exit(f"request failed: {r.stderr.decode()}")
-            wall.append(dt)
-        time.sleep(0.2)
-        server_ms = [json.loads(l)["ms"] / 1000 for l in open(log_path) if '"request finished"' in l]
-        floor = statistics.median(extract_t) + statistics.median(cat_t)
-        p50, p99 = statistics.median(server_ms), pct(server_ms, 99)
+                sys.exit(f"floor extract failed: {r.stderr.decode()}")
+            lst.append(dt)
+            shutil.rmtree(dest)
+        cat.append(timed(["cat", os.path.join(repo, "manifest.yaml")])[0])
+    return median(ours), median(tar), median(cat)
 
-        thr = {}
-        for conc in (1, 4, 16):
-            n = conc * 4
+
+def run(binary, quick):
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    concurrency = (1, 2, 4) if quick else (1, 4, 16)
+    work = tempfile.mkdtemp(prefix="cmpw-e2e-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
+    os.chmod(work, 0o755)  # jails (leased UIDs) reach the work root by path
+    srv = None
+    try:
+        srv = Server(binary, work)
+        by_size = []
+        repos = {}
+        for name, files, total, runs in sizes:
+            log(f"e2e: {name} repo, {files:,} files / {total >> 20 or total >> 10}{'MiB' if total >> 20 else 'KiB'}, {runs} requests")
+            repo = os.path.join(work, "repo-" + name)
+            make_tree(repo, files, total)
+            tgz = os.path.join(work, name + ".tgz")
+            pack(repo, tgz)
+            repos[name] = (repo, tgz)
+            f_ours, f_tar, f_cat = floor(binary, work, repo, tgz, 2 if quick else min(runs, 5))
+            cmd = client_cmd(binary, srv.sock, repo, tgz)
+            one(cmd)  # warm-up (page cache, spare jail)
+            mark = srv.mark()
+            wall = [one(cmd) for _ in range(runs)]
+            server = srv.server_seconds(mark)
+            if len(server) != runs:
+                sys.exit(f"expected {runs} finished requests in the server log, found {len(server)}")
+            fl = f_ours + f_cat
+            p50 = median(server)
+            by_size.append({
+                "size": name, "files": files + 1, "repo_bytes": total, "tgz_bytes": os.path.getsize(tgz),
+                "requests": runs, "chunk": 1024,
+                "server_p50_s": round(p50, 4), "server_p99_s": round(pct(server, 99), 4),
+                "client_wall_p50_s": round(median(wall), 4), "client_wall_p99_s": round(pct(wall, 99), 4),
+                "floor_extract_s": round(f_ours, 4), "floor_cat_s": round(f_cat, 4),
+                "gnu_tar_extract_s": round(f_tar, 4), "floor_s": round(fl, 4),
+                "overhead_p50_s": round(p50 - fl, 4), "overhead_ratio": round(p50 / fl - 1, 3),
+            })
+            if name != "medium":
+                shutil.rmtree(repo)
+        repo, tgz = repos["medium"]
+        cmd = client_cmd(binary, srv.sock, repo, tgz)
+        by_conc = []
+        for conc in concurrency:
+            n = conc * (2 if quick else 4)
+            log(f"e2e: medium repo at concurrency {conc}, {n} requests")
+            mark = srv.mark()
             t0 = time.perf_counter()
-            with cf.ThreadPoolExecutor(conc) as ex:
-                res = list(ex.map(lambda _: subprocess.run(client, capture_output=True).returncode, range(n)))
-            el = time.perf_counter() - t0
-            thr[str(conc)] = {"requests": n, "failures": sum(1 for r in res if r != 0), "req_per_s": round(n / el, 2)}
-        with open(f"/proc/{srv.pid}/status") as f:
-            hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM"))
-        srv.terminate()
-        srv.wait(timeout=30)
-        result = {
-            "benchmark": "e2e-generate", "files": 5001, "repo_bytes": 20 * 1024 * 1024, "tgz_bytes": tar_bytes,
-            "chunk": 1024, "runs": a.runs,
-            "server_latency_p50_s": round(p50, 4), "server_latency_p99_s": round(p99, 4),
-            "client_wall_p50_s": round(statistics.median(wall), 4), "client_wall_p99_s": round(pct(wall, 99), 4),
-            "floor_extract_s": round(statistics.median(extract_t), 4),
-            "floor_bare_cat_s": round(statistics.median(cat_t), 4),
-            "server_overhead_p50_s": round(p50 - floor, 4),
-            "throughput": thr, "server_peak_rss_MiB": round(hwm / 1024, 1),
-        }
-        print(json.dumps(result, indent=2))
-        os.makedirs(os.path.dirname(a.out), exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=2)
+            with PeakTreeRss(srv.proc.pid) as peak, cf.ThreadPoolExecutor(conc) as ex:
+                res = list(ex.map(lambda _: timed(cmd), range(n)))
+            elapsed = time.perf_counter() - t0
+            wall = [dt for dt, r in res if r.returncode == 0]
+            server = srv.server_seconds(mark)
+            by_conc.append({
+                "concurrency": conc, "requests": n, "failures": sum(1 for _, r in res if r.returncode != 0),
+                "req_per_s": round(n / elapsed, 2),
+                "client_wall_p50_s": round(median(wall), 4) if wall else None,
+                "client_wall_p99_s": round(pct(wall, 99), 4) if wall else None,
+                "server_p50_s": round(median(server), 4) if server else None,
+                "tree_peak_rss_MiB": round(peak.peak_kib / 1024, 1),
+            })
+        hwm = vm_hwm_kib(srv.proc.pid)
+        return {"sizes": by_size, "concurrency": by_conc, "server_peak_rss_MiB": round(hwm / 1024, 1)}
     finally:
+        if srv:
+            srv.stop()
         shutil.rmtree(work, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -2,6 +2,7 @@
 //! - bare: fork/exec of `/bin/true` (std `Command`);
 //! - bwrap: `bwrap --ro-bind / / --unshare-all --die-with-parent /bin/true` (Debian bubblewrap;
 //!   the root bind is needed for `/bin/true` to exist inside);
+//! - firejail: `firejail --quiet --noprofile /bin/true` (Debian firejail), when it runs here;
 //! - request: one confined request exactly as `serve` runs it — lease a UID, spawn the jail,
 //!   confine (credentials, capabilities, no_new_privs, Landlock, seccomp), extract a one-file
 //!   archive, run `/bin/true` as generate, reply, then reclaim (kill the UID, remove the tree,
@@ -184,6 +185,20 @@ fn main() {
             assert!(st.success());
         })
     });
+    // firejail is setuid root and refuses some environments; measure it only if it runs.
+    let firejail_runs = || {
+        Command::new("firejail")
+            .args(["--quiet", "--noprofile", "/bin/true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let firejail = firejail_runs().then(|| {
+        time(n, || {
+            assert!(firejail_runs(), "firejail stopped working mid-run");
+        })
+    });
     let one = yaml(false);
     let two = yaml(true);
     let req1 = time(n, || request(&runner, &one, &mut split));
@@ -194,6 +209,7 @@ fn main() {
 
     let exec_ms = median(split.iter().map(|s| s.0).collect());
     let reclaim_ms = median(split.iter().map(|s| s.1).collect());
+    let p90_req1 = p90(req1.clone());
     let (b, r1, r2) = (
         median(bare.clone()),
         median(req1.clone()),
@@ -226,6 +242,19 @@ fn main() {
         );
     } else {
         println!("bwrap: not installed (scripts/setup installs bubblewrap)");
+    }
+    let fj = firejail.map(|v| {
+        let m = median(v.clone());
+        println!(
+            "{:<58} {:>8.3} {:>8.3}",
+            "firejail --quiet --noprofile",
+            m,
+            p90(v)
+        );
+        m
+    });
+    if fj.is_none() {
+        println!("firejail: not installed or does not run here (scripts/setup installs it)");
     }
     println!(
         "{:<58} {:>8.3} {:>8.3}",
@@ -275,7 +304,10 @@ fn main() {
         "iterations": n,
         "bare_ms": b,
         "bwrap_ms": bw,
+        "firejail_ms": fj,
+        "namespaces": std::env::var("BENCH_NAMESPACES").unwrap_or_else(|_| "default".into()),
         "request_ms": r1,
+        "request_p90_ms": p90_req1,
         "request_two_commands_ms": r2,
         "per_command_ms": r2 - r1,
         "runner_command_ms": rc,

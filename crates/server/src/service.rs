@@ -377,6 +377,7 @@ impl CmpService {
         match &out {
             Ok(_) => tracing::info!(
                 ms = started.elapsed().as_millis() as u64,
+                us = started.elapsed().as_micros() as u64,
                 "request finished"
             ),
             Err(s) => {

@@ -14,6 +14,7 @@ use proto::plugin::{
     AppStreamRequest, EnvEntry, File, ManifestRequestMetadata, app_stream_request,
 };
 use serde_json::json;
+use sha2::Digest;
 use tonic::transport::{Channel, Endpoint};
 
 /// Which RPC.
@@ -49,6 +50,10 @@ pub struct ClientArgs {
     rpc: Rpc,
     /// Repository root to pack (not needed for `check`).
     dir: Option<PathBuf>,
+    /// Send this ready-made .tar.gz instead of packing DIR (benchmarks: keeps the client's
+    /// packing cost, which is the repo-server's, out of the measurement). DIR still names the app.
+    #[arg(long)]
+    archive: Option<PathBuf>,
     /// App directory relative to DIR.
     #[arg(long, default_value = ".")]
     app_rel_path: String,
@@ -301,7 +306,17 @@ async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
         );
     }
     let dir = a.dir.clone().context("DIR is required for this RPC")?;
-    let (buf, sum) = pack(&dir, &a.exclude)?;
+    let (buf, sha) = match &a.archive {
+        Some(f) => {
+            let buf = std::fs::read(f).with_context(|| format!("--archive {}", f.display()))?;
+            let sha = hex::encode(sha2::Sha256::digest(&buf));
+            (buf, sha)
+        }
+        None => {
+            let (buf, sum) = pack(&dir, &a.exclude)?;
+            (buf, hex::encode(sum.sha256))
+        }
+    };
     let app_dir = dir.join(&a.app_rel_path);
     let app_name = app_dir
         .canonicalize()
@@ -311,7 +326,7 @@ async fn call(a: ClientArgs) -> anyhow::Result<serde_json::Value> {
         .unwrap_or_default();
     let msgs = requests(
         buf,
-        &hex::encode(sum.sha256),
+        &sha,
         app_name,
         a.app_rel_path.clone(),
         &a.env,

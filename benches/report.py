@@ -1,0 +1,181 @@
+"""Tables (markdown), target verdicts and the scaling plot for one run of benches/run."""
+import os, shutil, subprocess
+
+
+def targets(res):
+    """Each target of issue 9 with what this run measured and whether it is met."""
+    out = []
+    a = {r["case"]: r for r in res.get("archive", [])}
+    if a:
+        out.append(("ingest, small files: ours/GNU tar ≤ 1.25", a["small-files"]["ratio_ours_over_tar"],
+                a["small-files"]["ratio_ours_over_tar"] <= 1.25))
+        out.append(("ingest, large files: ours/GNU tar ≤ 1.0", a["large-files"]["ratio_ours_over_tar"],
+                    a["large-files"]["ratio_ours_over_tar"] <= 1.0))
+    if "sandbox" in res:
+        _sandbox_targets(res["sandbox"], out)
+    if "e2e" in res:
+        _e2e_targets(res["e2e"], out)
+    return [{"target": t, "measured": m, "met": bool(ok)} for t, m, ok in out]
+
+
+def _sandbox_targets(s, out):
+    ours = s["request_with_cgroup_ms"] or s["request_ms"]
+    if s.get("bwrap_ms") is not None:
+        mine, theirs = ours - s["bare_ms"], s["bwrap_ms"] - s["bare_ms"]
+        out.append(("sandbox per-request overhead below bwrap's (ms over bare)",
+                    f"{mine:.2f} vs {theirs:.2f}", mine < theirs))
+    out.append(("sandbox per-command overhead inside a request < 1 ms over bare",
+                round(s["per_command_ms"] - s["bare_ms"], 3), s["per_command_ms"] - s["bare_ms"] < 1.0))
+
+
+def _e2e_targets(e, out):
+    med = next(r for r in e["sizes"] if r["size"] == "medium")
+    out.append(("end to end, medium repo: server p50 over the floor ≤ 15%",
+                f"{med['overhead_ratio'] * 100:+.1f}%", med["overhead_ratio"] <= 0.15))
+    top = e["concurrency"][-1]
+    out.append((f"server RSS < 100 MiB at concurrency {top['concurrency']} (server process)",
+                e["server_peak_rss_MiB"], e["server_peak_rss_MiB"] < 100))
+    out.append((f"… and server + jails + commands at concurrency {top['concurrency']}",
+                top["tree_peak_rss_MiB"], top["tree_peak_rss_MiB"] < 100))
+    out.append(("no failed request at any concurrency",
+                sum(c["failures"] for c in e["concurrency"]),
+                all(c["failures"] == 0 for c in e["concurrency"])))
+
+
+def _mib(b):
+    return f"{b / 1048576:.1f} MiB" if b >= 1048576 else f"{b / 1024:.0f} KiB"
+
+
+def markdown(res, plot_rel):
+    m = res["meta"]
+    L = [f"Run of `{m['command']}` on {m['date']} (commit {m['commit']}, {m['nproc']} cores, "
+         f"kernel {m['kernel']}, {m['mode']} mode, {m['seconds']:.0f} s).", ""]
+    L += ["### Targets", "", "| target | measured | met |", "| --- | --- | --- |"]
+    L += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |" for t in res["targets"]]
+    if "archive" in res:
+        _archive_md(res["archive"], L)
+    if "sandbox" in res:
+        _sandbox_md(res["sandbox"], L)
+    if "e2e" in res:
+        _e2e_md(res["e2e"], L)
+    if plot_rel:
+        L += [f"![latency vs repo size and vs concurrency]({plot_rel})", ""]
+    return "\n".join(L)
+
+
+def _archive_md(archive, L):
+    L += ["", "### Archive ingest: ours vs GNU tar (`tar -xzf`), medians", "",
+          "| case | runs | ours s | tar s | ours/tar | ours MB/s | tar MB/s | ours peak RSS | tar peak RSS |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in archive:
+        L.append(f"| {r['label']} ({_mib(r['tar_stream_bytes'])} tar) | {r['runs']} | {r['ours_median_s']:.3f} | "
+                 f"{r['tar_median_s']:.3f} | {r['ratio_ours_over_tar']:.2f} | {r['ours_MBps']:.1f} | "
+                 f"{r['tar_MBps']:.1f} | {r['ours_peak_rss_MiB']} MiB | {r['tar_peak_rss_MiB']} MiB |")
+
+
+def _sandbox_md(s, L):
+    b = s["bare_ms"]
+    L += ["", f"### Sandbox cost per request and per command ({s['iterations']} iterations each, median ms)", "",
+          "| case | median | over bare |", "| --- | --- | --- |",
+          f"| bare fork/exec `/bin/true` | {b:.3f} | — |"]
+    for key, label in (("bwrap_ms", "`bwrap --ro-bind / / --unshare-all --die-with-parent /bin/true`"),
+                       ("firejail_ms", "`firejail --quiet --noprofile /bin/true`"),
+                       ("jail_ms", "cmp-warden request until the reply (jail: confine, extract, run, reply)"),
+                       ("request_ms", "cmp-warden request incl. reclaim (kill UID, remove tree, release)"),
+                       ("request_with_cgroup_ms", "… with a per-request cgroup (v1 here)")):
+        v = s.get(key)
+        L.append(f"| {label} | {v:.3f} | {v - b:.3f} |" if v is not None else f"| {label} | not run here | — |")
+    L.append(f"| one more command inside a request | {s['per_command_ms']:.3f} | {s['per_command_ms'] - b:.3f} |")
+
+
+def _e2e_md(e, L):
+    L += ["", "### End to end: `client` → `serve` GenerateManifest, 1 KiB chunks", "",
+          "| repo | files | size (tgz) | requests | server p50 | server p99 | floor (extract + cat) | GNU tar extract | over floor | client p50 |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in e["sizes"]:
+        L.append(f"| {r['size']} | {r['files']:,} | {_mib(r['repo_bytes'])} ({_mib(r['tgz_bytes'])}) | {r['requests']} | "
+                 f"{r['server_p50_s'] * 1000:.1f} ms | {r['server_p99_s'] * 1000:.1f} ms | {r['floor_s'] * 1000:.1f} ms | "
+                 f"{r['gnu_tar_extract_s'] * 1000:.1f} ms | {r['overhead_ratio'] * 100:+.1f}% | "
+                 f"{r['client_wall_p50_s'] * 1000:.1f} ms |")
+    L += ["", "Medium repo under concurrency:", "",
+          "| concurrency | requests | failures | req/s | client p50 | client p99 | server p50 | peak RSS, server + jails + commands |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in e["concurrency"]:
+        f = lambda v: f"{v * 1000:.0f} ms" if v is not None else "—"
+        L.append(f"| {c['concurrency']} | {c['requests']} | {c['failures']} | {c['req_per_s']} | {f(c['client_wall_p50_s'])} | "
+                 f"{f(c['client_wall_p99_s'])} | {f(c['server_p50_s'])} | {c['tree_peak_rss_MiB']} MiB |")
+    L += ["", f"Server process peak RSS (VmHWM) over the whole run: {e['server_peak_rss_MiB']} MiB.", ""]
+
+
+GNUPLOT = r"""
+set terminal png size 1100,440 font ",10"
+set output '{png}'
+set multiplot layout 1,2 title "cmp-warden {mode} run, {date} ({commit})"
+set title "GenerateManifest latency vs repo size"
+set logscale xy
+set xlabel "files in the repo"
+set ylabel "ms"
+set key top left
+set grid
+plot '{sizes}' using 1:2 with linespoints title "server p50", \
+     '' using 1:3 with linespoints title "server p99", \
+     '' using 1:4 with linespoints title "floor: extract + cat", \
+     '' using 1:5 with linespoints title "GNU tar extract"
+unset logscale
+set logscale x 2
+set title "medium repo: throughput and latency vs concurrency"
+set xlabel "concurrent requests"
+set ylabel "requests/s"
+set y2label "client p50 (ms)"
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot '{conc}' using 1:2 with linespoints title "req/s" axes x1y1, \
+     '' using 1:3 with linespoints title "client p50" axes x1y2
+unset multiplot
+"""
+
+
+def plot(res, png, scratch):
+    """Two panels via gnuplot; returns False (and says so) when gnuplot is missing."""
+    if not shutil.which("gnuplot"):
+        print("plot: gnuplot not installed (scripts/setup installs gnuplot-nox); no PNG written")
+        return False
+    sizes, conc = os.path.join(scratch, "sizes.dat"), os.path.join(scratch, "conc.dat")
+    with open(sizes, "w") as f:
+        for r in res["e2e"]["sizes"]:
+            f.write(f"{r['files']} {r['server_p50_s'] * 1e3} {r['server_p99_s'] * 1e3} {r['floor_s'] * 1e3} "
+                    f"{r['gnu_tar_extract_s'] * 1e3}\n")
+    with open(conc, "w") as f:
+        for c in res["e2e"]["concurrency"]:
+            f.write(f"{c['concurrency']} {c['req_per_s']} {(c['client_wall_p50_s'] or 0) * 1e3}\n")
+    m = res["meta"]
+    script = GNUPLOT.format(png=png, sizes=sizes, conc=conc, mode=m["mode"], date=m["date"], commit=m["commit"])
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    return True
+
+
+def problems(res):
+    """What makes a run unusable (rather than slow): missing parts, non-positive timings,
+    failed requests. benches/run exits 1 on any, so the smoke run in the test command fails."""
+    out = []
+    for r in res.get("archive", []):
+        for k in ("ours_median_s", "tar_median_s", "ours_MBps", "tar_MBps"):
+            if not r[k] > 0:
+                out.append(f"archive {r['case']}: {k} = {r[k]}")
+    s = res.get("sandbox")
+    if s:
+        for k in ("bare_ms", "bwrap_ms", "jail_ms", "request_ms", "request_two_commands_ms", "reclaim_ms"):
+            if not (s.get(k) or 0) > 0:
+                out.append(f"sandbox: {k} = {s.get(k)} (bubblewrap comes with scripts/setup)")
+    e = res.get("e2e")
+    if e:
+        for r in e["sizes"]:
+            for k in ("server_p50_s", "floor_s", "client_wall_p50_s"):
+                if not r[k] > 0:
+                    out.append(f"e2e {r['size']}: {k} = {r[k]}")
+        for c in e["concurrency"]:
+            if c["failures"]:
+                out.append(f"e2e: {c['failures']} failed request(s) at concurrency {c['concurrency']}")
+    return out
