@@ -84,7 +84,9 @@ def tar_bytes(tgz):
 
 
 def tree_rss_kib(root_pid):
-    """Summed VmRSS of `root_pid` and all its descendants (server, jails, plugin commands)."""
+    """Memory of `root_pid` and all its descendants (server, jails, plugin commands): the sum of
+    their PSS (proportional set size), so pages shared between processes — the binary's text,
+    mapped by every jail — count once, as they do in the pod's memory."""
     parent = {}
     rss = {}
     for e in os.listdir("/proc"):
@@ -94,8 +96,8 @@ def tree_rss_kib(root_pid):
             with open(f"/proc/{e}/stat") as f:
                 stat = f.read()
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{e}/status") as f:
-                kib = next((int(l.split()[1]) for l in f if l.startswith("VmRSS:")), 0)
+            with open(f"/proc/{e}/smaps_rollup") as f:
+                kib = next((int(l.split()[1]) for l in f if l.startswith("Pss:")), 0)
         except (OSError, ValueError, IndexError):
             continue
         parent[int(e)] = ppid
@@ -111,7 +113,7 @@ def tree_rss_kib(root_pid):
 
 
 class PeakTreeRss:
-    """Samples tree_rss_kib every 20 ms on a thread; `.peak_kib` once stopped."""
+    """Samples tree_rss_kib (summed PSS) every 20 ms on a thread; `.peak_kib` once stopped."""
 
     def __init__(self, pid):
         self.pid, self.peak_kib, self._stop = pid, 0, threading.Event()

@@ -23,7 +23,7 @@ def _sandbox_targets(s, out):
     if s.get("bwrap_ms") is not None:
         mine, theirs = ours - s["bare_ms"], s["bwrap_ms"] - s["bare_ms"]
         out.append(("sandbox per-request overhead below bwrap's (ms over bare)",
-                    f"{mine:.2f} vs {theirs:.2f}", mine < theirs))
+                    f"{mine:.2f} vs {theirs:.2f} ({mine / theirs:.2f}×)", mine < theirs))
     out.append(("sandbox per-command overhead inside a request < 1 ms over bare",
                 round(s["per_command_ms"] - s["bare_ms"], 3), s["per_command_ms"] - s["bare_ms"] < 1.0))
 
@@ -40,6 +40,10 @@ def _e2e_targets(e, out):
     out.append(("no failed request at any concurrency",
                 sum(c["failures"] for c in e["concurrency"]),
                 all(c["failures"] == 0 for c in e["concurrency"])))
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b else "—"
 
 
 def _mib(b):
@@ -76,16 +80,18 @@ def _archive_md(archive, L):
 def _sandbox_md(s, L):
     b = s["bare_ms"]
     L += ["", f"### Sandbox cost per request and per command ({s['iterations']} iterations each, median ms)", "",
-          "| case | median | over bare |", "| --- | --- | --- |",
-          f"| bare fork/exec `/bin/true` | {b:.3f} | — |"]
+          "| case | median | over bare | ÷ bare | ÷ bwrap |", "| --- | --- | --- | --- | --- |",
+          f"| bare fork/exec `/bin/true` | {b:.3f} | — | 1.00 | {_ratio(b, s.get('bwrap_ms'))} |"]
     for key, label in (("bwrap_ms", "`bwrap --ro-bind / / --unshare-all --die-with-parent /bin/true`"),
                        ("firejail_ms", "`firejail --quiet --noprofile /bin/true`"),
                        ("jail_ms", "cmp-warden request until the reply (jail: confine, extract, run, reply)"),
                        ("request_ms", "cmp-warden request incl. reclaim (kill UID, remove tree, release)"),
-                       ("request_with_cgroup_ms", "… with a per-request cgroup (v1 here)")):
+                       ("request_with_cgroup_ms", "… incl. reclaim, with a per-request cgroup (v1 here)")):
         v = s.get(key)
-        L.append(f"| {label} | {v:.3f} | {v - b:.3f} |" if v is not None else f"| {label} | not run here | — |")
-    L.append(f"| one more command inside a request | {s['per_command_ms']:.3f} | {s['per_command_ms'] - b:.3f} |")
+        L.append(f"| {label} | {v:.3f} | {v - b:.3f} | {_ratio(v, b)} | {_ratio(v, s.get('bwrap_ms'))} |"
+                 if v is not None else f"| {label} | not run here | — | — | — |")
+    c = s["per_command_ms"]
+    L.append(f"| one more command inside a request | {c:.3f} | {c - b:.3f} | {_ratio(c, b)} | — |")
 
 
 def _e2e_md(e, L):

@@ -299,8 +299,10 @@ impl CmpService {
         };
 
         // The runner reads the archive from a channel; EOF is only delivered after the
-        // checksum matched, so nothing runs on unverified bytes.
-        let (tx, rx) = mpsc::channel::<Chunk>(32);
+        // checksum matched, so nothing runs on unverified bytes. Eight 64 KiB batches in
+        // flight per request: enough to keep the jail busy, and what bounds the server's
+        // memory when many requests stream at once (flow control holds the rest at the client).
+        let (tx, rx) = mpsc::channel::<Chunk>(8);
         let runner = self.runner.clone();
         let run_cancel = cancel.clone();
         let span = tracing::Span::current();
