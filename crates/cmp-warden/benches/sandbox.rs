@@ -29,17 +29,46 @@ fn p90(mut v: Vec<Duration>) -> f64 {
     v[v.len() * 9 / 10].as_secs_f64() * 1e3
 }
 
-fn time(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
+/// One case's samples: wall time per iteration, and CPU per iteration over the timed loop.
+struct Timed {
+    wall: Vec<Duration>,
+    /// CPU time (user + system) of this process — every thread, the spare-jail starter
+    /// included — plus every child it reaped (jails, their commands, bwrap), per iteration.
+    /// What a wall-clock median hides when work moves to another core.
+    cpu_ms: f64,
+}
+
+/// User + system time of this process and of its reaped children (`/proc/self/stat` fields
+/// 14–17, in clock ticks: coarse per call, exact enough over hundreds of iterations).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let after_comm = &stat[stat.rfind(')').expect("stat") + 2..];
+    let ticks: u64 = after_comm
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|f| f.parse::<u64>().expect("stat field"))
+        .sum();
+    let hz = rustix::param::clock_ticks_per_second();
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
+fn time(n: usize, mut f: impl FnMut()) -> Timed {
     for _ in 0..n / 10 {
         f(); // warm-up
     }
-    (0..n)
+    let cpu0 = cpu_time();
+    let wall = (0..n)
         .map(|_| {
             let t = Instant::now();
             f();
             t.elapsed()
         })
-        .collect()
+        .collect();
+    Timed {
+        wall,
+        cpu_ms: (cpu_time() - cpu0).as_secs_f64() * 1e3 / n as f64,
+    }
 }
 
 fn main() {
@@ -149,6 +178,20 @@ fn main() {
         r.expect("request");
     };
 
+    // BENCH_PROFILE=request|cgroup: only that case, for a profiler attached to this process.
+    if let Ok(case) = std::env::var("BENCH_PROFILE") {
+        let r = match case.as_str() {
+            "cgroup" => cg_runner.as_ref().expect("no cgroup hierarchy here"),
+            _ => &runner,
+        };
+        let t = time(n, || request(r, &yaml(false), &mut Vec::new()));
+        println!(
+            "{case}: median {:.3} ms, cpu {:.3} ms per request",
+            median(t.wall),
+            t.cpu_ms
+        );
+        return;
+    }
     let bare = time(n, || {
         let st = Command::new("/bin/true").status().expect("true");
         assert!(st.success());
@@ -203,117 +246,89 @@ fn main() {
     let two = yaml(true);
     let req1 = time(n, || request(&runner, &one, &mut split));
     let req2 = time(n, || request(&runner, &two, &mut Vec::new()));
+    let mut split_cg: Vec<(Duration, Duration)> = Vec::new();
     let req_cg = cg_runner
         .as_ref()
-        .map(|r| time(n, || request(r, &one, &mut Vec::new())));
+        .map(|r| time(n, || request(r, &one, &mut split_cg)));
 
-    let exec_ms = median(split.iter().map(|s| s.0).collect());
-    let reclaim_ms = median(split.iter().map(|s| s.1).collect());
-    let p90_req1 = p90(req1.clone());
-    let (b, r1, r2) = (
-        median(bare.clone()),
-        median(req1.clone()),
-        median(req2.clone()),
-    );
-    println!("sandbox cost, {n} iterations each, median (p90) in ms");
-    println!("{:<58} {:>8} {:>8}", "case", "median", "p90");
-    println!(
-        "{:<58} {:>8.3} {:>8.3}",
-        "bare fork/exec /bin/true",
-        b,
-        p90(bare)
-    );
-    let mut bw = None;
-    let rc = median(runner_cmd.clone());
-    println!(
-        "{:<58} {:>8.3} {:>8.3}",
+    let col = |s: &[(Duration, Duration)], first: bool| {
+        median(s.iter().map(|p| if first { p.0 } else { p.1 }).collect())
+    };
+    let (exec_ms, reclaim_ms) = (col(&split, true), col(&split, false));
+    let b = median(bare.wall.clone());
+    let row = |label: &str, t: &Timed| {
+        println!(
+            "{label:<62} {:>8.3} {:>8.3} {:>8.3}",
+            median(t.wall.clone()),
+            p90(t.wall.clone()),
+            t.cpu_ms
+        );
+    };
+    println!("sandbox cost, {n} iterations each: wall median and p90, CPU per iteration (ms)");
+    println!("{:<62} {:>8} {:>8} {:>8}", "case", "median", "p90", "cpu");
+    row("bare fork/exec /bin/true", &bare);
+    row(
         "our command runner, unconfined (pipes, caps, group kill)",
-        rc,
-        p90(runner_cmd)
+        &runner_cmd,
     );
-    if let Some(v) = bwrap {
-        let m = median(v.clone());
-        bw = Some(m);
-        println!(
-            "{:<58} {:>8.3} {:>8.3}",
-            "bwrap --ro-bind / / --unshare-all --die-with-parent",
-            m,
-            p90(v)
-        );
-    } else {
-        println!("bwrap: not installed (scripts/setup installs bubblewrap)");
+    match &bwrap {
+        Some(v) => row("bwrap --ro-bind / / --unshare-all --die-with-parent", v),
+        None => println!("bwrap: not installed (scripts/setup installs bubblewrap)"),
     }
-    let fj = firejail.map(|v| {
-        let m = median(v.clone());
-        println!(
-            "{:<58} {:>8.3} {:>8.3}",
-            "firejail --quiet --noprofile",
-            m,
-            p90(v)
-        );
-        m
-    });
-    if fj.is_none() {
-        println!("firejail: not installed or does not run here (scripts/setup installs it)");
+    match &firejail {
+        Some(v) => row("firejail --quiet --noprofile", v),
+        None => {
+            println!("firejail: not installed or does not run here (scripts/setup installs it)")
+        }
     }
-    println!(
-        "{:<58} {:>8.3} {:>8.3}",
+    row(
         "cmp-warden request (jail + confine + extract + true + reclaim)",
-        r1,
-        p90(req1)
+        &req1,
     );
-    println!(
-        "{:<58} {:>8.3} {:>8.3}",
-        "cmp-warden request with 2 commands",
-        r2,
-        p90(req2)
-    );
-    let cg_ms = req_cg.map(|v| (median(v.clone()), p90(v)));
-    if let Some((m, p)) = cg_ms {
-        println!(
-            "{:<58} {:>8.3} {:>8.3}",
-            "cmp-warden request with a per-request cgroup (v1)", m, p
-        );
+    row("cmp-warden request with 2 commands", &req2);
+    if let Some(v) = &req_cg {
+        row("cmp-warden request with a per-request cgroup", v);
     }
     println!(
-        "{:<58} {:>8.3}",
-        "  of which: jail (spawn, confine, extract, run, reply)", exec_ms
+        "  of which: jail until the reply {exec_ms:.3}, reclaim {reclaim_ms:.3} (without cgroup)"
     );
-    println!(
-        "{:<58} {:>8.3}",
-        "  of which: reclaim (helper, kill, remove, release)", reclaim_ms
-    );
-    println!();
-    if let Some((m, _)) = cg_ms {
-        println!(
-            "per-request cgroup cost (create, join, read back, remove): {:.3} ms",
-            m - r1
-        );
+    let cg_split = (!split_cg.is_empty()).then(|| (col(&split_cg, true), col(&split_cg, false)));
+    if let Some((e, r)) = cg_split {
+        println!("  of which: jail until the reply {e:.3}, reclaim {r:.3} (with cgroup)");
     }
+    let (r1, r2) = (median(req1.wall.clone()), median(req2.wall.clone()));
     println!("per-request overhead over bare:  ours {:.3} ms", r1 - b);
+    let bw = bwrap.as_ref().map(|v| median(v.wall.clone()));
     if let Some(m) = bw {
         println!("                                 bwrap {:.3} ms", m - b);
     }
     println!(
-        "per-command cost inside a request: {:.3} ms (bare spawn {:.3} ms; overhead {:.3} ms)",
+        "per-command cost inside a request: {:.3} ms (bare spawn {b:.3} ms; overhead {:.3} ms)",
         r2 - r1,
-        b,
         (r2 - r1) - b
     );
     let json = serde_json::json!({
         "iterations": n,
         "bare_ms": b,
+        "bare_cpu_ms": bare.cpu_ms,
         "bwrap_ms": bw,
-        "firejail_ms": fj,
+        "bwrap_cpu_ms": bwrap.as_ref().map(|v| v.cpu_ms),
+        "firejail_ms": firejail.as_ref().map(|v| median(v.wall.clone())),
+        "firejail_cpu_ms": firejail.as_ref().map(|v| v.cpu_ms),
         "namespaces": std::env::var("BENCH_NAMESPACES").unwrap_or_else(|_| "default".into()),
         "request_ms": r1,
-        "request_p90_ms": p90_req1,
+        "request_p90_ms": p90(req1.wall.clone()),
+        "request_cpu_ms": req1.cpu_ms,
         "request_two_commands_ms": r2,
+        "request_two_commands_cpu_ms": req2.cpu_ms,
         "per_command_ms": r2 - r1,
-        "runner_command_ms": rc,
+        "runner_command_ms": median(runner_cmd.wall.clone()),
         "jail_ms": exec_ms,
-        "request_with_cgroup_ms": cg_ms.map(|c| c.0),
         "reclaim_ms": reclaim_ms,
+        "request_with_cgroup_ms": req_cg.as_ref().map(|v| median(v.wall.clone())),
+        "request_with_cgroup_cpu_ms": req_cg.as_ref().map(|v| v.cpu_ms),
+        "jail_with_cgroup_ms": cg_split.map(|c| c.0),
+        "reclaim_with_cgroup_ms": cg_split.map(|c| c.1),
     });
     println!("{json}");
 }

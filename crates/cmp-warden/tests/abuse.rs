@@ -118,8 +118,12 @@ impl Bed {
         self.s.assert_work_dir_empties();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let procs = jail::uid::processes_in_range(Path::new("/proc"), self.first, self.count);
-            let cgroups = request_cgroups(self.first);
+            let procs = self.s.leftover_processes(self.first, self.count);
+            let idle = self.s.idle_jails();
+            let cgroups: Vec<PathBuf> = request_cgroups(self.first)
+                .into_iter()
+                .filter(|c| !idle.iter().any(|j| c.file_name() == Some(j.name.as_ref())))
+                .collect();
             if procs.is_empty() && cgroups.is_empty() {
                 break;
             }
@@ -314,7 +318,9 @@ fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
         [UNAVAILABLE, 1 /* Cancelled */].contains(&code),
         "{code}: {msg}"
     );
-    // The server is gone; so is everything of its requests.
+    // The server is gone; so is everything of its requests, and the spare jail it kept ready
+    // was retired on the way out.
+    assert_eq!(b.s.idle_jails(), [], "{}", b.s.logs());
     b.s.assert_work_dir_empties();
     assert!(
         jail::uid::processes_in_range(Path::new("/proc"), b.first, b.count).is_empty(),

@@ -149,6 +149,9 @@ const EXPECTED_NS_SERVER: &[(&str, &str)] = &[
     ("other_tree.list", "denied:ENOENT"),
     ("other_tree.read", "denied:ENOENT"),
     ("other_tree.write", "denied:ENOENT"),
+    ("spare.plant", "denied:ENOENT"),
+    // A private /proc: no other jail is visible at all.
+    ("spare.signal", "invisible"),
     ("victim.environ", "denied:ENOENT"),
     ("victim.signal", "denied:ESRCH"),
     ("victim.ptrace", "denied:EPERM"),
@@ -319,7 +322,7 @@ fn hostile_generator_through_the_server(namespaces: bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let (victim_tree, victim_pid) = loop {
         let pids = pids_in_range(first, count, "attack.py");
-        let entries = s.work_entries();
+        let entries = s.leftover_work_entries();
         if let (Some(p), [tree]) = (pids.first(), entries.as_slice()) {
             break (tree.clone(), *p);
         }
@@ -359,6 +362,44 @@ fn hostile_generator_through_the_server(namespaces: bool) {
     let v = go(&s, "generate", &args).expect("the attacker's generate itself succeeds");
     let d = data(&v, 0);
     eprintln!("attack outcomes: {d:#?}");
+    // The spare ready for the next request existed while the attacker ran, under one of the
+    // names it attacked; that next request finds only its own files.
+    let spare = s.idle_jails();
+    let [spare] = spare.as_slice() else {
+        panic!("expected one idle jail, got {spare:?}\n{}", s.logs())
+    };
+    assert!(
+        d["spare.candidates"].split(' ').any(|c| c == spare.name),
+        "the attack missed the spare {} (tried {})",
+        spare.name,
+        d["spare.candidates"]
+    );
+    let next = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            victim_repo.path().to_str().expect("utf8"),
+            "-env",
+            "ARGOCD_ENV_ROLE=victim",
+            "-env",
+            "ARGOCD_ENV_SLEEP=0",
+        ],
+    )
+    .expect("the next request");
+    assert_eq!(
+        data(&next, 0)["victim"],
+        "ok",
+        "the spare's tree was tampered with"
+    );
+    assert!(
+        s.logs().contains(&format!(
+            "\"message\":\"jail taken\",\"jail\":\"{}\"",
+            spare.name
+        )),
+        "the next request did not take the attacked spare {}",
+        spare.name
+    );
 
     assert_status_lines(&d, first, count);
     assert_legit(&d);
@@ -367,6 +408,9 @@ fn hostile_generator_through_the_server(namespaces: bool) {
         ("other_tree.list", "denied:EACCES"),
         ("other_tree.read", "denied:EACCES"),
         ("other_tree.write", "denied:EACCES"),
+        // The spare jails prepared ahead of the next requests: nothing planted, nothing killed.
+        ("spare.plant", "denied:EACCES"),
+        ("spare.signal", "denied:EPERM"),
         ("victim.environ", "denied:EACCES"),
         ("victim.signal", "denied:EPERM"),
         ("victim.ptrace", "denied:EPERM"),
@@ -432,7 +476,7 @@ fn hostile_generator_through_the_server(namespaces: bool) {
     );
     s.assert_work_dir_empties();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !jail::uid::processes_in_range(Path::new("/proc"), first, count).is_empty() {
+    while !s.leftover_processes(first, count).is_empty() {
         assert!(
             Instant::now() < deadline,
             "processes of leased UIDs left behind"
@@ -787,7 +831,7 @@ fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
     s.assert_work_dir_empties();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let left = jail::uid::processes_in_range(Path::new("/proc"), first, count);
+        let left = s.leftover_processes(first, count);
         if left.is_empty() {
             break;
         }

@@ -10,7 +10,7 @@ use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 
 use crate::cancel::{CancelReason, CancelToken};
 use crate::confine::{HOME_DIR, REPO_DIR, TMP_DIR, confine};
-use crate::protocol::{ErrorKind, FrameReader, Header, JailOp, Reply, read_frame_head};
+use crate::protocol::{ErrorKind, FrameReader, Header, JailOp, Prepare, Reply, read_json_frame};
 use crate::request::{Operation, RequestError, RequestSpec, extract, run_operation};
 
 /// The argument that selects the jail entry point.
@@ -29,15 +29,21 @@ fn reply(r: &Reply) -> i32 {
     if ok { 0 } else { 1 }
 }
 
-/// After replying: kill every other process of the request — commands, and daemons that left
-/// their group or session — then empty the request directory. The supervisor only has to
-/// remove the then-empty directory entry. `kill(-1)` reaches exactly the request's processes
-/// when the UID is unique or when the jail is the init of the request's own PID namespace; in
-/// the shared-UID model without one it would hit the server, so only the directory is emptied.
-fn clean_up(dir: &std::os::fd::OwnedFd, unique_uid: bool) -> bool {
+/// After replying (or when retired unused): kill every other process of the jail — commands,
+/// and daemons that left their group or session — then empty its directory, so the supervisor
+/// only has to remove the then-empty entry. `kill(-1)` reaches exactly the jail's processes when
+/// the UID is unique or when the jail is the init of its own PID namespace; in the shared-UID
+/// model without one it would hit the server, so only the directory is emptied.
+///
+/// With the tree on the jail's private tmpfs and the jail as init of its PID namespace, the
+/// file-by-file removal is skipped: every process that could hold the tmpfs dies with the PID
+/// namespace, and the mount namespace then takes the tmpfs with it in one kernel teardown (on
+/// the host the directory was never written to). Removing a large tree by `unlinkat` costs
+/// more CPU than extracting it took, competing with the next request.
+fn clean_up(dir: &std::os::fd::OwnedFd, unique_uid: bool, private_tree: bool) -> bool {
     let own_pid_ns = rustix::process::getpid().is_init();
     let killed = !(unique_uid || own_pid_ns) || crate::sys::kill_all_of_my_uid().is_ok();
-    let emptied = archive::remove_contents(dir.as_fd()).is_ok();
+    let emptied = (private_tree && own_pid_ns) || archive::remove_contents(dir.as_fd()).is_ok();
     killed && emptied
 }
 
@@ -50,38 +56,31 @@ fn internal(message: String) -> Reply {
     }
 }
 
-/// The jail: read the header, confine, then (and only then) extract the archive and run the
-/// operation. Returns the process exit code.
+/// The jail: read the preparation, join the cgroup and confine — all before any request
+/// exists, so a spare jail is ready when one arrives — then read the request header and only
+/// then extract the archive and run the operation. Returns the process exit code.
 pub fn jail_main() -> i32 {
     let t0 = Instant::now();
     let stdin = std::io::stdin();
     let mut input = &stdin;
-    let header: Header = match read_frame_head(&mut input, crate::protocol::MAX_FRAME) {
-        Ok(Some((b'H', n))) => {
-            let mut body = vec![0u8; n];
-            if let Err(e) = input.read_exact(&mut body) {
-                return reply(&internal(format!("jail: reading header: {e}")));
-            }
-            match serde_json::from_slice(&body) {
-                Ok(h) => h,
-                Err(e) => return reply(&internal(format!("jail: bad header: {e}"))),
-            }
-        }
-        other => return reply(&internal(format!("jail: expected a header, got {other:?}"))),
+    let prep: Prepare = match read_json_frame(&mut input, b'P') {
+        Ok(Some(p)) => p,
+        // The supervisor went away before preparing this jail: nothing was made.
+        Ok(None) => return 0,
+        Err(e) => return reply(&internal(format!("jail: {e}"))),
     };
-    tracing::debug!(us = t0.elapsed().as_micros() as u64, "header read");
-    let span = tracing::info_span!("jail", request = %header.name);
+    let span = tracing::info_span!("jail", jail = %prep.name);
     let _e = span.enter();
 
-    // 0. Join the request's cgroup first, so everything that follows is accounted and bounded.
-    if let Some(cg) = &header.cgroup
+    // 0. Join the cgroup first, so everything that follows is accounted and bounded.
+    if let Some(cg) = &prep.cgroup
         && let Err(e) = cg.join_self()
     {
         return reply(&internal(format!(
             "sandbox: joining the request cgroup: {e}"
         )));
     }
-    let (report, dir) = match confine(&header.sandbox, &header.work_root, &header.name) {
+    let (report, dir) = match confine(&prep.sandbox, &prep.work_root, &prep.name) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "confinement failed; nothing untrusted was run");
@@ -90,20 +89,44 @@ pub fn jail_main() -> i32 {
     };
     tracing::debug!(?report, us = t0.elapsed().as_micros() as u64, "confined");
     if rustix::process::getpid().is_init() {
-        // PID 1 of the request's namespace: orphans of the commands are ours to reap.
+        // PID 1 of the jail's namespace: orphans of the commands are ours to reap.
         crate::reaper::start_orphan_reaper();
     }
     let unique_uid = report.unique_uid;
-    let code = run_confined(header, report, &dir);
+    let private_tree = report.namespaces.disk_bytes.is_some();
+    let header: Header = match read_json_frame(&mut input, b'H') {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            // Retired unused (shutdown, or the supervisor is gone).
+            tracing::debug!("jail retired before a request");
+            return if clean_up(&dir, unique_uid, private_tree) {
+                0
+            } else {
+                3
+            };
+        }
+        Err(e) => {
+            let code = reply(&internal(format!("jail: {e}")));
+            clean_up(&dir, unique_uid, private_tree);
+            return code;
+        }
+    };
+    tracing::debug!(request = %header.request, us = t0.elapsed().as_micros() as u64, "header read");
+    let code = run_confined(&prep.work_root, header, report, &dir);
     tracing::debug!(us = t0.elapsed().as_micros() as u64, "replied");
-    if !clean_up(&dir, unique_uid) {
+    if !clean_up(&dir, unique_uid, private_tree) {
         tracing::warn!("jail clean-up incomplete; the supervisor's helper will finish it");
         return 3;
     }
     code
 }
 
-fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::fd::OwnedFd) -> i32 {
+fn run_confined(
+    work_root: &Path,
+    header: Header,
+    report: crate::confine::Report,
+    dir: &std::os::fd::OwnedFd,
+) -> i32 {
     let deadline = header
         .deadline_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
@@ -113,7 +136,7 @@ fn run_confined(header: Header, report: crate::confine::Report, dir: &std::os::f
         JailOp::Probe => {
             let mut report = report;
             let base = report.request_dir.clone();
-            let mut targets = vec![base.join(HOME_DIR), header.work_root.clone()];
+            let mut targets = vec![base.join(HOME_DIR), work_root.to_path_buf()];
             targets.extend(header.probe_writes.iter().cloned());
             let private = report.namespaces.disk_bytes.is_some().then_some(dir);
             report.self_test = self_test(&base.join(REPO_DIR), &targets, private);

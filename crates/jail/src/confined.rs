@@ -1,22 +1,24 @@
-//! The confined runner (supervisor side): per request, lease a UID, re-execute our own binary
-//! as a jail, stream the archive to it, read its typed reply, and reclaim afterwards.
+//! The confined runner (supervisor side): jails are prepared ahead of requests — a UID leased,
+//! a cgroup created, our own binary re-executed and told to confine itself — and a request takes
+//! the ready one, streams the archive to it, reads its typed reply, and has it reclaimed after.
 //!
-//! The supervisor never opens a path inside a request directory: the jail creates it as the
+//! The supervisor never opens a path inside a jail's directory: the jail creates it as the
 //! leased UID, and a helper running as that UID kills its processes and removes it.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::Runner;
 use crate::cancel::CancelToken;
+use crate::cgroup::RequestCgroup;
 use crate::child::{JAIL_ARG, RECLAIM_ARG, ReclaimArgs};
 use crate::confine::{Creds, Report, Sandbox};
-use crate::protocol::{ErrorKind, Header, JailOp, Reply, write_frame};
+use crate::protocol::{ErrorKind, Header, JailOp, Prepare, Reply, write_frame};
 use crate::request::{Operation, Outcome, RequestError, RequestSpec};
 use crate::run::KILL_GRACE;
 use crate::uid::{Lease, UidPool, processes_in_range};
@@ -34,37 +36,71 @@ const JAIL_CLEANUP: Duration = Duration::from_secs(60);
 pub struct ConfinedConfig {
     /// Our own binary (normally `/proc/self/exe`).
     pub exe: PathBuf,
-    /// The work root: request directories are created here by the jails.
+    /// The work root: jail directories are created here by the jails.
     pub work_root: PathBuf,
     /// The UID pool; `None` in the shared-UID model.
     pub pool: Option<UidPool>,
-    /// The sandbox template (creds are filled per request).
+    /// The sandbox template (creds are filled per jail).
     pub sandbox: Sandbox,
     /// Arguments for the jail's logging (e.g. `--loglevel`, `info`).
     pub log_args: Vec<String>,
-    /// Per-request cgroups (prepared layout and limits); `None` when unavailable.
+    /// Per-jail cgroups (prepared layout and limits); `None` when unavailable.
     pub cgroups: Option<(crate::cgroup::Layout, crate::cgroup::CgroupLimits)>,
 }
 
-/// What a request left for reclaim: its lease and its (possibly still cleaning) jail.
-#[derive(Debug, Default)]
-struct Pending {
+/// A started jail and everything it holds until it is reclaimed.
+#[derive(Debug)]
+struct Jail {
+    /// Its directory's (and cgroup's) name.
+    name: String,
+    child: Option<Child>,
+    /// The write end of its stdin while it waits for a request.
+    stdin: Option<ChildStdin>,
     lease: Option<Lease>,
-    jail: Option<Child>,
-    cgroup: Option<crate::cgroup::RequestCgroup>,
+    creds: Option<Creds>,
+    cgroup: Option<RequestCgroup>,
+}
+
+/// The jail kept ready for the next request.
+#[derive(Debug, Default)]
+struct SpareSlot {
+    ready: Option<Jail>,
+    /// A background preparation is under way.
+    preparing: bool,
+    /// A request is waiting for that preparation (others prepare their own).
+    claimed: bool,
+    /// Shut down: no new spare.
+    closed: bool,
+}
+
+/// Where a request's jail comes from.
+enum Source {
+    /// The spare that was ready.
+    Ready(Jail),
+    /// The spare being prepared, which this request waits for.
+    Claimed,
+    /// One prepared for this request.
+    Own,
 }
 
 /// Runs every request in a jail process.
 #[derive(Debug)]
 pub struct Confined {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     cfg: ConfinedConfig,
     pool: Option<Mutex<UidPool>>,
-    pending: Mutex<HashMap<String, Pending>>,
+    /// Jails taken by requests, by request name, until reclaimed.
+    pending: Mutex<HashMap<String, Jail>>,
     quarantined: Mutex<Vec<Lease>>,
-    probe_writes: Vec<PathBuf>,
-    /// A jail already started (exec'd and waiting for its header), so a request does not
-    /// wait for exec and start-up; it holds no data and no lease until it gets a header.
-    spare: Arc<Mutex<Option<Child>>>,
+    probe_writes: Mutex<Vec<PathBuf>>,
+    spare: Mutex<SpareSlot>,
+    spare_changed: Condvar,
+    /// Numbers jail names (with our PID: unique on this host).
+    seq: AtomicU64,
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
@@ -74,61 +110,109 @@ fn internal(message: impl Into<String>) -> RequestError {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Confined {
     /// A runner; call [`Confined::sweep`] and [`Confined::probe`] before serving.
     pub fn new(mut cfg: ConfinedConfig) -> Self {
         let pool = cfg.pool.take().map(Mutex::new);
         Confined {
-            cfg,
-            pool,
-            pending: Mutex::default(),
-            quarantined: Mutex::default(),
-            probe_writes: Vec::new(),
-            spare: Arc::default(),
+            inner: Arc::new(Inner {
+                cfg,
+                pool,
+                pending: Mutex::default(),
+                quarantined: Mutex::default(),
+                probe_writes: Mutex::default(),
+                spare: Mutex::default(),
+                spare_changed: Condvar::new(),
+                seq: AtomicU64::new(0),
+            }),
         }
     }
 
-    /// UIDs in use and capacity (None in the shared model).
+    /// UIDs leased by requests (not counting the idle spare jail's) and capacity (None in the
+    /// shared model).
     pub fn pool_usage(&self) -> Option<(usize, usize)> {
-        self.pool.as_ref().map(|p| {
-            let p = p.lock().unwrap_or_else(|e| e.into_inner());
-            (p.in_use(), p.capacity())
+        let spare_lease = lock(&self.inner.spare)
+            .ready
+            .as_ref()
+            .is_some_and(|j| j.lease.is_some());
+        self.inner.pool.as_ref().map(|p| {
+            let p = lock(p);
+            (
+                p.in_use().saturating_sub(usize::from(spare_lease)),
+                p.capacity(),
+            )
         })
     }
 
-    fn name_of(spec: &RequestSpec) -> Result<String, RequestError> {
-        spec.tree
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(str::to_owned)
-            .ok_or_else(|| internal("request directory has no name"))
+    /// Extra directories the probe's confined extractor must fail to write into.
+    pub fn set_probe_writes(&mut self, dirs: Vec<PathBuf>) {
+        *lock(&self.inner.probe_writes) = dirs;
     }
 
-    fn lease(&self, name: &str) -> Result<Option<Creds>, RequestError> {
-        let Some(pool) = &self.pool else {
-            return Ok(None);
-        };
-        let lease = pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .lease()
-            .map_err(|e| RequestError::Remote {
-                kind: ErrorKind::ResourceExhausted,
-                message: format!("no sandbox UID free: {e}"),
-            })?;
-        let creds = Creds {
-            uid: lease.uid(),
-            gid: lease.gid(),
-        };
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(name.to_owned())
-            .or_default()
-            .lease = Some(lease);
-        Ok(Some(creds))
+    /// Start-up: kill leftover processes in the UID range and remove leftover jail
+    /// directories, each as its owner. Returns how many directories were removed.
+    pub fn sweep(&self) -> Result<usize, String> {
+        self.inner.sweep()
     }
 
+    /// Confine a jail, run the extractor self-test in it, and return what it could enforce
+    /// (start-up check and `doctor`). Fails when the self-test shows a write outside the
+    /// jail's directory.
+    pub fn probe(&self) -> Result<Report, RequestError> {
+        let name = format!("probe-{}", std::process::id());
+        let spec = RequestSpec {
+            op: Operation::Generate,
+            config: plugin::PluginConfig::default(),
+            tree: self.inner.cfg.work_root.join(&name),
+            app_rel_path: ".".into(),
+            env: Vec::new(),
+            archive: archive::Options::default(),
+            output_bytes: 1024,
+            deadline: Some(Instant::now() + Duration::from_secs(30)),
+            deadline_limit: crate::run::TimeLimit::Client,
+            command_timeout: None,
+            record: Default::default(),
+        };
+        let r = self.inner.run_jail(
+            &spec,
+            JailOp::Probe,
+            Box::new(std::io::empty()),
+            &CancelToken::new(),
+        );
+        self.reclaim(&spec);
+        match r? {
+            Reply::Ok { report, .. } => {
+                let inside = report.self_test.first().map(|(_, o)| o.as_str());
+                let escaped: Vec<_> = report
+                    .self_test
+                    .iter()
+                    .skip(1)
+                    .filter(|(_, o)| !o.starts_with("denied") && !o.starts_with("private"))
+                    .collect();
+                if inside != Some("extracted") || !escaped.is_empty() {
+                    return Err(internal(format!(
+                        "confinement self-test failed: the jailed extractor must write only inside its own directory: {:?}",
+                        report.self_test
+                    )));
+                }
+                Ok(report)
+            }
+            Reply::Err { kind, message, .. } => Err(RequestError::Remote { kind, message }),
+        }
+    }
+}
+
+impl Drop for Confined {
+    fn drop(&mut self) {
+        self.inner.shutdown();
+    }
+}
+
+impl Inner {
     fn spawn(
         &self,
         arg: &str,
@@ -151,9 +235,222 @@ impl Confined {
         crate::reaper::spawn_tracked(&mut cmd)
     }
 
-    /// Kill what is left in the request's cgroup (v2 `cgroup.kill`; v1 relies on the UID-wide
+    /// Start a jail: lease a UID, create its cgroup, start our binary and send it the
+    /// preparation, after which it confines itself and waits for a request.
+    fn prepare(self: &Arc<Self>) -> Result<Jail, RequestError> {
+        let mut jail = Jail {
+            name: String::new(),
+            child: None,
+            stdin: None,
+            lease: None,
+            creds: None,
+            cgroup: None,
+        };
+        if let Some(pool) = &self.pool {
+            let lease = lock(pool).lease().map_err(|e| RequestError::Remote {
+                kind: ErrorKind::ResourceExhausted,
+                message: format!("no sandbox UID free: {e}"),
+            })?;
+            jail.creds = Some(Creds {
+                uid: lease.uid(),
+                gid: lease.gid(),
+            });
+            jail.lease = Some(lease);
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        jail.name = match jail.creds {
+            Some(c) => format!("j{}-{}-{seq}", c.uid, std::process::id()),
+            None => format!("j-{}-{seq}", std::process::id()),
+        };
+        let started = self.start(&mut jail);
+        if let Err(e) = started {
+            self.finish(jail);
+            return Err(e);
+        }
+        tracing::debug!(jail = %jail.name, uid = jail.creds.map(|c| c.uid), "jail prepared");
+        Ok(jail)
+    }
+
+    fn start(&self, jail: &mut Jail) -> Result<(), RequestError> {
+        if let Some((layout, limits)) = &self.cfg.cgroups {
+            jail.cgroup = Some(
+                crate::cgroup::create(layout, &jail.name, limits)
+                    .map_err(|e| internal(e.to_string()))?,
+            );
+        }
+        let mut sandbox = self.cfg.sandbox.clone();
+        sandbox.creds = jail.creds;
+        // With a pids cgroup, RLIMIT_NPROC (same count, per UID) stays a backstop just above
+        // it, so the cgroup refuses first and the failure can be named from `pids.events`.
+        if let (Some(cg), Some((_, limits))) = (&jail.cgroup, &self.cfg.cgroups)
+            && cg.has("pids")
+        {
+            sandbox.rlimits.processes = limits.pids.saturating_add(NPROC_HEADROOM);
+        }
+        let prep = Prepare {
+            work_root: self.cfg.work_root.clone(),
+            name: jail.name.clone(),
+            sandbox,
+            cgroup: jail.cgroup.clone(),
+        };
+        let body = serde_json::to_vec(&prep).map_err(|e| internal(e.to_string()))?;
+        let mut child = self
+            .spawn(JAIL_ARG, &[], true, true)
+            .map_err(|e| internal(format!("cannot start the jail: {e}")))?;
+        let mut stdin = child.stdin.take();
+        jail.child = Some(child);
+        // A write error means the jail already stopped; its reply says why.
+        if let Some(w) = stdin.as_mut()
+            && write_frame(w, b'P', &body)
+                .and_then(|()| w.flush())
+                .is_err()
+        {
+            stdin = None;
+        }
+        jail.stdin = stdin;
+        Ok(())
+    }
+
+    /// The ready spare if it is still alive; else the one being prepared, if no other request
+    /// is waiting for it (it was started earlier, so it is ready sooner than a new one); else a
+    /// jail prepared now. Then prepare the next spare in the background.
+    fn take(self: &Arc<Self>, request: &str) -> Result<Jail, RequestError> {
+        let source = {
+            let mut slot = lock(&self.spare);
+            if slot.claimed {
+                // Another request waits for the spare under way (and a ready one is its).
+                Source::Own
+            } else if let Some(j) = slot.ready.take() {
+                Source::Ready(j)
+            } else if slot.preparing {
+                slot.claimed = true;
+                Source::Claimed
+            } else {
+                Source::Own
+            }
+        };
+        let spare = match source {
+            Source::Ready(j) => self.alive_or_discard(j),
+            Source::Claimed => {
+                let j = self.wait_for_spare();
+                lock(&self.spare).claimed = false;
+                j
+            }
+            Source::Own => None,
+        };
+        let jail = match spare {
+            Some(j) => j,
+            None => match self.prepare() {
+                Ok(j) => j,
+                // Every UID may be leased, one by a spare being prepared: wait for that one
+                // (a burst queues rather than fails).
+                Err(e) => self.wait_for_spare().ok_or(e)?,
+            },
+        };
+        tracing::debug!(jail = %jail.name, request, uid = jail.creds.map(|c| c.uid), "jail taken");
+        self.refill();
+        Ok(jail)
+    }
+
+    /// `jail` if it is still running; a spare that died while idle is reclaimed.
+    fn alive_or_discard(self: &Arc<Self>, mut jail: Jail) -> Option<Jail> {
+        if jail
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        {
+            return Some(jail);
+        }
+        tracing::warn!(jail = %jail.name, "spare jail exited while idle");
+        self.discard(jail);
+        None
+    }
+
+    /// The spare a background preparation under way produces (`None` if there is none or it
+    /// fails).
+    fn wait_for_spare(self: &Arc<Self>) -> Option<Jail> {
+        let mut slot = lock(&self.spare);
+        loop {
+            if let Some(j) = slot.ready.take() {
+                drop(slot);
+                return self.alive_or_discard(j);
+            }
+            if !slot.preparing {
+                return None;
+            }
+            slot = self
+                .spare_changed
+                .wait(slot)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Prepare a spare in the background unless one is ready, under way, or we are closing.
+    fn refill(self: &Arc<Self>) {
+        {
+            let mut slot = lock(&self.spare);
+            if slot.closed || slot.ready.is_some() || slot.preparing {
+                return;
+            }
+            slot.preparing = true;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("jail-spare".into())
+            .spawn(move || {
+                let jail = me.prepare();
+                let mut slot = lock(&me.spare);
+                slot.preparing = false;
+                let extra = match jail {
+                    Ok(j) if slot.closed || slot.ready.is_some() => Some(j),
+                    Ok(j) => {
+                        slot.ready = Some(j);
+                        None
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no spare jail prepared");
+                        None
+                    }
+                };
+                drop(slot);
+                me.spare_changed.notify_all();
+                if let Some(j) = extra {
+                    me.discard(j);
+                }
+            });
+        if spawned.is_err() {
+            lock(&self.spare).preparing = false;
+            self.spare_changed.notify_all();
+        }
+    }
+
+    /// Retire a jail no request used: close its stdin (it cleans up and exits), reclaim it.
+    fn discard(self: &Arc<Self>, mut jail: Jail) {
+        tracing::debug!(jail = %jail.name, "jail discarded");
+        jail.stdin = None;
+        self.finish(jail);
+    }
+
+    /// Stop preparing spares, wait for a preparation under way, and reclaim the ready one.
+    fn shutdown(self: &Arc<Self>) {
+        let mut slot = lock(&self.spare);
+        slot.closed = true;
+        while slot.preparing {
+            slot = self
+                .spare_changed
+                .wait(slot)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        let ready = slot.ready.take();
+        drop(slot);
+        if let Some(j) = ready {
+            self.discard(j);
+        }
+    }
+
+    /// Kill what is left in the jail's cgroup (v2 `cgroup.kill`; v1 relies on the UID-wide
     /// kill) and remove it, waiting briefly for exiting processes. Returns whether it is gone.
-    fn remove_cgroup(cg: &crate::cgroup::RequestCgroup) -> bool {
+    fn remove_cgroup(cg: &RequestCgroup) -> bool {
         let _ = cg.kill();
         let start = Instant::now();
         while !cg.is_empty() && start.elapsed() < Duration::from_secs(2) {
@@ -162,74 +459,10 @@ impl Confined {
         match cg.remove() {
             Ok(()) => true,
             Err(e) => {
-                tracing::error!(error = %e, "request cgroup not removed");
+                tracing::error!(error = %e, "jail cgroup not removed");
                 false
             }
         }
-    }
-
-    /// Wait for a jail that has replied and is cleaning up; `None` if it takes longer than
-    /// [`JAIL_CLEANUP`] (the slow path then kills its UID).
-    fn wait_bounded(child: &mut Child) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        loop {
-            match child.try_wait() {
-                Ok(Some(s)) => {
-                    crate::reaper::untrack(child.id() as i32);
-                    return Some(s);
-                }
-                Ok(None) if start.elapsed() < JAIL_CLEANUP => {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// The spare jail if there is a live one, else a fresh one; then start the next spare in
-    /// the background.
-    fn take_jail(&self) -> std::io::Result<Child> {
-        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let jail = match spare {
-            Some(mut c) => match c.try_wait() {
-                Ok(None) => c,
-                _ => {
-                    let _ = Self::wait(&mut c);
-                    self.spawn(JAIL_ARG, &[], true, true)?
-                }
-            },
-            None => self.spawn(JAIL_ARG, &[], true, true)?,
-        };
-        let slot = self.spare.clone();
-        let (exe, log_args) = (self.cfg.exe.clone(), self.cfg.log_args.clone());
-        let _ = std::thread::Builder::new()
-            .name("jail-spare".into())
-            .spawn(move || {
-                let child = crate::reaper::spawn_tracked(
-                    Command::new(exe)
-                        .arg(JAIL_ARG)
-                        .args(log_args)
-                        .env_clear()
-                        .stdin(Stdio::piped())
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::inherit()),
-                );
-                if let Ok(c) = child {
-                    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(mut old) = slot.replace(c) {
-                        // Two requests raced to refill: keep one spare.
-                        let _ = old.kill();
-                        let _ = Self::wait(&mut old);
-                    }
-                }
-            });
-        Ok(jail)
-    }
-
-    fn wait(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
-        let r = child.wait();
-        crate::reaper::untrack(child.id() as i32);
-        r
     }
 
     /// Run the reclaim helper and wait for it.
@@ -237,19 +470,102 @@ impl Confined {
         let mut child = self
             .spawn(RECLAIM_ARG, &args.to_args(), false, false)
             .map_err(|e| format!("cannot start the reclaim helper: {e}"))?;
-        match Self::wait(&mut child) {
+        match wait(&mut child) {
             Ok(s) if s.success() => Ok(()),
             Ok(s) => Err(format!("reclaim helper failed: {s}")),
             Err(e) => Err(format!("reclaim helper: {e}")),
         }
     }
 
-    /// Start-up: kill leftover processes in the UID range and remove leftover request
-    /// directories, each as its owner. Returns how many directories were removed.
-    pub fn sweep(&self) -> Result<usize, String> {
+    /// Reclaim a jail: wait for it to finish its own clean-up, remove its cgroup and its
+    /// (then empty) directory entry, release its UID; or, when anything is left, have the
+    /// helper kill and remove it as the UID and quarantine the UID if even that fails.
+    fn finish(self: &Arc<Self>, jail: Jail) {
+        let Jail {
+            name,
+            child: mut jail_child,
+            stdin,
+            lease,
+            cgroup,
+            ..
+        } = jail;
+        drop(stdin);
+        // Fast path: the jail killed its UID's other processes and emptied its directory
+        // after replying; all that is left is the empty directory entry in the work root
+        // (which the supervisor owns, so it may remove it from the sticky directory).
+        let jail_clean = jail_child
+            .as_mut()
+            .and_then(|c| wait_bounded(c, JAIL_CLEANUP))
+            .is_some_and(|s| s.success());
+        let cgroup_gone = cgroup.as_ref().is_none_or(Self::remove_cgroup);
+        let fast = jail_clean
+            && match rustix::fs::unlinkat(
+                rustix::fs::CWD,
+                self.cfg.work_root.join(&name),
+                rustix::fs::AtFlags::REMOVEDIR,
+            ) {
+                // A jail that stopped before making its directory left nothing to remove.
+                Ok(()) | Err(rustix::io::Errno::NOENT) => true,
+                Err(_) => false,
+            };
+        if fast && cgroup_gone {
+            if let (Some(pool), Some(lease)) = (&self.pool, lease) {
+                lock(pool).release(lease);
+                self.refill();
+            }
+            return;
+        }
+        // Slow path: a helper running as the UID kills and removes whatever is left.
+        let creds = lease.as_ref().map(|l| (l.uid(), l.gid()));
+        let res = self.helper(&ReclaimArgs {
+            creds,
+            work_root: self.cfg.work_root.clone(),
+            name: Some(name.clone()),
+        });
+        if let Some(mut c) = jail_child {
+            // Killed by the helper if it was still running: collect it.
+            let _ = wait(&mut c);
+        }
+        let cgroup_gone = cgroup_gone || cgroup.as_ref().is_none_or(Self::remove_cgroup);
+        let Some(lease) = lease else {
+            if let Err(e) = res {
+                tracing::error!(jail = %name, error = %e, "reclaim failed");
+            }
+            return;
+        };
+        // The UID goes back only when nothing of the jail is left.
+        let start = Instant::now();
+        let mut left = processes_in_range(Path::new("/proc"), lease.uid(), 1);
+        while !left.is_empty() && start.elapsed() < UID_DRAIN {
+            std::thread::sleep(Duration::from_millis(5));
+            left = processes_in_range(Path::new("/proc"), lease.uid(), 1);
+        }
+        let dir_gone = matches!(
+            rustix::fs::statat(
+                rustix::fs::CWD,
+                self.cfg.work_root.join(&name),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+            ),
+            Err(rustix::io::Errno::NOENT)
+        );
+        match (&res, left.is_empty(), dir_gone && cgroup_gone) {
+            (Ok(()), true, true) => {
+                if let Some(pool) = &self.pool {
+                    lock(pool).release(lease);
+                    self.refill();
+                }
+            }
+            _ => {
+                tracing::error!(jail = %name, uid = lease.uid(), helper = ?res, processes = ?left, dir_gone, "reclaim incomplete: UID quarantined");
+                lock(&self.quarantined).push(lease);
+            }
+        }
+    }
+
+    fn sweep(&self) -> Result<usize, String> {
         if let Some(pool) = &self.pool {
             let (first, count) = {
-                let p = pool.lock().unwrap_or_else(|e| e.into_inner());
+                let p = lock(pool);
                 (p.first(), p.capacity() as u32)
             };
             let mut uids: Vec<u32> = processes_in_range(Path::new("/proc"), first, count)
@@ -280,10 +596,7 @@ impl Confined {
             let owner = std::os::unix::fs::MetadataExt::uid(
                 &e.metadata().map_err(|err| format!("{name}: {err}"))?,
             );
-            let in_pool = self
-                .pool
-                .as_ref()
-                .is_some_and(|p| p.lock().unwrap_or_else(|e| e.into_inner()).contains(owner));
+            let in_pool = self.pool.as_ref().is_some_and(|p| lock(p).contains(owner));
             let creds = in_pool.then_some((owner, owner));
             self.helper(&ReclaimArgs {
                 creds,
@@ -295,91 +608,24 @@ impl Confined {
         Ok(removed)
     }
 
-    /// Extra directories the probe's confined extractor must fail to write into.
-    pub fn set_probe_writes(&mut self, dirs: Vec<PathBuf>) {
-        self.probe_writes = dirs;
-    }
-
-    /// Confine a jail, run the extractor self-test in it, and return what it could enforce
-    /// (start-up check and `doctor`). Fails when the self-test shows a write outside the
-    /// request directory.
-    pub fn probe(&self) -> Result<Report, RequestError> {
-        let name = format!("probe-{}", std::process::id());
-        let spec = RequestSpec {
-            op: Operation::Generate,
-            config: plugin::PluginConfig::default(),
-            tree: self.cfg.work_root.join(&name),
-            app_rel_path: ".".into(),
-            env: Vec::new(),
-            archive: archive::Options::default(),
-            output_bytes: 1024,
-            deadline: Some(Instant::now() + Duration::from_secs(30)),
-            deadline_limit: crate::run::TimeLimit::Client,
-            command_timeout: None,
-            record: Default::default(),
-        };
-        let r = self.run_jail(
-            &spec,
-            JailOp::Probe,
-            Box::new(std::io::empty()),
-            &CancelToken::new(),
-        );
-        self.reclaim(&spec);
-        match r? {
-            Reply::Ok { report, .. } => {
-                let inside = report.self_test.first().map(|(_, o)| o.as_str());
-                let escaped: Vec<_> = report
-                    .self_test
-                    .iter()
-                    .skip(1)
-                    .filter(|(_, o)| !o.starts_with("denied") && !o.starts_with("private"))
-                    .collect();
-                if inside != Some("extracted") || !escaped.is_empty() {
-                    return Err(internal(format!(
-                        "confinement self-test failed: the jailed extractor must write only inside its own directory: {:?}",
-                        report.self_test
-                    )));
-                }
-                Ok(report)
-            }
-            Reply::Err { kind, message, .. } => Err(RequestError::Remote { kind, message }),
-        }
-    }
-
     fn run_jail(
-        &self,
+        self: &Arc<Self>,
         spec: &RequestSpec,
         op: JailOp,
         mut input: Box<dyn Read + Send>,
         cancel: &CancelToken,
     ) -> Result<Reply, RequestError> {
-        let name = Self::name_of(spec)?;
-        let creds = self.lease(&name)?;
-        let cgroup = match &self.cfg.cgroups {
-            Some((layout, limits)) => {
-                let cg = crate::cgroup::create(layout, &name, limits)
-                    .map_err(|e| internal(e.to_string()))?;
-                self.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(name.clone())
-                    .or_default()
-                    .cgroup = Some(cg.clone());
-                Some(cg)
-            }
-            None => None,
-        };
-        let mut sandbox = self.cfg.sandbox.clone();
-        sandbox.creds = creds;
-        // With a pids cgroup, RLIMIT_NPROC (same count, per UID) stays a backstop just above
-        // it, so the cgroup refuses first and the failure can be named from `pids.events`.
-        if let (Some(cg), Some((_, limits))) = (&cgroup, &self.cfg.cgroups)
-            && cg.has("pids")
-        {
-            sandbox.rlimits.processes = limits.pids.saturating_add(NPROC_HEADROOM);
-        }
+        let request = name_of(spec)?;
+        let mut jail = self.take(&request)?;
+        let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
+        let mut stdin = jail.stdin.take();
+        let stdout = jail.child.as_mut().and_then(|c| c.stdout.take());
+        // From here on the request owns the jail: reclaim finds it by the request's name.
+        lock(&self.pending).insert(request.clone(), jail);
+
         let header = Header {
             op,
+            request: request.clone(),
             config: spec.config.clone(),
             app_rel_path: spec.app_rel_path.clone(),
             env: spec.env.clone(),
@@ -393,22 +639,15 @@ impl Confined {
                 .command_timeout
                 .as_ref()
                 .map(|(d, t)| (d.as_millis() as u64, t.clone())),
-            work_root: self.cfg.work_root.clone(),
-            name: name.clone(),
-            sandbox,
-            probe_writes: self.probe_writes.clone(),
-            cgroup: cgroup.clone(),
+            probe_writes: match op {
+                JailOp::Probe => lock(&self.probe_writes).clone(),
+                _ => Vec::new(),
+            },
         };
         let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
-        let mut child = self
-            .take_jail()
-            .map_err(|e| internal(format!("cannot start the jail: {e}")))?;
-        tracing::debug!(pid = child.id(), uid = ?creds.map(|c| c.uid), "jail started");
-        let mut stdin = child.stdin.take();
-        let stdout = child.stdout.take();
 
         // Feed: header, then the archive as it arrives. A write error means the jail already
-        // stopped (it refused the archive); its reply says why.
+        // stopped (it refused the archive, or could not confine itself); its reply says why.
         if let Some(w) = stdin.as_mut() {
             let mut ok = write_frame(w, b'H', &body).is_ok();
             let mut buf = vec![0u8; 64 * 1024];
@@ -480,13 +719,6 @@ impl Confined {
 
         let cap = spec.output_bytes.saturating_mul(8).saturating_add(1 << 20);
         let raw = stdout.map(|mut s| read_reply(&mut s, cap));
-        // The jail cleans up after replying; reclaim waits for it, off the response's path.
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(name.clone())
-            .or_default()
-            .jail = Some(child);
         done.store(true, Ordering::SeqCst);
         cancel.poke();
         if let Some(w) = watcher {
@@ -497,7 +729,7 @@ impl Confined {
         crate::record::update(&spec.record, |r| {
             r.uid = creds.map(|c| c.uid);
             r.gid = creds.map(|c| c.gid);
-            r.cgroup = cgroup.as_ref().map(|_| name.clone());
+            r.cgroup = cgroup.as_ref().map(|_| jail_name.clone());
             r.peak_memory_bytes = stats.map(|s| s.peak_memory_bytes);
             r.oom_kills = stats.map(|s| s.oom_kills);
             if stats.is_some_and(|s| s.oom_kills > 0) {
@@ -584,6 +816,48 @@ impl Confined {
     }
 }
 
+/// The request's name (its tree's file name), which keys its jail until reclaim.
+fn name_of(spec: &RequestSpec) -> Result<String, RequestError> {
+    spec.tree
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_owned)
+        .ok_or_else(|| internal("request directory has no name"))
+}
+
+fn wait(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
+    let r = child.wait();
+    crate::reaper::untrack(child.id() as i32);
+    r
+}
+
+/// Wait for a jail that has replied and is cleaning up; `None` if it takes longer than
+/// `limit` (the slow path then kills its UID). Sleeps on a pidfd where the kernel has them.
+fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    let pidfd = rustix::process::Pid::from_raw(child.id() as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => {
+                crate::reaper::untrack(child.id() as i32);
+                return Some(s);
+            }
+            Ok(None) if start.elapsed() < limit => match &pidfd {
+                // Readable once the process has exited.
+                Some(fd) => {
+                    let left = limit.saturating_sub(start.elapsed());
+                    let timeout = rustix::event::Timespec::try_from(left).ok();
+                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+                }
+                None => std::thread::sleep(Duration::from_micros(200)),
+            },
+            _ => return None,
+        }
+    }
+}
+
 /// Read the jail's `R` frame: `Ok(None)` if it closed stdout without one.
 fn read_reply(r: &mut impl Read, cap: u64) -> Result<Option<Vec<u8>>, RequestError> {
     let max = usize::try_from(cap).unwrap_or(usize::MAX).saturating_add(1);
@@ -627,7 +901,7 @@ impl Runner for Confined {
             Operation::Parameters => JailOp::Parameters,
             Operation::Generator => JailOp::Generator,
         };
-        match self.run_jail(spec, op, input, cancel)? {
+        match self.inner.run_jail(spec, op, input, cancel)? {
             Reply::Ok {
                 outcome: Some(o),
                 report,
@@ -644,99 +918,24 @@ impl Runner for Confined {
     }
 
     fn reclaim(&self, spec: &RequestSpec) {
-        let Ok(name) = Self::name_of(spec) else {
+        let Ok(request) = name_of(spec) else {
             return;
         };
-        let pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&name)
-            .unwrap_or_default();
-        let Pending {
-            lease,
-            mut jail,
-            cgroup,
-        } = pending;
-        // Fast path: the jail killed its UID's other processes and emptied its directory
-        // after replying; all that is left is the empty directory entry in the work root
-        // (which the supervisor owns, so it may remove it from the sticky directory).
-        let jail_clean = jail
-            .as_mut()
-            .and_then(Self::wait_bounded)
-            .is_some_and(|s| s.success());
-        let cgroup_gone = cgroup.as_ref().is_none_or(Self::remove_cgroup);
-        let fast = jail_clean
-            && rustix::fs::unlinkat(
-                rustix::fs::CWD,
-                self.cfg.work_root.join(&name),
-                rustix::fs::AtFlags::REMOVEDIR,
-            )
-            .is_ok();
-        if fast && cgroup_gone {
-            if let (Some(pool), Some(lease)) = (&self.pool, lease) {
-                pool.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .release(lease);
-            }
-            return;
-        }
-        // Slow path: a helper running as the UID kills and removes whatever is left.
-        let creds = lease.as_ref().map(|l| (l.uid(), l.gid()));
-        let res = self.helper(&ReclaimArgs {
-            creds,
-            work_root: self.cfg.work_root.clone(),
-            name: Some(name.clone()),
-        });
-        if let Some(mut c) = jail {
-            // Killed by the helper if it was still running: collect it.
-            let _ = Self::wait(&mut c);
-        }
-        let cgroup_gone = cgroup_gone || cgroup.as_ref().is_none_or(Self::remove_cgroup);
-        let Some(lease) = lease else {
-            if let Err(e) = res {
-                tracing::error!(error = %e, "reclaim failed");
-            }
-            return;
-        };
-        // The UID goes back only when nothing of the request is left.
-        let start = Instant::now();
-        let mut left = processes_in_range(Path::new("/proc"), lease.uid(), 1);
-        while !left.is_empty() && start.elapsed() < UID_DRAIN {
-            std::thread::sleep(Duration::from_millis(5));
-            left = processes_in_range(Path::new("/proc"), lease.uid(), 1);
-        }
-        let dir_gone = matches!(
-            rustix::fs::statat(
-                rustix::fs::CWD,
-                self.cfg.work_root.join(&name),
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW
-            ),
-            Err(rustix::io::Errno::NOENT)
-        );
-        match (&res, left.is_empty(), dir_gone && cgroup_gone) {
-            (Ok(()), true, true) => {
-                if let Some(pool) = &self.pool {
-                    pool.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .release(lease);
-                }
-            }
-            _ => {
-                tracing::error!(uid = lease.uid(), helper = ?res, processes = ?left, dir_gone, "reclaim incomplete: UID quarantined");
-                self.quarantined
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(lease);
-            }
+        let jail = lock(&self.inner.pending).remove(&request);
+        if let Some(j) = jail {
+            self.inner.finish(j);
         }
     }
 
+    fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
     fn describe(&self) -> &'static str {
-        if self.pool.is_some() {
-            "confined: one jail process per request, unique UID/GID, no capabilities, no_new_privs, Landlock, seccomp"
+        if self.inner.pool.is_some() {
+            "confined: one jail process per request, prepared ahead, unique UID/GID, no capabilities, no_new_privs, Landlock, seccomp"
         } else {
-            "confined (shared UID): one jail process per request, no capabilities, no_new_privs, Landlock, seccomp; commands share the server's UID"
+            "confined (shared UID): one jail process per request, prepared ahead, no capabilities, no_new_privs, Landlock, seccomp; commands share the server's UID"
         }
     }
 }

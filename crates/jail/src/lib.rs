@@ -42,6 +42,9 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// Remove everything `execute` left for `spec` (processes, tree, lease). Called once per
     /// request after its result has been sent.
     fn reclaim(&self, spec: &RequestSpec);
+    /// Retire what the runner keeps ready for the next request (a spare jail) and reclaim it;
+    /// called once when the server stops.
+    fn shutdown(&self) {}
     /// One line describing what this runner enforces (logged at start-up).
     fn describe(&self) -> &'static str;
 }

@@ -1,10 +1,14 @@
 //! The supervisor ⇄ jail pipe protocol. Trusted in both directions only as far as framing: the
-//! supervisor writes a header and the archive; the jail answers one [`Reply`], which the
-//! supervisor parses with a size cap (the jail runs hostile commands, so its answer is input).
+//! supervisor writes the preparation, the request header and the archive; the jail answers one
+//! [`Reply`], which the supervisor parses with a size cap (the jail runs hostile commands, so its
+//! answer is input).
 //!
-//! stdin:  `H` len json(header) · (`D` len bytes)* · `E`   — `E` only after the checksum matched;
-//!         after `E`, EOF on stdin means "cancel". Closing without `E` aborts the extraction.
-//! stdout: one JSON [`Reply`], then EOF.
+//! stdin:  `P` len json(prepare) · `H` len json(header) · (`D` len bytes)* · `E`
+//!         `P` is written when the jail is started (a spare confines itself while it waits for
+//!         a request); `E` only after the checksum matched; after `E`, EOF on stdin means
+//!         "cancel". Closing without `E` aborts the extraction; closing before `H` retires an
+//!         unused jail.
+//! stdout: one JSON [`Reply`], then EOF (none for a retired jail).
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
@@ -32,11 +36,28 @@ pub enum JailOp {
     Probe,
 }
 
-/// The first frame: everything the jail needs, from the trusted supervisor.
+/// The first frame, written when the jail is started: everything it needs to confine itself,
+/// none of it from a request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prepare {
+    /// The work root (sticky, world-writable, not listable) the jail's directory is made in.
+    pub work_root: PathBuf,
+    /// The jail's directory name (chosen by the supervisor, unique per jail).
+    pub name: String,
+    /// The confinement to apply.
+    pub sandbox: Sandbox,
+    /// The jail's cgroup, joined before anything else.
+    #[serde(default)]
+    pub cgroup: Option<crate::cgroup::RequestCgroup>,
+}
+
+/// The second frame: the request, read only once the jail is confined.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Header {
     /// Operation.
     pub op: JailOp,
+    /// The request's name in the supervisor's logs.
+    pub request: String,
     /// The plugin.
     pub config: plugin::PluginConfig,
     /// `appRelPath`.
@@ -53,19 +74,10 @@ pub struct Header {
     pub deadline_limit: crate::run::TimeLimit,
     /// Per-command timeout in milliseconds, with its configured text.
     pub command_timeout: Option<(u64, String)>,
-    /// The work root (sticky, world-writable, not listable) the request directory is made in.
-    pub work_root: PathBuf,
-    /// The request directory's name.
-    pub name: String,
-    /// The confinement to apply.
-    pub sandbox: Sandbox,
     /// Probe only: directories outside the request directory the extractor must fail to
     /// write into once confined (the self-test; the work root is always tried).
     #[serde(default)]
     pub probe_writes: Vec<PathBuf>,
-    /// The request's cgroup, joined before anything else.
-    #[serde(default)]
-    pub cgroup: Option<crate::cgroup::RequestCgroup>,
 }
 
 /// How a failure maps onto the client's error classes (the server turns these into gRPC codes).
@@ -145,6 +157,27 @@ pub fn read_frame_head(r: &mut impl Read, max: usize) -> io::Result<Option<(u8, 
         ));
     }
     Ok(Some((head[0], len)))
+}
+
+/// Read one frame tagged `tag` holding JSON: `Ok(None)` at a clean EOF before the frame.
+pub fn read_json_frame<T: serde::de::DeserializeOwned>(
+    r: &mut impl Read,
+    tag: u8,
+) -> Result<Option<T>, String> {
+    let name = char::from(tag);
+    match read_frame_head(r, MAX_FRAME) {
+        Ok(None) => Ok(None),
+        Ok(Some((t, n))) if t == tag => {
+            let mut body = vec![0u8; n];
+            r.read_exact(&mut body)
+                .map_err(|e| format!("reading frame {name}: {e}"))?;
+            serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| format!("bad frame {name}: {e}"))
+        }
+        Ok(Some((t, _))) => Err(format!("expected frame {name}, got {:?}", char::from(t))),
+        Err(e) => Err(format!("reading frame {name}: {e}")),
+    }
 }
 
 /// Reads the archive out of `D` frames; EOF at `E`; an error if the stream ends without `E`.

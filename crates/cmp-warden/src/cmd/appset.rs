@@ -109,6 +109,7 @@ async fn serve(prepared: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Resul
         super::serve::shutdown_signal(early_stop),
     )
     .await?;
+    super::serve::shut_down_runner(prepared.runner).await;
     tracing::info!("shut down cleanly");
     Ok(())
 }
@@ -118,6 +119,8 @@ struct Prepared {
     addr: std::net::SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     svc: Arc<server::appset::AppSetService>,
+    /// Shut down after the last request: retires the spare jail.
+    runner: Arc<dyn jail::Runner>,
     grace: Duration,
     metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
 }
@@ -202,7 +205,7 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
     archive_opts.limits.entries = policy.archive.entries;
     let svc = server::appset::AppSetService::new(
         config,
-        runner,
+        runner.clone(),
         token,
         work_dir,
         policy.passed_env(std::env::vars()),
@@ -220,6 +223,7 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
         addr: bound.addr,
         tls: bound.tls,
         svc: Arc::new(svc),
+        runner,
         grace: Duration::from_secs(a.shutdown_grace),
         metrics: metrics_listener,
     })

@@ -168,10 +168,13 @@ fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorRep
             ));
         }
     }
-    if let Some(b) = &built
-        && let Some(layout) = &b.cgroups
-    {
-        jail::cgroup::remove_instance(layout);
+    if let Some(b) = &built {
+        // The spare jail prepared after the probe lives in the work dir and the cgroup
+        // instance.
+        jail::Runner::shutdown(&b.runner);
+        if let Some(layout) = &b.cgroups {
+            jail::cgroup::remove_instance(layout);
+        }
     }
     let _ = std::fs::remove_dir_all(&work);
     assemble(

@@ -179,6 +179,8 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         }
         Ok(())
     })();
+    // The spare jail prepared for a next request lives in `work` and the cgroup instance.
+    runner.shutdown();
     let _ = std::fs::remove_dir_all(&work);
     if let Some(layout) = &built.cgroups {
         jail::cgroup::remove_instance(layout);

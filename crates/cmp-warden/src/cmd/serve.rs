@@ -124,6 +124,8 @@ where
 
 struct Prepared {
     svc: CmpService,
+    /// Shut down after the last request: retires the spare jail.
+    runner: Arc<dyn jail::Runner>,
     opts: ListenOptions,
     listener: Option<std::os::unix::net::UnixListener>,
     tcp: Option<(std::net::TcpListener, server::TcpOptions)>,
@@ -296,6 +298,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         metrics.set_pool_source(move || r.pool_usage());
     }
     let describe = jail::Runner::describe(runner.as_ref());
+    let shared: Arc<dyn jail::Runner> = runner.clone();
     let svc = CmpService::new(
         ServiceConfig {
             plugin: config,
@@ -317,6 +320,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
     Ok(Prepared {
         svc,
+        runner: shared,
         opts,
         listener,
         tcp,
@@ -363,8 +367,15 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
         shutdown_signal(early_stop),
     )
     .await?;
+    shut_down_runner(p.runner).await;
     tracing::info!("shut down cleanly");
     Ok(())
+}
+
+/// Retire what the runner keeps ready (the spare jail: its processes, directory, cgroup and UID)
+/// once no request is left.
+pub async fn shut_down_runner(runner: Arc<dyn jail::Runner>) {
+    let _ = tokio::task::spawn_blocking(move || runner.shutdown()).await;
 }
 
 /// Resolves on SIGTERM/SIGINT (or one that arrived before the runtime existed).

@@ -91,7 +91,7 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// `<ARGOCD_CMP_WORKDIR>/_cmp_server` entries (must be empty between requests).
+    /// `<ARGOCD_CMP_WORKDIR>/_cmp_server` entries.
     pub fn work_entries(&self) -> Vec<PathBuf> {
         let w = self.dir.path().join("work/_cmp_server");
         std::fs::read_dir(&w)
@@ -99,17 +99,51 @@ impl Server {
             .unwrap_or_default()
     }
 
-    /// Wait until no request tree is left (removal happens right after the response).
+    /// The jails the server has prepared and neither handed to a request nor retired, from its
+    /// own log ("jail prepared" / "jail taken" / "jail discarded"): the spare kept ready for
+    /// the next request (at most one once requests are done).
+    pub fn idle_jails(&self) -> Vec<IdleJail> {
+        idle_jails_in(&self.logs())
+    }
+
+    /// Work dir entries that belong to no idle jail: request trees left behind.
+    pub fn leftover_work_entries(&self) -> Vec<PathBuf> {
+        let idle = self.idle_jails();
+        self.work_entries()
+            .into_iter()
+            .filter(|p| !idle.iter().any(|j| p.file_name() == Some(j.name.as_ref())))
+            .collect()
+    }
+
+    /// Wait until no request tree is left (removal happens right after the response); the
+    /// idle spare jail's own directory is not a request's.
     pub fn assert_work_dir_empties(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.work_entries().is_empty() {
+        while !self.leftover_work_entries().is_empty() {
             assert!(
                 Instant::now() < deadline,
-                "request trees left behind: {:?}",
-                self.work_entries()
+                "request trees left behind: {:?} (idle jails {:?})",
+                self.leftover_work_entries(),
+                self.idle_jails()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        assert!(
+            self.idle_jails().len() <= 1,
+            "more than one idle jail: {:?}",
+            self.idle_jails()
+        );
+    }
+
+    /// Processes in the UID range `first..first+count` that belong to no idle jail. A spare's
+    /// UID is leased after the previous holder was reclaimed with nothing left (else it is
+    /// quarantined, never leased again), so its processes are the spare's own.
+    pub fn leftover_processes(&self, first: u32, count: u32) -> Vec<i32> {
+        let idle: Vec<u32> = self.idle_jails().iter().filter_map(|j| j.uid).collect();
+        jail::uid::processes_in_range(Path::new("/proc"), first, count)
+            .into_iter()
+            .filter(|pid| proc_uid(*pid).is_none_or(|u| !idle.contains(&u)))
+            .collect()
     }
 
     pub fn stop(&mut self) -> std::process::ExitStatus {
@@ -130,6 +164,48 @@ impl Drop for Server {
             let _ = c.wait();
         }
     }
+}
+
+/// A jail prepared ahead of a request (see [`Server::idle_jails`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdleJail {
+    /// Its directory and cgroup name.
+    pub name: String,
+    /// Its leased UID (none in the shared-UID model).
+    pub uid: Option<u32>,
+}
+
+/// [`Server::idle_jails`] over a log's text.
+pub fn idle_jails_in(log: &str) -> Vec<IdleJail> {
+    let mut idle: Vec<IdleJail> = Vec::new();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(name) = v["jail"].as_str() else {
+            continue;
+        };
+        match v["message"].as_str() {
+            Some("jail prepared") => idle.push(IdleJail {
+                name: name.to_owned(),
+                uid: v["uid"].as_u64().map(|u| u as u32),
+            }),
+            Some("jail taken" | "jail discarded") => idle.retain(|j| j.name != name),
+            _ => {}
+        }
+    }
+    idle
+}
+
+/// The real UID of `pid` (None once it is gone).
+pub fn proc_uid(pid: i32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A UID range no other server of this test process (or a concurrent one) uses.
