@@ -3,12 +3,17 @@
 //! - bwrap: `bwrap --ro-bind / / --unshare-all --die-with-parent /bin/true` (Debian bubblewrap;
 //!   the root bind is needed for `/bin/true` to exist inside);
 //! - firejail: `firejail --quiet --noprofile /bin/true` (Debian firejail), when it runs here;
-//! - request: one confined request exactly as `serve` runs it — lease a UID, spawn the jail,
-//!   confine (credentials, capabilities, no_new_privs, Landlock, seccomp), extract a one-file
-//!   archive, run `/bin/true` as generate, reply, then reclaim (kill the UID, remove the tree,
-//!   release the lease);
+//! - request: one confined request exactly as `serve` runs it — take the jail prepared ahead
+//!   (UID leased, cgroup joined, confined: credentials, capabilities, namespaces, no_new_privs,
+//!   Landlock, seccomp), send the header, extract a one-file archive, run `/bin/true` as
+//!   generate, reply, then reclaim (the jail's exit, its cgroup, its directory entry, the UID);
 //! - per command: the same request with `/bin/true` as init too; the difference is what one
 //!   more command costs inside a request (the filter is inherited, not reinstalled).
+//!
+//! Two paces: "paced" leaves `BENCH_GAP_MS` (default 25) untimed between iterations, as
+//! requests arriving apart do (the spare jail is ready when one comes); "back to back" runs
+//! them in a loop, where the CPU per request bounds the rate. Every case also reports its CPU
+//! per iteration, which no pacing hides.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
@@ -53,13 +58,25 @@ fn cpu_time() -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz)
 }
 
-fn time(n: usize, mut f: impl FnMut()) -> Timed {
+/// How iterations follow each other.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// One after the other.
+    BackToBack,
+    /// With an untimed pause before each.
+    Gap(Duration),
+}
+
+fn time(n: usize, pace: Pace, mut f: impl FnMut()) -> Timed {
     for _ in 0..n / 10 {
         f(); // warm-up
     }
     let cpu0 = cpu_time();
     let wall = (0..n)
         .map(|_| {
+            if let Pace::Gap(d) = pace {
+                std::thread::sleep(d);
+            }
             let t = Instant::now();
             f();
             t.elapsed()
@@ -178,28 +195,52 @@ fn main() {
         r.expect("request");
     };
 
-    // BENCH_PROFILE=request|cgroup: only that case, for a profiler attached to this process.
+    let gap = Duration::from_millis(
+        std::env::var("BENCH_GAP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(25),
+    );
+    let paced = Pace::Gap(gap);
+    let b2b = Pace::BackToBack;
+    // BENCH_PROFILE=request|cgroup: only that case, back to back (paced with BENCH_PACED=1),
+    // for a profiler attached to this process.
     if let Ok(case) = std::env::var("BENCH_PROFILE") {
         let r = match case.as_str() {
             "cgroup" => cg_runner.as_ref().expect("no cgroup hierarchy here"),
             _ => &runner,
         };
-        let t = time(n, || request(r, &yaml(false), &mut Vec::new()));
+        let pace = match std::env::var_os("BENCH_PACED") {
+            Some(_) => paced,
+            None => b2b,
+        };
+        let mut parts = Vec::new();
+        let t = time(n, pace, || request(r, &yaml(false), &mut parts));
+        let part = |first: bool| {
+            median(
+                parts
+                    .iter()
+                    .map(|p| if first { p.0 } else { p.1 })
+                    .collect(),
+            )
+        };
         println!(
-            "{case}: median {:.3} ms, cpu {:.3} ms per request",
+            "{case}: median {:.3} ms (until the reply {:.3}, reclaim {:.3}), cpu {:.3} ms per request",
             median(t.wall),
+            part(true),
+            part(false),
             t.cpu_ms
         );
         return;
     }
-    let bare = time(n, || {
+    let bare = time(n, b2b, || {
         let st = Command::new("/bin/true").status().expect("true");
         assert!(st.success());
     });
     let argv = vec!["/bin/true".to_owned()];
     let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
     let cwd = std::env::temp_dir();
-    let runner_cmd = time(n, || {
+    let runner_cmd = time(n, b2b, || {
         let spec = jail::CmdSpec {
             argv: &argv,
             env: &env,
@@ -210,24 +251,23 @@ fn main() {
         };
         jail::run::run(&spec, None, &CancelToken::new()).expect("run");
     });
+    let bwrap_once = || {
+        let st = Command::new("/usr/bin/bwrap")
+            .args([
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-all",
+                "--die-with-parent",
+                "/bin/true",
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .expect("bwrap");
+        assert!(st.success());
+    };
     let have_bwrap = Path::new("/usr/bin/bwrap").exists();
-    let bwrap = have_bwrap.then(|| {
-        time(n, || {
-            let st = Command::new("/usr/bin/bwrap")
-                .args([
-                    "--ro-bind",
-                    "/",
-                    "/",
-                    "--unshare-all",
-                    "--die-with-parent",
-                    "/bin/true",
-                ])
-                .stderr(Stdio::null())
-                .status()
-                .expect("bwrap");
-            assert!(st.success());
-        })
-    });
+    let bwrap = have_bwrap.then(|| (time(n, paced, bwrap_once), time(n, b2b, bwrap_once)));
     // firejail is setuid root and refuses some environments; measure it only if it runs.
     let firejail_runs = || {
         Command::new("firejail")
@@ -238,18 +278,22 @@ fn main() {
             .is_ok_and(|s| s.success())
     };
     let firejail = firejail_runs().then(|| {
-        time(n, || {
+        time(n, b2b, || {
             assert!(firejail_runs(), "firejail stopped working mid-run");
         })
     });
     let one = yaml(false);
     let two = yaml(true);
-    let req1 = time(n, || request(&runner, &one, &mut split));
-    let req2 = time(n, || request(&runner, &two, &mut Vec::new()));
+    let req1 = time(n, paced, || request(&runner, &one, &mut split));
+    let req1_b2b = time(n, b2b, || request(&runner, &one, &mut Vec::new()));
+    let req2 = time(n, paced, || request(&runner, &two, &mut Vec::new()));
     let mut split_cg: Vec<(Duration, Duration)> = Vec::new();
-    let req_cg = cg_runner
-        .as_ref()
-        .map(|r| time(n, || request(r, &one, &mut split_cg)));
+    let req_cg = cg_runner.as_ref().map(|r| {
+        (
+            time(n, paced, || request(r, &one, &mut split_cg)),
+            time(n, b2b, || request(r, &one, &mut Vec::new())),
+        )
+    });
 
     let col = |s: &[(Duration, Duration)], first: bool| {
         median(s.iter().map(|p| if first { p.0 } else { p.1 }).collect())
@@ -258,21 +302,27 @@ fn main() {
     let b = median(bare.wall.clone());
     let row = |label: &str, t: &Timed| {
         println!(
-            "{label:<62} {:>8.3} {:>8.3} {:>8.3}",
+            "{label:<66} {:>8.3} {:>8.3} {:>8.3}",
             median(t.wall.clone()),
             p90(t.wall.clone()),
             t.cpu_ms
         );
     };
-    println!("sandbox cost, {n} iterations each: wall median and p90, CPU per iteration (ms)");
-    println!("{:<62} {:>8} {:>8} {:>8}", "case", "median", "p90", "cpu");
+    println!(
+        "sandbox cost, {n} iterations each: wall median and p90, CPU per iteration (ms); paced = {} ms untimed between iterations",
+        gap.as_millis()
+    );
+    println!("{:<66} {:>8} {:>8} {:>8}", "case", "median", "p90", "cpu");
     row("bare fork/exec /bin/true", &bare);
     row(
         "our command runner, unconfined (pipes, caps, group kill)",
         &runner_cmd,
     );
     match &bwrap {
-        Some(v) => row("bwrap --ro-bind / / --unshare-all --die-with-parent", v),
+        Some((p, q)) => {
+            row("bwrap --unshare-all, paced", p);
+            row("bwrap --unshare-all, back to back", q);
+        }
         None => println!("bwrap: not installed (scripts/setup installs bubblewrap)"),
     }
     match &firejail {
@@ -281,26 +331,34 @@ fn main() {
             println!("firejail: not installed or does not run here (scripts/setup installs it)")
         }
     }
-    row(
-        "cmp-warden request (jail + confine + extract + true + reclaim)",
-        &req1,
-    );
-    row("cmp-warden request with 2 commands", &req2);
-    if let Some(v) = &req_cg {
-        row("cmp-warden request with a per-request cgroup", v);
+    row("cmp-warden request incl. reclaim, paced", &req1);
+    row("cmp-warden request incl. reclaim, back to back", &req1_b2b);
+    row("cmp-warden request with 2 commands, paced", &req2);
+    if let Some((p, q)) = &req_cg {
+        row("cmp-warden request with a per-request cgroup, paced", p);
+        row(
+            "cmp-warden request with a per-request cgroup, back to back",
+            q,
+        );
     }
     println!(
-        "  of which: jail until the reply {exec_ms:.3}, reclaim {reclaim_ms:.3} (without cgroup)"
+        "  of which: until the reply {exec_ms:.3}, reclaim {reclaim_ms:.3} (paced, without cgroup)"
     );
     let cg_split = (!split_cg.is_empty()).then(|| (col(&split_cg, true), col(&split_cg, false)));
     if let Some((e, r)) = cg_split {
-        println!("  of which: jail until the reply {e:.3}, reclaim {r:.3} (with cgroup)");
+        println!("  of which: until the reply {e:.3}, reclaim {r:.3} (paced, with cgroup)");
     }
     let (r1, r2) = (median(req1.wall.clone()), median(req2.wall.clone()));
-    println!("per-request overhead over bare:  ours {:.3} ms", r1 - b);
-    let bw = bwrap.as_ref().map(|v| median(v.wall.clone()));
-    if let Some(m) = bw {
-        println!("                                 bwrap {:.3} ms", m - b);
+    let med = |t: &Timed| median(t.wall.clone());
+    println!(
+        "per-request overhead over bare:  ours {:.3} ms (paced)",
+        r1 - b
+    );
+    if let Some((p, _)) = &bwrap {
+        println!(
+            "                                 bwrap {:.3} ms (paced)",
+            med(p) - b
+        );
     }
     println!(
         "per-command cost inside a request: {:.3} ms (bare spawn {b:.3} ms; overhead {:.3} ms)",
@@ -309,24 +367,28 @@ fn main() {
     );
     let json = serde_json::json!({
         "iterations": n,
+        "gap_ms": gap.as_millis() as u64,
+        "namespaces": std::env::var("BENCH_NAMESPACES").unwrap_or_else(|_| "default".into()),
         "bare_ms": b,
         "bare_cpu_ms": bare.cpu_ms,
-        "bwrap_ms": bw,
-        "bwrap_cpu_ms": bwrap.as_ref().map(|v| v.cpu_ms),
-        "firejail_ms": firejail.as_ref().map(|v| median(v.wall.clone())),
+        "runner_command_ms": med(&runner_cmd),
+        "bwrap_ms": bwrap.as_ref().map(|(p, _)| med(p)),
+        "bwrap_b2b_ms": bwrap.as_ref().map(|(_, q)| med(q)),
+        "bwrap_cpu_ms": bwrap.as_ref().map(|(_, q)| q.cpu_ms),
+        "firejail_ms": firejail.as_ref().map(med),
         "firejail_cpu_ms": firejail.as_ref().map(|v| v.cpu_ms),
-        "namespaces": std::env::var("BENCH_NAMESPACES").unwrap_or_else(|_| "default".into()),
         "request_ms": r1,
         "request_p90_ms": p90(req1.wall.clone()),
-        "request_cpu_ms": req1.cpu_ms,
+        "request_b2b_ms": med(&req1_b2b),
+        "request_cpu_ms": req1_b2b.cpu_ms,
+        "jail_ms": exec_ms,
+        "reclaim_ms": reclaim_ms,
         "request_two_commands_ms": r2,
         "request_two_commands_cpu_ms": req2.cpu_ms,
         "per_command_ms": r2 - r1,
-        "runner_command_ms": median(runner_cmd.wall.clone()),
-        "jail_ms": exec_ms,
-        "reclaim_ms": reclaim_ms,
-        "request_with_cgroup_ms": req_cg.as_ref().map(|v| median(v.wall.clone())),
-        "request_with_cgroup_cpu_ms": req_cg.as_ref().map(|v| v.cpu_ms),
+        "request_with_cgroup_ms": req_cg.as_ref().map(|(p, _)| med(p)),
+        "request_with_cgroup_b2b_ms": req_cg.as_ref().map(|(_, q)| med(q)),
+        "request_with_cgroup_cpu_ms": req_cg.as_ref().map(|(_, q)| q.cpu_ms),
         "jail_with_cgroup_ms": cg_split.map(|c| c.0),
         "reclaim_with_cgroup_ms": cg_split.map(|c| c.1),
     });

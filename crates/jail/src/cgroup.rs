@@ -448,6 +448,97 @@ impl RequestCgroup {
     }
 }
 
+/// Removes emptied request cgroups in the background. Removing a memory cgroup waits in the
+/// kernel for its offlining (measured on v1: 4–24 ms on an idle machine, ~0.1 ms on a busy
+/// one, no CPU either way); nothing waits for the directory to go once no process is left in
+/// it, so reclaim hands it here instead.
+#[derive(Debug)]
+pub struct Remover {
+    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<RemoverMsg>>>,
+}
+
+#[derive(Debug)]
+enum RemoverMsg {
+    Remove(RequestCgroup),
+    /// Answer once everything sent before has been handled.
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+impl Default for Remover {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Remover {
+    /// Start the remover thread (lazily: none until the first cgroup arrives).
+    pub fn new() -> Self {
+        Remover {
+            tx: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn send(&self, msg: RemoverMsg) -> Result<(), RemoverMsg> {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if tx.is_none() {
+            let (s, r) = std::sync::mpsc::channel();
+            let started = std::thread::Builder::new()
+                .name("cgroup-remover".into())
+                .spawn(move || remover_loop(&r));
+            if started.is_err() {
+                return Err(msg);
+            }
+            *tx = Some(s);
+        }
+        match tx.as_ref().map(|s| s.send(msg)) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(e.0),
+            None => unreachable!("sender set above"),
+        }
+    }
+
+    /// Remove `cg` (empty of processes) soon; done inline if the thread cannot be started.
+    pub fn remove_later(&self, cg: RequestCgroup) {
+        if let Err(RemoverMsg::Remove(cg)) = self.send(RemoverMsg::Remove(cg)) {
+            remove_patiently(&cg);
+        }
+    }
+
+    /// Wait until every cgroup handed over so far is removed (or given up on).
+    pub fn flush(&self) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.send(RemoverMsg::Flush(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+}
+
+fn remover_loop(rx: &std::sync::mpsc::Receiver<RemoverMsg>) {
+    for msg in rx {
+        match msg {
+            RemoverMsg::Remove(cg) => remove_patiently(&cg),
+            RemoverMsg::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// `rmdir` the cgroup, retrying briefly (a process that just left may still be counted).
+fn remove_patiently(cg: &RequestCgroup) {
+    let mut last = None;
+    for attempt in 0..50 {
+        match cg.remove() {
+            Ok(()) => return,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2 << attempt.min(6)));
+    }
+    if let Some(e) = last {
+        tracing::error!(error = %e, "request cgroup not removed");
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::print_stderr)] // a skip must say why
 mod tests {

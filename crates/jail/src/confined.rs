@@ -99,6 +99,7 @@ struct Inner {
     probe_writes: Mutex<Vec<PathBuf>>,
     spare: Mutex<SpareSlot>,
     spare_changed: Condvar,
+    cgroup_remover: crate::cgroup::Remover,
     /// Numbers jail names (with our PID: unique on this host).
     seq: AtomicU64,
 }
@@ -127,6 +128,7 @@ impl Confined {
                 probe_writes: Mutex::default(),
                 spare: Mutex::default(),
                 spare_changed: Condvar::new(),
+                cgroup_remover: crate::cgroup::Remover::new(),
                 seq: AtomicU64::new(0),
             }),
         }
@@ -431,7 +433,8 @@ impl Inner {
         self.finish(jail);
     }
 
-    /// Stop preparing spares, wait for a preparation under way, and reclaim the ready one.
+    /// Stop preparing spares, wait for a preparation under way, reclaim the ready one, and
+    /// wait for the cgroups handed to the remover.
     fn shutdown(self: &Arc<Self>) {
         let mut slot = lock(&self.spare);
         slot.closed = true;
@@ -446,23 +449,24 @@ impl Inner {
         if let Some(j) = ready {
             self.discard(j);
         }
+        self.cgroup_remover.flush();
     }
 
     /// Kill what is left in the jail's cgroup (v2 `cgroup.kill`; v1 relies on the UID-wide
-    /// kill) and remove it, waiting briefly for exiting processes. Returns whether it is gone.
-    fn remove_cgroup(cg: &RequestCgroup) -> bool {
+    /// kill), wait briefly for exiting processes, and once it is empty have it removed in the
+    /// background. Returns whether it is empty.
+    fn empty_cgroup(&self, cg: &RequestCgroup) -> bool {
         let _ = cg.kill();
         let start = Instant::now();
-        while !cg.is_empty() && start.elapsed() < Duration::from_secs(2) {
+        while !cg.is_empty() {
+            if start.elapsed() > Duration::from_secs(2) {
+                tracing::error!(dirs = ?cg.dirs, "jail cgroup still has processes");
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(2));
         }
-        match cg.remove() {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(error = %e, "jail cgroup not removed");
-                false
-            }
-        }
+        self.cgroup_remover.remove_later(cg.clone());
+        true
     }
 
     /// Run the reclaim helper and wait for it.
@@ -497,7 +501,7 @@ impl Inner {
             .as_mut()
             .and_then(|c| wait_bounded(c, JAIL_CLEANUP))
             .is_some_and(|s| s.success());
-        let cgroup_gone = cgroup.as_ref().is_none_or(Self::remove_cgroup);
+        let cgroup_empty = cgroup.as_ref().is_none_or(|c| self.empty_cgroup(c));
         let fast = jail_clean
             && match rustix::fs::unlinkat(
                 rustix::fs::CWD,
@@ -508,7 +512,7 @@ impl Inner {
                 Ok(()) | Err(rustix::io::Errno::NOENT) => true,
                 Err(_) => false,
             };
-        if fast && cgroup_gone {
+        if fast && cgroup_empty {
             if let (Some(pool), Some(lease)) = (&self.pool, lease) {
                 lock(pool).release(lease);
                 self.refill();
@@ -526,7 +530,7 @@ impl Inner {
             // Killed by the helper if it was still running: collect it.
             let _ = wait(&mut c);
         }
-        let cgroup_gone = cgroup_gone || cgroup.as_ref().is_none_or(Self::remove_cgroup);
+        let cgroup_empty = cgroup_empty || cgroup.as_ref().is_none_or(|c| self.empty_cgroup(c));
         let Some(lease) = lease else {
             if let Err(e) = res {
                 tracing::error!(jail = %name, error = %e, "reclaim failed");
@@ -548,7 +552,7 @@ impl Inner {
             ),
             Err(rustix::io::Errno::NOENT)
         );
-        match (&res, left.is_empty(), dir_gone && cgroup_gone) {
+        match (&res, left.is_empty(), dir_gone && cgroup_empty) {
             (Ok(()), true, true) => {
                 if let Some(pool) = &self.pool {
                     lock(pool).release(lease);
@@ -719,11 +723,11 @@ impl Inner {
 
         let cap = spec.output_bytes.saturating_mul(8).saturating_add(1 << 20);
         let raw = stdout.map(|mut s| read_reply(&mut s, cap));
+        // The watcher sees `done` and ends on its own (dropping the jail's stdin, which the jail
+        // no longer reads); joining it would put a thread wake-up on the reply's path.
         done.store(true, Ordering::SeqCst);
         cancel.poke();
-        if let Some(w) = watcher {
-            let _ = w.join();
-        }
+        drop(watcher);
         let stats = cgroup.as_ref().map(|c| c.stats());
         // The supervisor's part of the audit record: identity, cgroup, request-wide memory.
         crate::record::update(&spec.record, |r| {
