@@ -21,7 +21,7 @@ use crate::confine::{Creds, Report, Sandbox};
 use crate::protocol::{ErrorKind, Header, JailOp, Prepare, Reply, write_frame};
 use crate::request::{Operation, Outcome, RequestError, RequestSpec};
 use crate::run::KILL_GRACE;
-use crate::uid::{Lease, UidPool, processes_in_range};
+use crate::uid::{Lease, UidPool, proc_uid, processes_in_range};
 
 /// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
 const NPROC_HEADROOM: u64 = 16;
@@ -880,16 +880,6 @@ fn read_reply(r: &mut impl Read, cap: u64) -> Result<Option<Vec<u8>>, RequestErr
         Ok(Some((t, _))) => Err(internal(format!("unexpected frame {t} from the jail"))),
         Err(e) => Err(internal(format!("reading the jail's reply: {e}"))),
     }
-}
-
-fn proc_uid(pid: i32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 impl Runner for Confined {

@@ -220,6 +220,17 @@ pub fn processes_in_range(proc_root: &Path, first: u32, count: u32) -> Vec<i32> 
     pids
 }
 
+/// The real UID of process `pid` (None once it is gone).
+pub fn proc_uid(pid: i32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -142,7 +142,7 @@ impl Server {
         let idle: Vec<u32> = self.idle_jails().iter().filter_map(|j| j.uid).collect();
         jail::uid::processes_in_range(Path::new("/proc"), first, count)
             .into_iter()
-            .filter(|pid| proc_uid(*pid).is_none_or(|u| !idle.contains(&u)))
+            .filter(|pid| jail::uid::proc_uid(*pid).is_none_or(|u| !idle.contains(&u)))
             .collect()
     }
 
@@ -195,17 +195,6 @@ pub fn idle_jails_in(log: &str) -> Vec<IdleJail> {
         }
     }
     idle
-}
-
-/// The real UID of `pid` (None once it is gone).
-pub fn proc_uid(pid: i32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// A UID range no other server of this test process (or a concurrent one) uses.
