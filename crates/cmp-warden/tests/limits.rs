@@ -254,3 +254,74 @@ fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed()
     }
     go(&s, "generate", &["-dir", &dir]).expect("still serving");
 }
+
+/// Overlapping requests (`SLOW` sleeps 1 s), each answered or refused.
+fn overlapping(s: &Server, dir: &str, n: usize) -> Vec<CallResult> {
+    go_client();
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (sock, d) = (s.sock.clone(), dir.to_owned());
+            std::thread::spawn(move || {
+                let out = std::process::Command::new(go_client())
+                    .arg("-socket")
+                    .arg(&sock)
+                    .args(["-rpc", "generate", "-dir", &d])
+                    .output()
+                    .expect("go client");
+                parse_client_output(&out)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("thread"))
+        .collect()
+}
+
+const SLOW: &str = "  generate:\n    command: [sh, -c, \"sleep 1; cat cm.yaml\"]\n";
+
+/// The spare jail prepared ahead holds one UID of the pool while idle. With a pool of two, two
+/// overlapping requests are both served, round after round — the second waits for the spare
+/// being prepared rather than failing its own lease — and a third at the same time is refused
+/// with ResourceExhausted; nothing is left.
+#[test]
+fn a_pool_of_two_uids_serves_two_overlapping_requests_and_refuses_a_third() {
+    if !is_root() {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[]);
+    let text = std::fs::read_to_string(&pol_file).expect("policy");
+    let narrowed = text.replacen(
+        &format!("uidRange: {{first: {first}, count: {count}}}"),
+        &format!("uidRange: {{first: {first}, count: 2}}"),
+        1,
+    );
+    assert_ne!(text, narrowed, "policy fixture: uidRange");
+    std::fs::write(&pol_file, narrowed).expect("write policy");
+    let s = Server::start(
+        &plugin(SLOW),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let dir = r.path().to_str().expect("utf8");
+    let want = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm"}}"#;
+    for round in 0..3 {
+        for (i, res) in overlapping(&s, dir, 2).into_iter().enumerate() {
+            let v =
+                res.unwrap_or_else(|e| panic!("round {round}, request {i}: {e:?}\n{}", s.logs()));
+            assert_eq!(v["manifests"][0], want);
+        }
+        // Both UIDs back in the pool (one of them with the next spare) before the next round.
+        assert_nothing_left(&s, first, 2);
+    }
+    let results = overlapping(&s, dir, 3);
+    let refused: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(refused.len(), 1, "{results:?}");
+    let (code, msg) = refused[0];
+    assert_eq!(*code, 8, "ResourceExhausted: {msg}");
+    assert!(msg.contains("no sandbox UID free"), "{msg}");
+    assert_nothing_left(&s, first, 2);
+    assert!(!s.logs().contains("quarantined"), "{}", s.logs());
+}
