@@ -38,24 +38,55 @@ fn p90(mut v: Vec<Duration>) -> f64 {
 struct Timed {
     wall: Vec<Duration>,
     /// CPU time (user + system) of this process — every thread, the spare-jail starter
-    /// included — plus every child it reaped (jails, their commands, bwrap), per iteration.
+    /// included — plus every child it reaped (jails, their commands, bwrap) or still has
+    /// (the jail factory), per iteration.
     /// What a wall-clock median hides when work moves to another core.
     cpu_ms: f64,
 }
 
-/// User + system time of this process and of its reaped children (`/proc/self/stat` fields
-/// 14–17, in clock ticks: coarse per call, exact enough over hundreds of iterations).
+/// User + system time of this process, of its reaped children, and of its children still
+/// running (the jail factory, which forks every jail, lives as long as its runner; a spare
+/// jail): `/proc/PID/stat` fields 14–17, in clock ticks — coarse per call, exact enough over
+/// hundreds of iterations. A child counted live at the start and reaped by the end is counted
+/// once: its earlier part is in the start's sum.
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let after_comm = &stat[stat.rfind(')').expect("stat") + 2..];
-    let ticks: u64 = after_comm
+    let me = std::process::id();
+    let mut ticks = stat_cpu_ticks(&format!("/proc/{me}/stat")).expect("/proc/self/stat");
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let path = format!("/proc/{pid}/stat");
+        if pid != me
+            && std::fs::read_to_string(&path).is_ok_and(|s| stat_ppid(&s) == Some(me))
+            && let Some(t) = stat_cpu_ticks(&path)
+        {
+            ticks += t;
+        }
+    }
+    let hz = rustix::param::clock_ticks_per_second();
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
+/// The fields after the parenthesised command name of a `/proc/PID/stat` line.
+fn after_comm(stat: &str) -> Option<&str> {
+    stat.rfind(')').and_then(|i| stat.get(i + 2..))
+}
+
+fn stat_ppid(stat: &str) -> Option<u32> {
+    after_comm(stat)?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// utime + stime + cutime + cstime.
+fn stat_cpu_ticks(path: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    after_comm(&stat)?
         .split_whitespace()
         .skip(11)
         .take(4)
-        .map(|f| f.parse::<u64>().expect("stat field"))
-        .sum();
-    let hz = rustix::param::clock_ticks_per_second();
-    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+        .map(|f| f.parse::<u64>().ok())
+        .sum()
 }
 
 /// How iterations follow each other.

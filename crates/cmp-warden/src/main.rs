@@ -64,12 +64,12 @@ fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::O
     args
 }
 
-/// The jail and the reclaim helper are this binary re-executed by the supervisor with an
+/// The jail factory (which forks every jail) and the reclaim helper are this binary re-executed by the supervisor with an
 /// internal first argument and a cleared environment: dispatch them before anything else.
 fn internal_entry() -> Option<ExitCode> {
     let args: Vec<String> = std::env::args().collect();
     let which = args.get(1)?.as_str();
-    if which != jail::child::JAIL_ARG && which != jail::child::RECLAIM_ARG {
+    if which != jail::factory::FACTORY_ARG && which != jail::child::RECLAIM_ARG {
         return None;
     }
     let mut rest = &args[2..];
@@ -89,8 +89,8 @@ fn internal_entry() -> Option<ExitCode> {
         }
     }
     logging::init(&level, json);
-    let code = if which == jail::child::JAIL_ARG {
-        jail::child::jail_main()
+    let code = if which == jail::factory::FACTORY_ARG {
+        jail::factory::factory_main()
     } else {
         jail::child::reclaim_main(rest)
     };

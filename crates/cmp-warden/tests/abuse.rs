@@ -329,3 +329,100 @@ fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
     assert!(request_cgroups(b.first).is_empty());
     assert!(!b.s.logs().contains("quarantined"), "{}", b.s.logs());
 }
+
+/// The server's child processes: (pid, real UID, state, command line).
+fn children_of(parent: u32) -> Vec<(u32, Option<u32>, String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let (Some(state), Some(ppid)) = (f.next(), f.next()) else {
+            continue;
+        };
+        if ppid.parse::<u32>().ok() != Some(parent) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .unwrap_or_default();
+        out.push((
+            pid,
+            jail::uid::proc_uid(pid as i32),
+            state.to_owned(),
+            cmdline,
+        ));
+    }
+    out
+}
+
+/// Jails are forked by the jail factory but are the server's own children (it waits for,
+/// reaps and accounts them); a factory that dies — killed from outside here — is restarted
+/// for the next jail, and requests go on being answered with nothing left behind.
+#[test]
+fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
+    if !is_root() {
+        return;
+    }
+    let b = bed(&[]);
+    b.honest(2);
+    let server = b.s.child.as_ref().expect("running").id();
+    let factory = |kids: &[(u32, Option<u32>, String, String)]| {
+        kids.iter()
+            .filter(|(_, uid, _, cmd)| *uid == Some(0) && cmd.contains("__factory"))
+            .map(|k| k.0)
+            .collect::<Vec<_>>()
+    };
+    let kids = children_of(server);
+    let first = factory(&kids);
+    assert_eq!(first.len(), 1, "one factory: {kids:?}");
+    // The idle spare jail (its leased UID) is the server's child, not the factory's.
+    let idle = b.s.idle_jails();
+    assert_eq!(idle.len(), 1, "{idle:?}");
+    assert!(
+        kids.iter()
+            .any(|(_, uid, _, _)| uid.is_some() && *uid == idle[0].uid),
+        "the spare jail is not a child of the server: {kids:?} (spare {idle:?})"
+    );
+    assert!(
+        children_of(first[0]).is_empty(),
+        "the factory keeps no child"
+    );
+
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(first[0] as i32).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill the factory");
+    b.honest(3);
+    let logs = b.s.logs();
+    assert!(
+        logs.contains("the jail factory failed; restarting it"),
+        "{logs}"
+    );
+    let kids = children_of(server);
+    let second = factory(&kids);
+    assert_eq!(second.len(), 1, "one factory again: {kids:?}");
+    assert_ne!(first, second, "a new factory");
+    b.assert_clean();
+    // Every jail that ran was reaped by the server (the dead factory too): no zombie child.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let zombies: Vec<_> = children_of(server)
+            .into_iter()
+            .filter(|(_, _, st, _)| st == "Z")
+            .collect();
+        if zombies.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "unreaped children: {zombies:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,5 +1,6 @@
-//! Entry points of the short-lived processes the supervisor re-executes itself as:
-//! the per-request jail (`__jail`) and the reclaim helper (`__reclaim`).
+//! Entry points of the processes that run apart from the supervisor: the per-request jail
+//! (forked by the jail factory, `crate::factory`) and the reclaim helper (our binary
+//! re-executed as `__reclaim`).
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -13,8 +14,6 @@ use crate::confine::{HOME_DIR, REPO_DIR, TMP_DIR, confine};
 use crate::protocol::{ErrorKind, FrameReader, Header, JailOp, Prepare, Reply, read_json_frame};
 use crate::request::{Operation, RequestError, RequestSpec, extract, run_operation};
 
-/// The argument that selects the jail entry point.
-pub const JAIL_ARG: &str = "__jail";
 /// The argument that selects the reclaim helper.
 pub const RECLAIM_ARG: &str = "__reclaim";
 

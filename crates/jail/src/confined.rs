@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use crate::Runner;
 use crate::cancel::CancelToken;
 use crate::cgroup::RequestCgroup;
-use crate::child::{JAIL_ARG, RECLAIM_ARG, ReclaimArgs};
+use crate::child::{RECLAIM_ARG, ReclaimArgs};
 use crate::confine::{Creds, Report, Sandbox};
+use crate::factory::{Factory, JailProcess};
 use crate::protocol::{ErrorKind, Header, JailOp, Prepare, Reply, write_frame};
 use crate::request::{Operation, Outcome, RequestError, RequestSpec};
 use crate::run::KILL_GRACE;
@@ -53,9 +54,11 @@ pub struct ConfinedConfig {
 struct Jail {
     /// Its directory's (and cgroup's) name.
     name: String,
-    child: Option<Child>,
+    process: Option<JailProcess>,
     /// The write end of its stdin while it waits for a request.
-    stdin: Option<ChildStdin>,
+    stdin: Option<std::fs::File>,
+    /// The read end of its stdout (its reply).
+    stdout: Option<std::fs::File>,
     lease: Option<Lease>,
     creds: Option<Creds>,
     cgroup: Option<RequestCgroup>,
@@ -100,6 +103,8 @@ struct Inner {
     spare: Mutex<SpareSlot>,
     spare_changed: Condvar,
     cgroup_remover: crate::cgroup::Remover,
+    /// Forks the jails.
+    factory: Factory,
     /// Numbers jail names (with our PID: unique on this host).
     seq: AtomicU64,
 }
@@ -119,6 +124,7 @@ impl Confined {
     /// A runner; call [`Confined::sweep`] and [`Confined::probe`] before serving.
     pub fn new(mut cfg: ConfinedConfig) -> Self {
         let pool = cfg.pool.take().map(Mutex::new);
+        let factory = Factory::new(cfg.exe.clone(), cfg.log_args.clone());
         Confined {
             inner: Arc::new(Inner {
                 cfg,
@@ -129,6 +135,7 @@ impl Confined {
                 spare: Mutex::default(),
                 spare_changed: Condvar::new(),
                 cgroup_remover: crate::cgroup::Remover::new(),
+                factory,
                 seq: AtomicU64::new(0),
             }),
         }
@@ -148,6 +155,12 @@ impl Confined {
                 p.capacity(),
             )
         })
+    }
+
+    /// The jail factory's PID while it runs: its CPU (each jail's fork) is not in a
+    /// supervisor's children's times until it exits, so a benchmark adds it.
+    pub fn factory_pid(&self) -> Option<u32> {
+        self.inner.factory.pid()
     }
 
     /// Extra directories the probe's confined extractor must fail to write into.
@@ -215,24 +228,16 @@ impl Drop for Confined {
 }
 
 impl Inner {
-    fn spawn(
-        &self,
-        arg: &str,
-        extra: &[String],
-        stdin: bool,
-        stdout: bool,
-    ) -> std::io::Result<Child> {
+    /// Start the reclaim helper (our binary, exec'd: it runs rarely and must not depend on
+    /// the factory being healthy).
+    fn spawn_helper(&self, extra: &[String]) -> std::io::Result<Child> {
         let mut cmd = Command::new(&self.cfg.exe);
-        cmd.arg(arg)
+        cmd.arg(RECLAIM_ARG)
             .args(&self.cfg.log_args)
             .args(extra)
             .env_clear()
-            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-            .stdout(if stdout {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         crate::reaper::spawn_tracked(&mut cmd)
     }
@@ -242,8 +247,9 @@ impl Inner {
     fn prepare(self: &Arc<Self>) -> Result<Jail, RequestError> {
         let mut jail = Jail {
             name: String::new(),
-            child: None,
+            process: None,
             stdin: None,
+            stdout: None,
             lease: None,
             creds: None,
             cgroup: None,
@@ -296,11 +302,13 @@ impl Inner {
             cgroup: jail.cgroup.clone(),
         };
         let body = serde_json::to_vec(&prep).map_err(|e| internal(e.to_string()))?;
-        let mut child = self
-            .spawn(JAIL_ARG, &[], true, true)
+        let forked = self
+            .factory
+            .fork()
             .map_err(|e| internal(format!("cannot start the jail: {e}")))?;
-        let mut stdin = child.stdin.take();
-        jail.child = Some(child);
+        let mut stdin = Some(forked.stdin);
+        jail.process = Some(forked.process);
+        jail.stdout = Some(forked.stdout);
         // A write error means the jail already stopped; its reply says why.
         if let Some(w) = stdin.as_mut()
             && write_frame(w, b'P', &body)
@@ -357,7 +365,7 @@ impl Inner {
     /// `jail` if it is still running; a spare that died while idle is reclaimed.
     fn alive_or_discard(self: &Arc<Self>, mut jail: Jail) -> Option<Jail> {
         if jail
-            .child
+            .process
             .as_mut()
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
         {
@@ -449,6 +457,7 @@ impl Inner {
         if let Some(j) = ready {
             self.discard(j);
         }
+        self.factory.stop();
         self.cgroup_remover.flush();
     }
 
@@ -472,7 +481,7 @@ impl Inner {
     /// Run the reclaim helper and wait for it.
     fn helper(&self, args: &ReclaimArgs) -> Result<(), String> {
         let mut child = self
-            .spawn(RECLAIM_ARG, &args.to_args(), false, false)
+            .spawn_helper(&args.to_args())
             .map_err(|e| format!("cannot start the reclaim helper: {e}"))?;
         match wait(&mut child) {
             Ok(s) if s.success() => Ok(()),
@@ -487,7 +496,7 @@ impl Inner {
     fn finish(self: &Arc<Self>, jail: Jail) {
         let Jail {
             name,
-            child: mut jail_child,
+            process: mut jail_child,
             stdin,
             lease,
             cgroup,
@@ -528,7 +537,7 @@ impl Inner {
         });
         if let Some(mut c) = jail_child {
             // Killed by the helper if it was still running: collect it.
-            let _ = wait(&mut c);
+            let _ = c.wait();
         }
         let cgroup_empty = cgroup_empty || cgroup.as_ref().is_none_or(|c| self.empty_cgroup(c));
         let Some(lease) = lease else {
@@ -623,7 +632,7 @@ impl Inner {
         let mut jail = self.take(&request)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
         let mut stdin = jail.stdin.take();
-        let stdout = jail.child.as_mut().and_then(|c| c.stdout.take());
+        let stdout = jail.stdout.take();
         // From here on the request owns the jail: reclaim finds it by the request's name.
         lock(&self.pending).insert(request.clone(), jail);
 
@@ -837,26 +846,14 @@ fn wait(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
 
 /// Wait for a jail that has replied and is cleaning up; `None` if it takes longer than
 /// `limit` (the slow path then kills its UID). Sleeps on a pidfd where the kernel has them.
-fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+fn wait_bounded(jail: &mut JailProcess, limit: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
-    let pidfd = rustix::process::Pid::from_raw(child.id() as i32)
-        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     loop {
-        match child.try_wait() {
-            Ok(Some(s)) => {
-                crate::reaper::untrack(child.id() as i32);
-                return Some(s);
+        match jail.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if start.elapsed() < limit => {
+                jail.wait_exit_for(limit.saturating_sub(start.elapsed()));
             }
-            Ok(None) if start.elapsed() < limit => match &pidfd {
-                // Readable once the process has exited.
-                Some(fd) => {
-                    let left = limit.saturating_sub(start.elapsed());
-                    let timeout = rustix::event::Timespec::try_from(left).ok();
-                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-                    let _ = rustix::event::poll(&mut fds, timeout.as_ref());
-                }
-                None => std::thread::sleep(Duration::from_micros(200)),
-            },
             _ => return None,
         }
     }

@@ -12,6 +12,7 @@ pub mod cgroup;
 pub mod child;
 pub mod confine;
 pub mod confined;
+pub mod factory;
 pub mod namespaces;
 pub mod privilege;
 pub mod protocol;

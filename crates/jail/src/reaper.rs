@@ -26,6 +26,15 @@ pub(crate) fn spawn_tracked(
     Ok(child)
 }
 
+/// Track the child `create` makes (and returns the PID of) atomically with its creation, as
+/// [`spawn_tracked`] does for a `Command`.
+pub(crate) fn track_pid(create: impl FnOnce() -> std::io::Result<i32>) -> std::io::Result<i32> {
+    let mut set = tracked().lock().unwrap_or_else(|e| e.into_inner());
+    let pid = create()?;
+    set.insert(pid);
+    Ok(pid)
+}
+
 /// The runner reaped `pid`.
 pub(crate) fn untrack(pid: i32) {
     tracked()

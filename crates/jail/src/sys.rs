@@ -137,10 +137,8 @@ pub enum Forked {
     Child,
 }
 
-/// `fork(2)`, only when the calling process has exactly one thread (checked in
-/// `/proc/self/status`), so the child starts with consistent memory (no lock held by a thread
-/// that does not exist in it) and may go on running ordinary Rust.
-pub fn fork_single_threaded() -> io::Result<Forked> {
+/// Refuse unless the calling process has exactly one thread (from `/proc/self/status`).
+fn single_threaded(who: &str) -> io::Result<()> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     let threads = status
         .lines()
@@ -148,9 +146,17 @@ pub fn fork_single_threaded() -> io::Result<Forked> {
         .and_then(|v| v.trim().parse::<u32>().ok());
     if threads != Some(1) {
         return Err(io::Error::other(format!(
-            "fork refused: the jail must be single-threaded here (Threads: {threads:?})"
+            "fork refused: {who} must be single-threaded here (Threads: {threads:?})"
         )));
     }
+    Ok(())
+}
+
+/// `fork(2)`, only when the calling process has exactly one thread (checked in
+/// `/proc/self/status`), so the child starts with consistent memory (no lock held by a thread
+/// that does not exist in it) and may go on running ordinary Rust.
+pub fn fork_single_threaded() -> io::Result<Forked> {
+    single_threaded("the jail")?;
     // SAFETY: the process has a single thread (checked just above; the jail starts no thread
     // before confinement), so no other thread can hold a lock or be mid-update of memory the
     // child inherits; the child continues with ordinary, allocation-safe code.
@@ -159,6 +165,27 @@ pub fn fork_single_threaded() -> io::Result<Forked> {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Forked::Child),
         p => Ok(Forked::Parent(p)),
+    }
+}
+
+/// Like [`fork_single_threaded`], but the new process is a child of the caller's parent
+/// (`clone(CLONE_PARENT)`), not of the caller: the jail factory forks jails that the
+/// supervisor waits for, reaps and accounts as its own children.
+pub fn fork_for_parent_single_threaded() -> io::Result<Forked> {
+    single_threaded("the jail factory")?;
+    let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: the raw clone(2) with no new stack behaves as fork(2) does: the child continues
+    // on a copy-on-write copy of this stack. The process has a single thread (checked above),
+    // so no lock is held and no memory is mid-update in the copy. glibc's fork bookkeeping is
+    // skipped: its cached thread ID in the child still names the factory, which only
+    // pthread calls on the calling thread's own ID (scheduling, error-checking mutexes) would
+    // read; the jail makes none (std's locks are futex-based and it names threads through
+    // their own handles). Arguments are plain integers; no pointer is passed.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        p => Ok(Forked::Parent(p as i32)),
     }
 }
 
