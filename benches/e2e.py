@@ -6,8 +6,9 @@ measurement). generate is `cat` of one small file, so what is measured is the se
 hand the stream to a confined jail, extract, run the command, reply. Reported:
 - server-side latency p50/p99 (first message to response, from the server's own log) and the
   client's wall time;
-- the floor on the same data in the same run: `cmp-warden archive extract` (unconfined, one
-  process) plus a bare `cat`; GNU `tar -xzf` is shown beside it;
+- the floor on the same data in the same run, alternating with the requests (one floor
+  measurement before each request): `cmp-warden archive extract` (unconfined, one process)
+  plus a bare `cat`; GNU `tar -xzf` is shown beside it;
 - throughput and latency at concurrency 1, 4 and 16 on the medium repo, and peak memory:
   the server process (VmHWM) and the whole tree (server + jails + commands, sampled).
 Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed emptyDir would.
@@ -68,23 +69,19 @@ def one(cmd):
     return dt
 
 
-def floor(binary, work, repo, tgz, runs):
-    ours, tar, cat = [], [], []
-    for i in range(runs):
-        for who, lst in (("ours", ours), ("tar", tar)):
-            dest = os.path.join(work, f"floor-{who}")
-            os.makedirs(dest)
-            if who == "ours":
-                cmd = [binary, "archive", "extract", "--max-compressed", "1Gi", "--into", dest, tgz]
-            else:
-                cmd = ["tar", "-xzf", tgz, "-C", dest]
-            dt, r = timed(cmd)
-            if r.returncode != 0:
-                sys.exit(f"floor extract failed: {r.stderr.decode()}")
-            lst.append(dt)
-            shutil.rmtree(dest)
-        cat.append(timed(["cat", os.path.join(repo, "manifest.yaml")])[0])
-    return median(ours), median(tar), median(cat)
+def extract_once(binary, work, tgz, who):
+    """One floor extraction into a fresh directory: ours (unconfined) or GNU tar."""
+    dest = os.path.join(work, f"floor-{who}")
+    os.makedirs(dest)
+    if who == "ours":
+        cmd = [binary, "archive", "extract", "--max-compressed", "1Gi", "--into", dest, tgz]
+    else:
+        cmd = ["tar", "-xzf", tgz, "-C", dest]
+    dt, r = timed(cmd)
+    if r.returncode != 0:
+        sys.exit(f"floor extract failed: {r.stderr.decode()}")
+    shutil.rmtree(dest)
+    return dt
 
 
 def run(binary, quick):
@@ -104,11 +101,19 @@ def run(binary, quick):
             tgz = os.path.join(work, name + ".tgz")
             pack(repo, tgz)
             repos[name] = (repo, tgz)
-            f_ours, f_tar, f_cat = floor(binary, work, repo, tgz, 2 if quick else min(runs, 5))
             cmd = client_cmd(binary, srv.sock, repo, tgz)
             one(cmd)  # warm-up (page cache, spare jail)
+            extract_once(binary, work, tgz, "ours")
             mark = srv.mark()
-            wall = [one(cmd) for _ in range(runs)]
+            # A/B alternation: each request follows one measurement of the floor (and GNU tar),
+            # so both see the same moment of a noisy machine.
+            wall, f_ours, f_tar, f_cat = [], [], [], []
+            for _ in range(runs):
+                f_ours.append(extract_once(binary, work, tgz, "ours"))
+                f_tar.append(extract_once(binary, work, tgz, "tar"))
+                f_cat.append(timed(["cat", os.path.join(repo, "manifest.yaml")])[0])
+                wall.append(one(cmd))
+            f_ours, f_tar, f_cat = median(f_ours), median(f_tar), median(f_cat)
             server = srv.server_seconds(mark)
             if len(server) != runs:
                 sys.exit(f"expected {runs} finished requests in the server log, found {len(server)}")

@@ -411,6 +411,39 @@ fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
     let second = factory(&kids);
     assert_eq!(second.len(), 1, "one factory again: {kids:?}");
     assert_ne!(first, second, "a new factory");
+
+    // A factory that stops answering (SIGSTOP) is given up after its answer timeout (5 s)
+    // and replaced: the request after the stop takes the spare made before it, the next
+    // spare comes from the replacement.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(second[0] as i32).expect("pid"),
+        rustix::process::Signal::STOP,
+    )
+    .expect("stop the factory");
+    b.honest(1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let third: Vec<u32> = loop {
+        let now = factory(&children_of(server));
+        if now.len() == 1 && now != second && b.s.idle_jails().len() == 1 {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped factory was not replaced: {now:?}\n{}",
+            b.s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    b.honest(2);
+    assert_eq!(
+        factory(&children_of(server)),
+        third,
+        "the replacement serves on"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{}", second[0])).exists(),
+        "the stopped factory was killed and reaped"
+    );
     b.assert_clean();
     // Every jail that ran was reaped by the server (the dead factory too): no zombie child.
     let deadline = Instant::now() + Duration::from_secs(5);

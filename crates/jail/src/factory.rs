@@ -34,6 +34,9 @@ pub const FACTORY_ARG: &str = "__factory";
 /// Ask for a jail (with its stdin and stdout as two `SCM_RIGHTS` descriptors).
 const FORK: u8 = b'F';
 
+/// How long the factory may take to answer a fork (normally well under a millisecond).
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A jail process: the supervisor's child, forked by the factory.
 #[derive(Debug)]
 pub(crate) struct JailProcess {
@@ -161,7 +164,7 @@ impl Factory {
         Err(last.unwrap_or_else(|| std::io::Error::other("jail factory unavailable")))
     }
 
-    /// Stop the factory (it exits when its control socket closes) and reap it.
+    /// Stop the factory and reap it.
     pub(crate) fn stop(&self) {
         if let Some(r) = lock(&self.running).take() {
             r.stop();
@@ -174,6 +177,13 @@ impl Factory {
             SocketType::SEQPACKET,
             SocketFlags::CLOEXEC,
             None,
+        )?;
+        // A factory that stops answering (stopped, wedged) fails the fork instead of holding
+        // every later jail: the caller restarts it.
+        rustix::net::sockopt::set_socket_timeout(
+            &ours,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(ANSWER_TIMEOUT),
         )?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg(FACTORY_ARG)
@@ -241,9 +251,12 @@ impl Running {
         })
     }
 
+    /// Close its socket and kill it (it holds nothing of any jail, and a stopped or wedged
+    /// factory would never see the socket close), then reap it.
     fn stop(self) {
         let Running { mut child, ctl } = self;
         drop(ctl);
+        let _ = child.kill();
         let _ = child.wait();
         crate::reaper::untrack(child.id() as i32);
     }
