@@ -97,8 +97,9 @@ def _sandbox_md(s, L):
     L += ["", f"### Sandbox cost per request and per command ({s['iterations']} iterations per case)", "",
           f"Paced: {s['gap_ms']} ms untimed before each iteration (requests arriving apart: the spare jail is "
           "ready). Back to back: one after the other (the CPU per request bounds the rate). Wall times are "
-          "medians in ms. CPU: user + system time of the bench process (all threads) and of every child it "
-          "reaped (jails, their commands, bwrap), per iteration, back to back.", "",
+          "medians in ms. CPU: user + system time of the bench process (all threads), of every child it "
+          "reaped (jails, their commands, bwrap) and of those it still has (the jail factory), per iteration, "
+          "back to back.", "",
           "| case | paced | back to back | paced ÷ bwrap | CPU ms per request |",
           "| --- | --- | --- | --- | --- |"]
     f = lambda v: f"{v:.3f}" if v is not None else "—"

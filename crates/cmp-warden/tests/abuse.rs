@@ -363,6 +363,18 @@ fn children_of(parent: u32) -> Vec<(u32, Option<u32>, String, String)> {
     out
 }
 
+/// `probe`'s answer once it has one (polled for up to 20 s).
+fn settle<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Jails are forked by the jail factory but are the server's own children (it waits for,
 /// reaps and accounts them); a factory that dies — killed from outside here — is restarted
 /// for the next jail, and requests go on being answered with nothing left behind.
@@ -374,30 +386,36 @@ fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
     let b = bed(&[]);
     b.honest(2);
     let server = b.s.child.as_ref().expect("running").id();
-    let factory = |kids: &[(u32, Option<u32>, String, String)]| {
-        kids.iter()
-            .filter(|(_, uid, _, cmd)| *uid == Some(0) && cmd.contains("__factory"))
-            .map(|k| k.0)
-            .collect::<Vec<_>>()
+    // The factory: the server's child running as root with the factory's command line. A jail
+    // it has just forked carries the same until it switches to its UID (microseconds), so
+    // wait for exactly one such process.
+    let factory = |not: Option<u32>| {
+        settle("exactly one factory", || {
+            let found: Vec<u32> = children_of(server)
+                .into_iter()
+                .filter(|(_, uid, _, cmd)| *uid == Some(0) && cmd.contains("__factory"))
+                .map(|k| k.0)
+                .collect();
+            match found[..] {
+                [pid] if Some(pid) != not => Some(pid),
+                _ => None,
+            }
+        })
     };
-    let kids = children_of(server);
-    let first = factory(&kids);
-    assert_eq!(first.len(), 1, "one factory: {kids:?}");
+    let first = factory(None);
     // The idle spare jail (its leased UID) is the server's child, not the factory's.
     let idle = b.s.idle_jails();
     assert_eq!(idle.len(), 1, "{idle:?}");
-    assert!(
-        kids.iter()
-            .any(|(_, uid, _, _)| uid.is_some() && *uid == idle[0].uid),
-        "the spare jail is not a child of the server: {kids:?} (spare {idle:?})"
-    );
-    assert!(
-        children_of(first[0]).is_empty(),
-        "the factory keeps no child"
-    );
+    settle("the spare jail among the server's children", || {
+        children_of(server)
+            .iter()
+            .any(|(_, uid, _, _)| uid.is_some() && *uid == idle[0].uid)
+            .then_some(())
+    });
+    assert!(children_of(first).is_empty(), "the factory keeps no child");
 
     rustix::process::kill_process(
-        rustix::process::Pid::from_raw(first[0] as i32).expect("pid"),
+        rustix::process::Pid::from_raw(first as i32).expect("pid"),
         rustix::process::Signal::KILL,
     )
     .expect("kill the factory");
@@ -407,41 +425,25 @@ fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
         logs.contains("the jail factory failed; restarting it"),
         "{logs}"
     );
-    let kids = children_of(server);
-    let second = factory(&kids);
-    assert_eq!(second.len(), 1, "one factory again: {kids:?}");
-    assert_ne!(first, second, "a new factory");
+    let second = factory(Some(first));
 
     // A factory that stops answering (SIGSTOP) is given up after its answer timeout (5 s)
     // and replaced: the request after the stop takes the spare made before it, the next
     // spare comes from the replacement.
     rustix::process::kill_process(
-        rustix::process::Pid::from_raw(second[0] as i32).expect("pid"),
+        rustix::process::Pid::from_raw(second as i32).expect("pid"),
         rustix::process::Signal::STOP,
     )
     .expect("stop the factory");
     b.honest(1);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let third: Vec<u32> = loop {
-        let now = factory(&children_of(server));
-        if now.len() == 1 && now != second && b.s.idle_jails().len() == 1 {
-            break now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stopped factory was not replaced: {now:?}\n{}",
-            b.s.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let third = factory(Some(second));
+    settle("a spare from the replacement", || {
+        (b.s.idle_jails().len() == 1).then_some(())
+    });
     b.honest(2);
-    assert_eq!(
-        factory(&children_of(server)),
-        third,
-        "the replacement serves on"
-    );
+    assert_eq!(factory(None), third, "the replacement serves on");
     assert!(
-        !Path::new(&format!("/proc/{}", second[0])).exists(),
+        !Path::new(&format!("/proc/{second}")).exists(),
         "the stopped factory was killed and reaped"
     );
     b.assert_clean();

@@ -157,12 +157,6 @@ impl Confined {
         })
     }
 
-    /// The jail factory's PID while it runs: its CPU (each jail's fork) is not in a
-    /// supervisor's children's times until it exits, so a benchmark adds it.
-    pub fn factory_pid(&self) -> Option<u32> {
-        self.inner.factory.pid()
-    }
-
     /// Extra directories the probe's confined extractor must fail to write into.
     pub fn set_probe_writes(&mut self, dirs: Vec<PathBuf>) {
         *lock(&self.inner.probe_writes) = dirs;

@@ -134,11 +134,6 @@ impl Factory {
         }
     }
 
-    /// The factory's PID, if it is running (benchmarks charge its CPU to the requests).
-    pub(crate) fn pid(&self) -> Option<u32> {
-        lock(&self.running).as_ref().map(|r| r.child.id())
-    }
-
     /// Fork a jail. A factory that has died is restarted once.
     pub(crate) fn fork(&self) -> std::io::Result<Spawned> {
         let mut running = lock(&self.running);
