@@ -9,7 +9,7 @@ filesystem's deletion history (the same archive took 0.36 s to 11.5 s), not the 
 """
 import os, shutil, subprocess, tempfile
 
-from common import log, median, make_tree, pack, tar_bytes, timed_rss
+from common import extract_cmd, log, median, make_tree, pack, tar_bytes, timed_rss
 
 
 def make_large(d, total):
@@ -29,11 +29,7 @@ def bench(name, tgz, binary, runs, work):
             dest = os.path.join(work, f"out-{who}")
             shutil.rmtree(dest, ignore_errors=True)
             os.makedirs(dest)
-            if who == "ours":
-                cmd = [binary, "archive", "extract", "--max-compressed", "1Gi", "--into", dest, tgz]
-            else:
-                cmd = ["tar", "-xzf", tgz, "-C", dest]
-            dt, r = timed_rss(cmd)
+            dt, r = timed_rss(extract_cmd(binary, who, tgz, dest))
             times[who].append(dt)
             rss[who] = max(rss[who], r)
     shutil.rmtree(os.path.join(work, "out-ours"), ignore_errors=True)

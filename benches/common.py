@@ -17,6 +17,14 @@ def build(quick):
     return os.path.join(ROOT, "target", "release", "cmp-warden")
 
 
+def extract_cmd(binary, who, tgz, dest):
+    """The command extracting `tgz` into `dest`: ours ("ours": `archive extract`, unconfined,
+    one process) or GNU tar ("tar")."""
+    if who == "ours":
+        return [binary, "archive", "extract", "--max-compressed", "1Gi", "--into", dest, tgz]
+    return ["tar", "-xzf", tgz, "-C", dest]
+
+
 def median(xs):
     return statistics.median(xs)
 

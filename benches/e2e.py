@@ -15,7 +15,7 @@ Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed e
 """
 import concurrent.futures as cf, json, os, shutil, subprocess, sys, tempfile, time
 
-from common import PeakTreeRss, log, make_tree, median, pack, pct, timed, vm_hwm_kib
+from common import PeakTreeRss, extract_cmd, log, make_tree, median, pack, pct, timed, vm_hwm_kib
 
 FULL_SIZES = [("small", 100, 400 << 10, 30), ("1k", 1000, 4 << 20, 20), ("medium", 5000, 20 << 20, 15),
               ("20k", 20_000, 80 << 20, 6), ("large", 50_000, 200 << 20, 5)]
@@ -73,11 +73,7 @@ def extract_once(binary, work, tgz, who):
     """One floor extraction into a fresh directory: ours (unconfined) or GNU tar."""
     dest = os.path.join(work, f"floor-{who}")
     os.makedirs(dest)
-    if who == "ours":
-        cmd = [binary, "archive", "extract", "--max-compressed", "1Gi", "--into", dest, tgz]
-    else:
-        cmd = ["tar", "-xzf", tgz, "-C", dest]
-    dt, r = timed(cmd)
+    dt, r = timed(extract_cmd(binary, who, tgz, dest))
     if r.returncode != 0:
         sys.exit(f"floor extract failed: {r.stderr.decode()}")
     shutil.rmtree(dest)
