@@ -385,6 +385,15 @@ pub fn serve_notifications(
                     String::new()
                 };
                 let verdict = f.verdict(nr, &args);
+                // Recorded before the answer: once the caller sees the call's result it may
+                // exit, and the jail may build its reply, at once; the record must be there.
+                let action = if verdict.is_some() { "denied" } else { "audited" };
+                AUDITED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(name.clone())
+                    .or_insert((0, comm.clone(), action))
+                    .0 += 1;
                 let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, verdict);
                 if first {
                     match verdict {
@@ -392,9 +401,6 @@ pub fn serve_notifications(
                         Some(errno) => tracing::info!(syscall = %name, pid, %comm, errno, "seccomp: denied"),
                     }
                 }
-                let mut a = AUDITED.lock().unwrap_or_else(|e| e.into_inner());
-                let action = if verdict.is_some() { "denied" } else { "audited" };
-                a.entry(name).or_insert((0, comm, action)).0 += 1;
             }
         })?;
     Ok(())
