@@ -137,13 +137,11 @@ impl Factory {
     /// Fork a jail. A factory that has died is restarted once.
     pub(crate) fn fork(&self) -> std::io::Result<Spawned> {
         let mut running = lock(&self.running);
-        let mut last = None;
-        for _ in 0..2 {
-            if running.is_none() {
-                *running = Some(self.start()?);
-            }
-            let Some(r) = running.as_mut() else {
-                continue;
+        let mut attempt = 0;
+        loop {
+            let r = match &mut *running {
+                Some(r) => r,
+                None => running.insert(self.start()?),
             };
             match r.fork() {
                 Ok(f) => return Ok(f),
@@ -152,11 +150,13 @@ impl Factory {
                     if let Some(old) = running.take() {
                         old.stop();
                     }
-                    last = Some(e);
+                    attempt += 1;
+                    if attempt == 2 {
+                        return Err(e);
+                    }
                 }
             }
         }
-        Err(last.unwrap_or_else(|| std::io::Error::other("jail factory unavailable")))
     }
 
     /// Stop the factory and reap it.
