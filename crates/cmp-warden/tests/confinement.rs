@@ -258,7 +258,13 @@ fn hostile_generator_through_the_server(namespaces: bool) {
     let (first, count) = write_policy(&pol_file, &edits);
     let s = Server::start(PLUGIN, &["--policy", pol_file.to_str().expect("utf8")]);
     // The supervisor itself kept only CAP_SETUID, CAP_SETGID and CAP_SETPCAP (bits 6, 7, 8),
-    // bounding set included.
+    // bounding set included. The socket is bound before the capability drop (as a TCP port
+    // below 1024 must be), so wait for the start-up report, which follows the drop.
+    let ready = Instant::now() + Duration::from_secs(10);
+    while !s.logs().contains("\"sandbox enforced\"") {
+        assert!(Instant::now() < ready, "no start-up report:\n{}", s.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let status = std::fs::read_to_string(format!(
         "/proc/{}/status",
         s.child.as_ref().expect("server").id()
