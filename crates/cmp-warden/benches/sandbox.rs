@@ -20,9 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use jail::confine::Sandbox;
-use jail::confined::{Confined, ConfinedConfig};
-use jail::{CancelToken, Operation, RequestSpec, Runner};
+use jail::{CancelToken, Operation, Owner, StartOptions, Supervisor};
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();
@@ -141,44 +139,36 @@ fn main() {
             cgroup: has("cgroup"),
         };
     }
-    let filter = jail::seccomp::compile(&policy.seccomp, policy.seccomp_mode, policy.network)
-        .expect("seccomp");
     let work = tempfile::Builder::new()
         .prefix("cmpw-bench")
         .tempdir()
         .expect("tmp");
-    std::fs::set_permissions(
-        work.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o1733),
-    )
-    .expect("chmod");
-    let make_runner = |first: u32, cgroups| {
+    // The supervisor exactly as `serve` starts it, one-shot (no sweep), but keeping this
+    // process's capabilities (bwrap and firejail, measured beside it, need them) and, for the
+    // first, without cgroups.
+    let make_runner = |first: u32, cgroups: bool| {
         // Its own UID range so that it never meets a running server's.
-        let pool = jail::uid::UidPool::from_image(first, 1000, Path::new("/")).expect("pool");
-        Confined::new(ConfinedConfig {
-            exe: PathBuf::from(env!("CARGO_BIN_EXE_cmp-warden")),
-            work_root: work.path().to_path_buf(),
-            pool: Some(pool),
-            sandbox: Sandbox::from_policy(&policy, Some(filter.clone())),
-            log_args: Vec::new(),
-            cgroups,
-        })
+        let mut p = policy.clone();
+        p.uid_first = first;
+        p.uid_count = 1000;
+        let mut opts = StartOptions::new(work.path().join(format!("r{first}")), Owner::OneShot);
+        opts.exe = PathBuf::from(env!("CARGO_BIN_EXE_cmp-warden"));
+        opts.cgroups = cgroups;
+        opts.drop_capabilities = false;
+        match Supervisor::start(&p, opts) {
+            Ok((s, e)) => Some((s, e)),
+            Err(e) if cgroups => {
+                eprintln!("sandbox bench: no per-request cgroups here: {e}");
+                None
+            }
+            Err(e) => panic!("supervisor: {e}"),
+        }
     };
-    let runner = make_runner(300_000, None);
+    let (runner_sup, _) = make_runner(300_000, false).expect("supervisor");
     // The same with per-request cgroups (v1 here: memory, pids, cpu), for their cost.
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let cg_runner =
-        jail::cgroup::detect(Path::new("/sys/fs/cgroup"), &own, None, "cmp-warden-bench")
-            .and_then(|l| jail::cgroup::prepare(&l, std::process::id()).map(|_| l))
-            .ok()
-            .map(|layout| {
-                let limits = jail::cgroup::CgroupLimits {
-                    memory_bytes: policy.limits.memory_bytes,
-                    pids: policy.limits.pids,
-                    cpu_millis: policy.limits.cpu_millis,
-                };
-                make_runner(301_000, Some((layout, limits)))
-            });
+    let cg_sup = make_runner(301_000, true).filter(|(_, e)| e.cgroups.is_some());
+    let runner = runner_sup.runner();
+    let cg_runner = cg_sup.as_ref().map(|(s, _)| s.runner());
     let src = tempfile::tempdir().expect("tmp");
     std::fs::write(src.path().join("a.yaml"), "a: 1\n").expect("write");
     let mut tgz = Vec::new();
@@ -197,23 +187,19 @@ fn main() {
     };
     let mut i = 0u64;
     let mut split: Vec<(Duration, Duration)> = Vec::new();
-    let mut request = |runner: &Confined,
+    let plan = runner_sup.plan();
+    let mut request = |runner: &std::sync::Arc<dyn jail::Runner>,
                        config: &plugin::PluginConfig,
                        split: &mut Vec<(Duration, Duration)>| {
         i += 1;
-        let spec = RequestSpec {
-            op: Operation::Generate,
-            config: config.clone(),
-            tree: work.path().join(format!("r{i}")),
-            app_rel_path: ".".into(),
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            archive: archive::Options::default(),
-            output_bytes: 1 << 20,
-            deadline: None,
-            deadline_limit: jail::TimeLimit::Client,
-            command_timeout: None,
-            record: Default::default(),
-        };
+        let spec = plan.request(
+            Operation::Generate,
+            config,
+            work.path().join(format!("r{i}")),
+            ".",
+            &[("PATH".into(), "/usr/bin:/bin".into())],
+            (None, jail::TimeLimit::Client),
+        );
         let t = Instant::now();
         let r = runner.execute(
             &spec,
@@ -262,6 +248,10 @@ fn main() {
             part(false),
             t.cpu_ms
         );
+        runner_sup.shutdown();
+        if let Some((s, _)) = &cg_sup {
+            s.shutdown();
+        }
         return;
     }
     let bare = time(n, b2b, || {
@@ -272,7 +262,7 @@ fn main() {
     let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
     let cwd = std::env::temp_dir();
     let runner_cmd = time(n, b2b, || {
-        let spec = jail::CmdSpec {
+        let spec = jail::bench::CmdSpec {
             argv: &argv,
             env: &env,
             cwd: &cwd,
@@ -280,7 +270,7 @@ fn main() {
             stderr_cap: 1 << 20,
             stdin: None,
         };
-        jail::run::run(&spec, None, &CancelToken::new()).expect("run");
+        jail::bench::run(&spec, None, &CancelToken::new()).expect("run");
     });
     let bwrap_once = || {
         let st = Command::new("/usr/bin/bwrap")
@@ -424,4 +414,8 @@ fn main() {
         "reclaim_with_cgroup_ms": cg_split.map(|c| c.1),
     });
     println!("{json}");
+    runner_sup.shutdown();
+    if let Some((s, _)) = &cg_sup {
+        s.shutdown();
+    }
 }

@@ -69,7 +69,7 @@ fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::O
 fn internal_entry() -> Option<ExitCode> {
     let args: Vec<String> = std::env::args().collect();
     let which = args.get(1)?.as_str();
-    if which != jail::factory::FACTORY_ARG && which != jail::child::RECLAIM_ARG {
+    if which != jail::FACTORY_ARG && which != jail::RECLAIM_ARG {
         return None;
     }
     let mut rest = &args[2..];
@@ -89,10 +89,10 @@ fn internal_entry() -> Option<ExitCode> {
         }
     }
     logging::init(&level, json);
-    let code = if which == jail::factory::FACTORY_ARG {
-        jail::factory::factory_main()
+    let code = if which == jail::FACTORY_ARG {
+        jail::factory_main()
     } else {
-        jail::child::reclaim_main(rest)
+        jail::reclaim_main(rest)
     };
     Some(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

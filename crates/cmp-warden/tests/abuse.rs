@@ -323,7 +323,7 @@ fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
     assert_eq!(b.s.idle_jails(), [], "{}", b.s.logs());
     b.s.assert_work_dir_empties();
     assert!(
-        jail::uid::processes_in_range(Path::new("/proc"), b.first, b.count).is_empty(),
+        jail::processes_in_range(Path::new("/proc"), b.first, b.count).is_empty(),
         "processes survived the supervisor"
     );
     assert!(request_cgroups(b.first).is_empty());
@@ -355,7 +355,7 @@ fn children_of(parent: u32) -> Vec<(u32, Option<u32>, String, String)> {
             .unwrap_or_default();
         out.push((
             pid,
-            jail::uid::proc_uid(pid as i32),
+            jail::proc_uid(pid as i32),
             state.to_owned(),
             cmdline,
         ));

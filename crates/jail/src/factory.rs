@@ -365,5 +365,5 @@ fn become_jail(stdin: OwnedFd, stdout: OwnedFd) -> i32 {
         tracing::error!(error = %e, "jail: dumpable");
         return 1;
     }
-    crate::child::jail_main()
+    crate::inside::jail_main()
 }

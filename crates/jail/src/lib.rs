@@ -1,35 +1,53 @@
 //! Running a request's untrusted work — archive extraction, discovery, init, generate and
-//! parameter commands — in a jail: a fresh process of our own binary per request, with a leased
-//! UID/GID, no capabilities, no_new_privs, Landlock and seccomp ([`confined::Confined`], set-up
-//! order in [`confine`]). The server calls only [`Runner`].
+//! parameter commands — in a jail: a fresh process per request, with a leased UID/GID, no
+//! capabilities, no_new_privs, Landlock, seccomp, cgroups and namespaces.
 //!
-//! Knows nothing of gRPC.
-// `unsafe` is denied everywhere but `sys`, which holds the one raw call (with a SAFETY note).
+//! Two sides, one process boundary between them:
+//! - [`supervisor`] runs in the server process and holds its privileges: [`Supervisor::start`]
+//!   (the start-up sequence, fail closed), the one translation of a policy into what the
+//!   runtime enforces (`supervisor::plan`), and the runner that leases UIDs, creates cgroups,
+//!   feeds jails and reclaims them;
+//! - `inside` is the jail: it confines itself (`inside::confine`, a numbered sequence) before
+//!   it reads any byte of a request, then extracts the archive and runs the commands.
+//!
+//! They share only the pipe protocol (`protocol`: frames and the messages that cross) and the
+//! request's vocabulary ([`spec`], [`record`]). `factory` is the boundary itself: the process
+//! that forks each jail. Knows nothing of gRPC; the server calls [`Runner`].
+// `unsafe` is denied everywhere but `sys`, which holds every raw call (each with a SAFETY note).
 #![deny(unsafe_code)]
 
-pub mod cancel;
-pub mod cgroup;
-pub mod child;
-pub mod confine;
-pub mod confined;
-pub mod factory;
-pub mod namespaces;
-pub mod privilege;
-pub mod protocol;
-pub mod reaper;
+mod cancel;
+mod factory;
+mod inside;
+mod protocol;
+mod reaper;
 pub mod record;
 pub mod redact;
-pub mod request;
-pub mod run;
-pub mod seccomp;
-pub mod sys;
-pub mod uid;
+mod seccomp;
+pub mod spec;
+pub mod supervisor;
+mod sys;
 
 use std::io::Read;
 
 pub use cancel::{CancelReason, CancelToken};
-pub use request::{Operation, Outcome, RequestError, RequestSpec};
-pub use run::{CmdError, CmdOutput, CmdSpec, TimeLimit};
+pub use factory::{FACTORY_ARG, factory_main};
+pub use inside::run::KILL_GRACE;
+pub use record::{Limit, RunRecord};
+pub use spec::{
+    ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, RequestSpec, Task, TimeLimit,
+    parse_generated,
+};
+pub use supervisor::reclaim::{RECLAIM_ARG, reclaim_main};
+pub use supervisor::uid::{proc_uid, processes_in_range};
+pub use supervisor::{Enforcement, Owner, Plan, StartError, StartOptions, Supervisor};
+
+/// For the benchmark harness only: one command run as the jail runs it, to measure the
+/// runner's cost over a bare spawn.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::inside::run::{CmdSpec, run};
+}
 
 /// Executes requests. Blocking: the server calls it from a blocking thread.
 pub trait Runner: Send + Sync + std::fmt::Debug {

@@ -15,26 +15,11 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::confine::{Report, Sandbox};
-use crate::request::Outcome;
+use crate::seccomp::CompiledFilter;
+use crate::spec::{ErrorKind, Outcome, Task};
 
 /// Largest frame accepted (the header carries the plugin config; data frames are ≤ 64 KiB).
 pub const MAX_FRAME: usize = 16 << 20;
-
-/// What the jail should do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JailOp {
-    /// GenerateManifest.
-    Generate,
-    /// MatchRepository.
-    Match,
-    /// GetParametersAnnouncement.
-    Parameters,
-    /// ApplicationSet plugin generator.
-    Generator,
-    /// Confine, report, exit (start-up probe and `doctor`).
-    Probe,
-}
 
 /// The first frame, written when the jail is started: everything it needs to confine itself,
 /// none of it from a request.
@@ -46,57 +31,196 @@ pub struct Prepare {
     pub name: String,
     /// The confinement to apply.
     pub sandbox: Sandbox,
-    /// The jail's cgroup, joined before anything else.
+    /// The `cgroup.procs` files of the jail's cgroup (one per v1 hierarchy), joined before
+    /// anything else.
     #[serde(default)]
-    pub cgroup: Option<crate::cgroup::RequestCgroup>,
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 /// The second frame: the request, read only once the jail is confined.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Header {
-    /// Operation.
-    pub op: JailOp,
-    /// The request's name in the supervisor's logs.
-    pub request: String,
-    /// The plugin.
-    pub config: plugin::PluginConfig,
-    /// `appRelPath`.
-    pub app_rel_path: String,
-    /// Composed request environment (HOME and TMPDIR are set by the jail).
-    pub env: Vec<(String, String)>,
-    /// Archive options.
-    pub archive: archive::Options,
-    /// Per-command output budget.
-    pub output_bytes: u64,
-    /// Milliseconds left until the request's deadline.
-    pub deadline_ms: Option<u64>,
-    /// Which limit the deadline comes from.
-    pub deadline_limit: crate::run::TimeLimit,
-    /// Per-command timeout in milliseconds, with its configured text.
-    pub command_timeout: Option<(u64, String)>,
-    /// Probe only: directories outside the request directory the extractor must fail to
-    /// write into once confined (the self-test; the work root is always tried).
-    #[serde(default)]
-    pub probe_writes: Vec<PathBuf>,
+pub enum Header {
+    /// Run a request.
+    Request {
+        /// The request's name in the supervisor's logs.
+        request: String,
+        /// What to run.
+        task: Box<Task>,
+        /// Milliseconds left until the request's deadline.
+        deadline_ms: Option<u64>,
+    },
+    /// Confine, run the extractor self-test, report, exit (start-up probe and `doctor`).
+    Probe {
+        /// Directories outside the request directory the extractor must fail to write into
+        /// once confined (the work root is always tried).
+        writes: Vec<PathBuf>,
+    },
 }
 
-/// How a failure maps onto the client's error classes (the server turns these into gRPC codes).
+/// The leased identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ErrorKind {
-    /// Bad input (archive policy, appRelPath).
-    InvalidArgument,
-    /// A limit.
-    ResourceExhausted,
-    /// Integrity.
-    DataLoss,
-    /// Deadline.
-    DeadlineExceeded,
-    /// Client cancel or shutdown.
-    Cancelled,
-    /// A command or its output failed.
-    Unknown,
-    /// Our own failure (including a sandbox that could not be built).
-    Internal,
+pub struct Creds {
+    /// UID.
+    pub uid: u32,
+    /// GID (equal to the UID by construction).
+    pub gid: u32,
+}
+
+/// Resource limits applied with setrlimit (soft = hard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimits {
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+    /// RLIMIT_FSIZE.
+    pub file_size_bytes: u64,
+    /// RLIMIT_NPROC (only meaningful, and only applied, with a unique UID).
+    pub processes: u64,
+    /// RLIMIT_DATA (private writable memory per process; a heap backstop without cgroups).
+    pub data_bytes: u64,
+    /// RLIMIT_AS (virtual address space per process; generous: Go and V8 reserve a lot).
+    pub address_space_bytes: u64,
+}
+
+/// The per-request filesystem (`diskBytes`) the mount namespace provides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskLimit {
+    /// tmpfs `size=`.
+    pub bytes: u64,
+    /// tmpfs `nr_inodes=` (inodes cost kernel memory too).
+    pub inodes: u64,
+}
+
+/// Everything the jail applies to itself, translated from the policy by
+/// `supervisor::plan` (the only place that reads the policy for it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sandbox {
+    /// Switch to these IDs; `None` in the shared-UID (unprivileged) model.
+    pub creds: Option<Creds>,
+    /// Read-only paths beyond the request directory.
+    pub read_only: Vec<PathBuf>,
+    /// Read-write paths beyond the request directory.
+    pub read_write: Vec<PathBuf>,
+    /// Network mode.
+    pub network: policy::NetworkMode,
+    /// The compiled seccomp filter; `None` only when the policy does not require seccomp and
+    /// the supervisor could not compile it.
+    pub seccomp: Option<CompiledFilter>,
+    /// rlimits.
+    pub rlimits: Rlimits,
+    /// Protections whose failure aborts the request.
+    pub require: Vec<policy::Protection>,
+    /// Namespaces to create per request (best effort unless `namespaces` is required).
+    pub namespaces: policy::Namespaces,
+    /// The request's tmpfs (with a mount namespace).
+    pub disk: DiskLimit,
+}
+
+/// How much of the Landlock ruleset the kernel enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LandlockStatus {
+    /// Every right this build asks for.
+    Full,
+    /// Some (an older kernel ABI).
+    Partial,
+    /// None (no Landlock here).
+    None,
+}
+
+impl LandlockStatus {
+    /// `full`, `partial` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LandlockStatus::Full => "full",
+            LandlockStatus::Partial => "partial",
+            LandlockStatus::None => "none",
+        }
+    }
+}
+
+/// What the namespaces step created (reported with every reply and by `doctor`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceReport {
+    /// Namespaces entered: `user`, `mount`, `pid`, `net`, `ipc`, `uts`, `cgroup`.
+    pub created: Vec<String>,
+    /// Asked for but not created, with the reason.
+    pub failed: Vec<String>,
+    /// A `/proc` of the request's own PID namespace is mounted.
+    pub private_proc: bool,
+    /// `/tmp` is the request's own (inside its tmpfs).
+    pub private_tmp: bool,
+    /// The request's tmpfs size, when one is mounted.
+    pub disk_bytes: Option<u64>,
+    /// Parts of a created namespace the environment refused (e.g. a container runtime's
+    /// seccomp profile denying `sethostname` or `mount`): the namespace still isolates, the
+    /// extra is missing. Reported, never fatal.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl NamespaceReport {
+    /// Whether `ns` was created.
+    pub fn has(&self, ns: &str) -> bool {
+        self.created.iter().any(|c| c == ns)
+    }
+}
+
+/// Where one write of the probe's extractor self-test went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SelfTestOutcome {
+    /// The extractor wrote there (only the request's own directory may say so).
+    Extracted,
+    /// The request's own tmpfs is mounted there; the real directory is not reachable.
+    Private,
+    /// The write failed, with the error.
+    Denied(String),
+}
+
+/// What was actually enforced (returned with every reply, logged, shown by `doctor`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// Real/effective/saved UID after the switch.
+    pub uid: u32,
+    /// GID after the switch.
+    pub gid: u32,
+    /// Whether the UID was switched to a leased, unique one.
+    pub unique_uid: bool,
+    /// Whether the bounding set is empty.
+    pub bounding_cleared: bool,
+    /// Whether E/P/I/A capability sets read back empty.
+    pub capabilities_cleared: bool,
+    /// `no_new_privs` read back.
+    pub no_new_privs: bool,
+    /// How much of the Landlock ruleset is enforced.
+    pub landlock: LandlockStatus,
+    /// The kernel's Landlock ABI, when available.
+    pub landlock_abi: Option<i32>,
+    /// Whether TCP bind/connect are denied by Landlock.
+    pub landlock_tcp_denied: bool,
+    /// Policy paths that did not exist and got no rule.
+    pub missing_paths: Vec<PathBuf>,
+    /// Installed seccomp filters (0 = none).
+    pub seccomp_filters: usize,
+    /// Protections that could not be applied but were not required.
+    pub degraded: Vec<String>,
+    /// The jail's own /proc/self/status lines that prove the above (Uid … Seccomp_filters).
+    pub status: Vec<String>,
+    /// Namespaces created for the request.
+    #[serde(default)]
+    pub namespaces: NamespaceReport,
+    /// The request directory as the request's commands see it.
+    #[serde(default)]
+    pub request_dir: PathBuf,
+    /// The rlimits in force (name, value) as read back after step 2.
+    #[serde(default)]
+    pub rlimits: Vec<(String, u64)>,
+    /// Landlock access rights the kernel enforces for this jail (filesystem, TCP, scopes).
+    #[serde(default)]
+    pub landlock_rights: Vec<String>,
+    /// Probe only: the extractor run, confined, into each directory (path, outcome).
+    #[serde(default)]
+    pub self_test: Vec<(String, SelfTestOutcome)>,
 }
 
 /// The jail's answer.
@@ -186,6 +310,7 @@ pub struct FrameReader<R> {
     inner: R,
     left: usize,
     ended: bool,
+    aborted: bool,
 }
 
 impl<R: Read> FrameReader<R> {
@@ -195,17 +320,20 @@ impl<R: Read> FrameReader<R> {
             inner,
             left: 0,
             ended: false,
+            aborted: false,
         }
     }
 
-    /// Give the underlying reader back (to watch for cancellation after `E`).
-    pub fn into_inner(self) -> R {
-        self.inner
-    }
-
     /// Whether the end frame was seen.
+    #[cfg(test)]
     pub fn ended(&self) -> bool {
         self.ended
+    }
+
+    /// Whether the supervisor closed the stream without the end frame (checksum mismatch,
+    /// client gone): the extraction's failure is a cancellation, not the archive's fault.
+    pub fn aborted(&self) -> bool {
+        self.aborted
     }
 }
 
@@ -217,6 +345,7 @@ impl<R: Read> Read for FrameReader<R> {
             }
             match read_frame_head(&mut self.inner, MAX_FRAME)? {
                 None => {
+                    self.aborted = true;
                     return Err(io::Error::new(
                         io::ErrorKind::ConnectionAborted,
                         "archive stream aborted",
@@ -264,6 +393,7 @@ mod tests {
         let mut s = String::new();
         let e = r.read_to_string(&mut s).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
+        assert!(r.aborted());
 
         let mut huge = vec![b'D'];
         huge.extend_from_slice(&u32::MAX.to_be_bytes());

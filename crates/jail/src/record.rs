@@ -7,6 +7,95 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+/// The limit or denial that ended a request or a command: one vocabulary for the audit event's
+/// `limit` and `commands[].endedBy`, the metrics' reasons and the error texts. Serialised as the
+/// audit format's names (`memory`, `pids`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Limit {
+    /// The request's memory cgroup killed a process (`spec.limits.memoryBytes`).
+    Memory,
+    /// The request's pids cgroup (or RLIMIT_NPROC) refused a fork (`spec.limits.pids`).
+    Pids,
+    /// The request's tmpfs filled up (`spec.limits.diskBytes`).
+    Disk,
+    /// A deadline: the client's, the policy's wall clock or `ARGOCD_EXEC_TIMEOUT`.
+    Timeout,
+    /// A command's stdout or stderr budget (`spec.limits.outputBytes`).
+    Output,
+    /// A seccomp rule denied a call (or killed a command with SIGSYS).
+    Seccomp,
+    /// The archive was refused (policy, limit or integrity).
+    Archive,
+    /// The client cancelled, or the server shut down.
+    Cancelled,
+    /// A TCP peer without the bearer token.
+    Authentication,
+    /// The generator's request body was too large or unreadable.
+    Body,
+    /// The generator's concurrency slots were all taken.
+    Concurrency,
+}
+
+impl Limit {
+    /// The name used in audit events and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Memory => "memory",
+            Limit::Pids => "pids",
+            Limit::Disk => "disk",
+            Limit::Timeout => "timeout",
+            Limit::Output => "output",
+            Limit::Seccomp => "seccomp",
+            Limit::Archive => "archive",
+            Limit::Cancelled => "cancelled",
+            Limit::Authentication => "authentication",
+            Limit::Body => "body",
+            Limit::Concurrency => "concurrency",
+        }
+    }
+
+    /// Whether this limit ends a request by killing its commands (the metrics'
+    /// `cmp_warden_sandbox_kills_total` reasons).
+    pub fn kills(self) -> bool {
+        matches!(
+            self,
+            Limit::Timeout
+                | Limit::Memory
+                | Limit::Pids
+                | Limit::Output
+                | Limit::Seccomp
+                | Limit::Disk
+        )
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the seccomp listener did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SeccompAction {
+    /// Denied (enforce mode).
+    Denied,
+    /// Allowed, but enforce mode would have denied it (audit mode).
+    Audited,
+}
+
+impl SeccompAction {
+    /// The name used in audit events and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeccompAction::Denied => "denied",
+            SeccompAction::Audited => "audited",
+        }
+    }
+}
+
 /// One command run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -28,7 +117,7 @@ pub struct CommandRecord {
     /// Bytes it wrote to stderr (up to the budget).
     pub stderr_bytes: u64,
     /// The limit that ended it: `timeout`, `output`, `cancelled`, `seccomp` (SIGSYS).
-    pub ended_by: Option<String>,
+    pub ended_by: Option<Limit>,
 }
 
 /// The archive as extracted.
@@ -48,7 +137,7 @@ pub struct SeccompEvent {
     /// System call name (or `nr:<n>` if unknown to this build).
     pub syscall: String,
     /// `denied` or `audited` (allowed in audit mode).
-    pub action: String,
+    pub action: SeccompAction,
     /// How many times.
     pub count: u64,
     /// The first command (argv[0]) seen making it.
@@ -73,9 +162,8 @@ pub struct RunRecord {
     pub peak_memory_bytes: Option<u64>,
     /// OOM kills in the request's cgroup.
     pub oom_kills: Option<u64>,
-    /// The limit or denial that ended the request: `memory`, `pids`, `disk`, `timeout`,
-    /// `output`, `seccomp`, `archive`, `cancelled`.
-    pub limit: Option<String>,
+    /// The limit or denial that ended the request.
+    pub limit: Option<Limit>,
     /// Seccomp denials (enforce) or would-be denials (audit), by system call.
     pub seccomp_audit: Vec<SeccompEvent>,
 }
@@ -91,4 +179,36 @@ pub fn update(r: &Recorder, f: impl FnOnce(&mut RunRecord)) {
 /// A copy of the record.
 pub fn snapshot(r: &Recorder) -> RunRecord {
     r.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_serialise_as_the_audit_names() {
+        for l in [
+            Limit::Memory,
+            Limit::Pids,
+            Limit::Disk,
+            Limit::Timeout,
+            Limit::Output,
+            Limit::Seccomp,
+            Limit::Archive,
+            Limit::Cancelled,
+            Limit::Authentication,
+            Limit::Body,
+            Limit::Concurrency,
+        ] {
+            let json = serde_json::to_string(&l).expect("json");
+            assert_eq!(json, format!("\"{}\"", l.as_str()));
+            assert_eq!(serde_json::from_str::<Limit>(&json).expect("back"), l);
+        }
+        for a in [SeccompAction::Denied, SeccompAction::Audited] {
+            assert_eq!(
+                serde_json::to_string(&a).expect("json"),
+                format!("\"{}\"", a.as_str())
+            );
+        }
+    }
 }

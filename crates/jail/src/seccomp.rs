@@ -1,4 +1,6 @@
-//! Compiling a policy's seccomp profile to BPF (seccompiler) and installing it.
+//! The seccomp filter, on both sides of the pipe: the supervisor compiles the policy's profile to
+//! BPF (seccompiler) once, the filter crosses to each jail as raw instructions, and the jail
+//! installs it and serves its user-notification listener.
 //!
 //! Rules are grouped by action; each group becomes one filter whose mismatch action is allow.
 //! The kernel runs every installed filter and keeps the strongest verdict, so the groups
@@ -22,8 +24,10 @@ use seccompiler::BpfProgram;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::record::SeccompAction;
+
 /// Why a profile cannot be compiled or installed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SeccompError {
     /// This CPU architecture has no seccompiler backend.
     #[error("seccomp: unsupported architecture {0}")]
@@ -317,11 +321,6 @@ impl CompiledFilter {
         Ok(listener)
     }
 
-    /// Whether this is an audit-mode filter (calls are recorded, not denied).
-    pub fn is_audit(&self) -> bool {
-        self.audit
-    }
-
     /// The answer to notified call `nr(args)`: `None` = continue (audit mode), else the errno
     /// of the first matching rule (EPERM if none matches: fail closed).
     pub fn verdict(&self, nr: i32, args: &[u64; 6]) -> Option<i32> {
@@ -346,7 +345,7 @@ impl CompiledFilter {
 }
 
 /// Calls recorded by [`serve_notifications`]: name → (count, first command, action).
-static AUDITED: std::sync::Mutex<BTreeMap<String, (u64, String, &'static str)>> =
+static AUDITED: std::sync::Mutex<BTreeMap<String, (u64, String, SeccompAction)>> =
     std::sync::Mutex::new(BTreeMap::new());
 
 /// Serve the listener on a thread of its own: record each notified call, then deny it with its
@@ -387,7 +386,11 @@ pub fn serve_notifications(
                 let verdict = f.verdict(nr, &args);
                 // Recorded before the answer: once the caller sees the call's result it may
                 // exit, and the jail may build its reply, at once; the record must be there.
-                let action = if verdict.is_some() { "denied" } else { "audited" };
+                let action = if verdict.is_some() {
+                    SeccompAction::Denied
+                } else {
+                    SeccompAction::Audited
+                };
                 AUDITED
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -414,7 +417,7 @@ pub fn audited() -> Vec<crate::record::SeccompEvent> {
         .iter()
         .map(|(s, (n, c, action))| crate::record::SeccompEvent {
             syscall: s.clone(),
-            action: (*action).to_owned(),
+            action: *action,
             count: *n,
             comm: c.clone(),
         })
@@ -464,7 +467,7 @@ mod tests {
         );
         assert_eq!(audit.name_of(272), "unshare");
         assert_eq!(audit.name_of(101), "ptrace");
-        assert!(enforce.notify.is_some() && !enforce.is_audit());
+        assert!(enforce.notify.is_some() && !enforce.audit);
     }
 
     #[test]

@@ -31,6 +31,26 @@ pub enum Protection {
     Namespaces,
 }
 
+impl Protection {
+    /// The name used in policy files (`uniqueUid`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protection::UniqueUid => "uniqueUid",
+            Protection::NoNewPrivs => "noNewPrivs",
+            Protection::Landlock => "landlock",
+            Protection::Seccomp => "seccomp",
+            Protection::Cgroups => "cgroups",
+            Protection::Namespaces => "namespaces",
+        }
+    }
+}
+
+impl std::fmt::Display for Protection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Network access for plugin commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -195,7 +215,7 @@ pub struct Limits {
 }
 
 /// Namespaces the jail creates per request (best effort unless `namespaces` is required).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Namespaces {
     /// Mount namespace with the request's tmpfs (`diskBytes`) and a private `/tmp`.
@@ -210,6 +230,13 @@ pub struct Namespaces {
     pub uts: bool,
     /// cgroup namespace.
     pub cgroup: bool,
+}
+
+impl Namespaces {
+    /// Whether any namespace is asked for.
+    pub fn any(&self) -> bool {
+        self.mount || self.pid || self.net || self.ipc || self.uts || self.cgroup
+    }
 }
 
 /// Archive limits, validated (mapped onto `archive::Limits` by the caller).
@@ -370,196 +397,29 @@ impl Policy {
         Self::validate(raw, text, dir)
     }
 
+    /// One pass over the raw file: each named check below validates one part and returns it
+    /// in its final type.
     fn validate(raw: RawPolicy, text: &str, dir: Option<&Path>) -> Result<Policy, PolicyError> {
-        if raw.api_version != API_VERSION {
-            return Err(invalid(
-                "apiVersion",
-                format!("must be {API_VERSION}, got {:?}", raw.api_version),
-            ));
-        }
-        if raw.kind != "SandboxPolicy" {
-            return Err(invalid(
-                "kind",
-                format!("must be SandboxPolicy, got {:?}", raw.kind),
-            ));
-        }
-        if raw.metadata.name.is_empty() {
-            return Err(invalid("metadata.name", "must be non-empty"));
-        }
+        check_kind(&raw)?;
         let s = raw.spec;
-        let mut require = s.require.clone();
-        require.sort();
-        if require.windows(2).any(|w| w[0] == w[1]) {
-            return Err(invalid("spec.require", "lists a protection twice"));
-        }
-        let (first, count) = (s.uid_range.first, s.uid_range.count);
-        if first < 1000 {
-            return Err(invalid(
-                "spec.uidRange.first",
-                format!("must be >= 1000 (system ids), got {first}"),
-            ));
-        }
-        if count == 0 {
-            return Err(invalid("spec.uidRange.count", "must be at least 1"));
-        }
-        if u64::from(first) + u64::from(count) > u64::from(u32::MAX >> 1) {
-            return Err(invalid("spec.uidRange", "range ends above 2^31-1"));
-        }
-        if (u64::from(first)..u64::from(first) + u64::from(count)).contains(&65534) {
-            return Err(invalid(
-                "spec.uidRange",
-                "must not contain 65534 (nobody/overflow id)",
-            ));
-        }
-        let read_only = s
-            .filesystem
-            .read_only
-            .iter()
-            .map(|p| abs_path(p, "spec.filesystem.readOnly"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let read_write = s
-            .filesystem
-            .read_write
-            .iter()
-            .map(|p| abs_path(p, "spec.filesystem.readWrite"))
-            .collect::<Result<Vec<_>, _>>()?;
-        if read_write.iter().any(|p| p == Path::new("/")) {
-            return Err(invalid("spec.filesystem.readWrite", "must not contain /"));
-        }
-        let profile = Path::new(&s.seccomp.profile);
-        if s.seccomp.profile.is_empty()
-            || profile.is_absolute()
-            || profile
-                .components()
-                .any(|c| matches!(c, Component::ParentDir))
-        {
-            return Err(invalid(
-                "spec.seccomp.profile",
-                "must be a relative path without '..'",
-            ));
-        }
-        let base = dir
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("policies"));
-        let l = s.limits;
-        let a = s.archive;
-        for n in &s.env.pass {
-            let stem = n.strip_suffix('*').unwrap_or(n);
-            if stem.is_empty() || !stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(invalid(
-                    "spec.env.pass",
-                    format!("{n:?} is not a variable name or NAME_* prefix"),
-                ));
-            }
-        }
-        let env_pass = s.env.pass.clone();
-        let limits = Limits {
-            wall_seconds: qty(&l.wall_seconds, "spec.limits.wallSeconds", 1)?,
-            memory_bytes: qty(&l.memory_bytes, "spec.limits.memoryBytes", 16 << 20)?,
-            pids: qty(&l.pids, "spec.limits.pids", 8)?,
-            cpu_millis: qty(&l.cpu_millis, "spec.limits.cpuMillis", 10)?,
-            output_bytes: qty(&l.output_bytes, "spec.limits.outputBytes", 1024)?,
-            open_files: qty(&l.open_files, "spec.limits.openFiles", 64)?,
-            file_size_bytes: qty(&l.file_size_bytes, "spec.limits.fileSizeBytes", 1 << 20)?,
-            disk_bytes: qty(&l.disk_bytes, "spec.limits.diskBytes", 1 << 20)?,
-            data_bytes: 0,
-            address_space_bytes: match &l.address_space_bytes {
-                Some(q) => qty(q, "spec.limits.addressSpaceBytes", 256 << 20)?,
-                None => 64 << 30,
-            },
-        };
-        let limits = Limits {
-            data_bytes: match &l.data_bytes {
-                Some(q) => qty(q, "spec.limits.dataBytes", 16 << 20)?,
-                None => limits.memory_bytes,
-            },
-            ..limits
-        };
-        let namespaces = match &s.namespaces {
-            None => Namespaces {
-                mount: true,
-                pid: true,
-                net: true,
-                ipc: true,
-                uts: true,
-                cgroup: true,
-            },
-            Some(list) => {
-                let mut sorted = list.clone();
-                sorted.sort_by_key(|n| *n as u8);
-                if sorted.windows(2).any(|w| w[0] == w[1]) {
-                    return Err(invalid("spec.namespaces", "lists a namespace twice"));
-                }
-                let has = |n| list.contains(&n);
-                Namespaces {
-                    mount: has(RawNamespace::Mount),
-                    pid: has(RawNamespace::Pid),
-                    net: has(RawNamespace::Net),
-                    ipc: has(RawNamespace::Ipc),
-                    uts: has(RawNamespace::Uts),
-                    cgroup: has(RawNamespace::Cgroup),
-                }
-            }
-        };
-        if require.contains(&Protection::Namespaces)
-            && namespaces
-                == (Namespaces {
-                    mount: false,
-                    pid: false,
-                    net: false,
-                    ipc: false,
-                    uts: false,
-                    cgroup: false,
-                })
-        {
-            return Err(invalid(
-                "spec.require",
-                "requires namespaces but spec.namespaces lists none",
-            ));
-        }
-        let archive = ArchiveLimits {
-            compressed_bytes: qty(&a.compressed_bytes, "spec.archive.compressedBytes", 1024)?,
-            extracted_bytes: qty(&a.extracted_bytes, "spec.archive.extractedBytes", 1024)?,
-            file_bytes: qty(&a.file_bytes, "spec.archive.fileBytes", 1)?,
-            entries: qty(&a.entries, "spec.archive.entries", 1)?,
-            symlinks: qty(&a.symlinks, "spec.archive.symlinks", 0)?,
-            path_depth: qty(&a.path_depth, "spec.archive.pathDepth", 1)?,
-            max_ratio: qty(&a.max_ratio, "spec.archive.maxRatio", 2)?,
-            wall_seconds: qty(&a.wall_seconds, "spec.archive.wallSeconds", 1)?,
-        };
-        // The embedded policy uses the embedded profile; a policy file reads its profile from
-        // beside itself, so the pair is reviewed (and mounted) together.
-        let seccomp = match dir {
-            None if s.seccomp.profile == "seccomp/default.json" => {
-                crate::seccomp::SeccompProfile::default_profile()?
-            }
-            None => {
-                return Err(invalid(
-                    "spec.seccomp.profile",
-                    "the embedded policy can only use seccomp/default.json",
-                ));
-            }
-            Some(d) => {
-                let path = d.join(profile);
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    invalid(
-                        "spec.seccomp.profile",
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
-                crate::seccomp::SeccompProfile::parse(&text)?
-            }
-        };
+        let require = check_require(&s.require)?;
+        let (uid_first, uid_count) = check_uid_range(&s.uid_range)?;
+        let (read_only, read_write) = check_filesystem(&s.filesystem)?;
+        let env_pass = check_env_pass(&s.env)?;
+        let limits = check_limits(&s.limits)?;
+        let namespaces = check_namespaces(s.namespaces.as_deref(), &require)?;
+        let archive = check_archive(&s.archive)?;
+        let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
         Ok(Policy {
             name: raw.metadata.name,
             require,
             namespaces,
-            uid_first: first,
-            uid_count: count,
+            uid_first,
+            uid_count,
             read_only,
             read_write,
             network: s.network.mode,
-            seccomp_profile: base.join(profile),
+            seccomp_profile,
             seccomp_mode: s.seccomp.mode,
             seccomp,
             limits,
@@ -568,6 +428,213 @@ impl Policy {
             sha256: sha256_hex(text),
         })
     }
+}
+
+/// `apiVersion`, `kind` and `metadata.name`.
+fn check_kind(raw: &RawPolicy) -> Result<(), PolicyError> {
+    if raw.api_version != API_VERSION {
+        return Err(invalid(
+            "apiVersion",
+            format!("must be {API_VERSION}, got {:?}", raw.api_version),
+        ));
+    }
+    if raw.kind != "SandboxPolicy" {
+        return Err(invalid(
+            "kind",
+            format!("must be SandboxPolicy, got {:?}", raw.kind),
+        ));
+    }
+    if raw.metadata.name.is_empty() {
+        return Err(invalid("metadata.name", "must be non-empty"));
+    }
+    Ok(())
+}
+
+/// `spec.require`: each protection at most once; returned sorted.
+fn check_require(raw: &[Protection]) -> Result<Vec<Protection>, PolicyError> {
+    let mut require = raw.to_vec();
+    require.sort();
+    if require.windows(2).any(|w| w[0] == w[1]) {
+        return Err(invalid("spec.require", "lists a protection twice"));
+    }
+    Ok(require)
+}
+
+/// `spec.uidRange`: above the system IDs, below 2^31, without the overflow ID.
+fn check_uid_range(r: &RawUidRange) -> Result<(u32, u32), PolicyError> {
+    let (first, count) = (r.first, r.count);
+    if first < 1000 {
+        return Err(invalid(
+            "spec.uidRange.first",
+            format!("must be >= 1000 (system ids), got {first}"),
+        ));
+    }
+    if count == 0 {
+        return Err(invalid("spec.uidRange.count", "must be at least 1"));
+    }
+    if u64::from(first) + u64::from(count) > u64::from(u32::MAX >> 1) {
+        return Err(invalid("spec.uidRange", "range ends above 2^31-1"));
+    }
+    if (u64::from(first)..u64::from(first) + u64::from(count)).contains(&65534) {
+        return Err(invalid(
+            "spec.uidRange",
+            "must not contain 65534 (nobody/overflow id)",
+        ));
+    }
+    Ok((first, count))
+}
+
+/// `spec.filesystem`: absolute, normalised paths; `/` never writable.
+fn check_filesystem(fs: &RawFs) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
+    let read_only = fs
+        .read_only
+        .iter()
+        .map(|p| abs_path(p, "spec.filesystem.readOnly"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let read_write = fs
+        .read_write
+        .iter()
+        .map(|p| abs_path(p, "spec.filesystem.readWrite"))
+        .collect::<Result<Vec<_>, _>>()?;
+    if read_write.iter().any(|p| p == Path::new("/")) {
+        return Err(invalid("spec.filesystem.readWrite", "must not contain /"));
+    }
+    Ok((read_only, read_write))
+}
+
+/// `spec.env.pass`: variable names or `NAME_*` prefixes.
+fn check_env_pass(env: &RawEnv) -> Result<Vec<String>, PolicyError> {
+    for n in &env.pass {
+        let stem = n.strip_suffix('*').unwrap_or(n);
+        if stem.is_empty() || !stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(invalid(
+                "spec.env.pass",
+                format!("{n:?} is not a variable name or NAME_* prefix"),
+            ));
+        }
+    }
+    Ok(env.pass.clone())
+}
+
+/// `spec.limits`: each quantity at or above its floor; `dataBytes` defaults to the memory
+/// limit, `addressSpaceBytes` to 64 GiB.
+fn check_limits(l: &RawLimits) -> Result<Limits, PolicyError> {
+    let memory_bytes = qty(&l.memory_bytes, "spec.limits.memoryBytes", 16 << 20)?;
+    Ok(Limits {
+        wall_seconds: qty(&l.wall_seconds, "spec.limits.wallSeconds", 1)?,
+        memory_bytes,
+        pids: qty(&l.pids, "spec.limits.pids", 8)?,
+        cpu_millis: qty(&l.cpu_millis, "spec.limits.cpuMillis", 10)?,
+        output_bytes: qty(&l.output_bytes, "spec.limits.outputBytes", 1024)?,
+        open_files: qty(&l.open_files, "spec.limits.openFiles", 64)?,
+        file_size_bytes: qty(&l.file_size_bytes, "spec.limits.fileSizeBytes", 1 << 20)?,
+        disk_bytes: qty(&l.disk_bytes, "spec.limits.diskBytes", 1 << 20)?,
+        data_bytes: match &l.data_bytes {
+            Some(q) => qty(q, "spec.limits.dataBytes", 16 << 20)?,
+            None => memory_bytes,
+        },
+        address_space_bytes: match &l.address_space_bytes {
+            Some(q) => qty(q, "spec.limits.addressSpaceBytes", 256 << 20)?,
+            None => 64 << 30,
+        },
+    })
+}
+
+/// `spec.namespaces`: all when absent; each at most once; not empty when required.
+fn check_namespaces(
+    list: Option<&[RawNamespace]>,
+    require: &[Protection],
+) -> Result<Namespaces, PolicyError> {
+    let namespaces = match list {
+        None => Namespaces {
+            mount: true,
+            pid: true,
+            net: true,
+            ipc: true,
+            uts: true,
+            cgroup: true,
+        },
+        Some(list) => {
+            let mut sorted = list.to_vec();
+            sorted.sort_by_key(|n| *n as u8);
+            if sorted.windows(2).any(|w| w[0] == w[1]) {
+                return Err(invalid("spec.namespaces", "lists a namespace twice"));
+            }
+            let has = |n| list.contains(&n);
+            Namespaces {
+                mount: has(RawNamespace::Mount),
+                pid: has(RawNamespace::Pid),
+                net: has(RawNamespace::Net),
+                ipc: has(RawNamespace::Ipc),
+                uts: has(RawNamespace::Uts),
+                cgroup: has(RawNamespace::Cgroup),
+            }
+        }
+    };
+    if require.contains(&Protection::Namespaces) && !namespaces.any() {
+        return Err(invalid(
+            "spec.require",
+            "requires namespaces but spec.namespaces lists none",
+        ));
+    }
+    Ok(namespaces)
+}
+
+/// `spec.archive`: each limit at or above its floor.
+fn check_archive(a: &RawArchive) -> Result<ArchiveLimits, PolicyError> {
+    Ok(ArchiveLimits {
+        compressed_bytes: qty(&a.compressed_bytes, "spec.archive.compressedBytes", 1024)?,
+        extracted_bytes: qty(&a.extracted_bytes, "spec.archive.extractedBytes", 1024)?,
+        file_bytes: qty(&a.file_bytes, "spec.archive.fileBytes", 1)?,
+        entries: qty(&a.entries, "spec.archive.entries", 1)?,
+        symlinks: qty(&a.symlinks, "spec.archive.symlinks", 0)?,
+        path_depth: qty(&a.path_depth, "spec.archive.pathDepth", 1)?,
+        max_ratio: qty(&a.max_ratio, "spec.archive.maxRatio", 2)?,
+        wall_seconds: qty(&a.wall_seconds, "spec.archive.wallSeconds", 1)?,
+    })
+}
+
+/// `spec.seccomp.profile`: a relative path without `..`, read from beside the policy file (the
+/// pair is reviewed and mounted together); the embedded policy uses the embedded profile.
+fn load_seccomp_profile(
+    profile: &str,
+    dir: Option<&Path>,
+) -> Result<(PathBuf, crate::seccomp::SeccompProfile), PolicyError> {
+    let path = Path::new(profile);
+    if profile.is_empty()
+        || path.is_absolute()
+        || path.components().any(|c| matches!(c, Component::ParentDir))
+    {
+        return Err(invalid(
+            "spec.seccomp.profile",
+            "must be a relative path without '..'",
+        ));
+    }
+    let base = dir
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("policies"));
+    let loaded = match dir {
+        None if profile == "seccomp/default.json" => {
+            crate::seccomp::SeccompProfile::default_profile()?
+        }
+        None => {
+            return Err(invalid(
+                "spec.seccomp.profile",
+                "the embedded policy can only use seccomp/default.json",
+            ));
+        }
+        Some(d) => {
+            let file = d.join(path);
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                invalid(
+                    "spec.seccomp.profile",
+                    format!("cannot read {}: {e}", file.display()),
+                )
+            })?;
+            crate::seccomp::SeccompProfile::parse(&text)?
+        }
+    };
+    Ok((base.join(path), loaded))
 }
 
 fn sha256_hex(text: &str) -> String {

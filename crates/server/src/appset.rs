@@ -17,9 +17,9 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use jail::protocol::ErrorKind;
-use jail::request::GENERATOR_REQUEST;
-use jail::{CancelToken, Operation, Outcome, RequestSpec, Runner, TimeLimit};
+use jail::{
+    CancelToken, ErrorKind, GENERATOR_REQUEST, Limit, Operation, Outcome, Plan, Runner, TimeLimit,
+};
 use policy::generator::{GeneratorConfig, Source};
 use tokio::sync::{Semaphore, mpsc, watch};
 
@@ -42,16 +42,10 @@ pub struct AppSetService {
     pub token: BearerToken,
     /// Parent of request trees (the runner creates and removes them).
     pub work_dir: PathBuf,
-    /// Environment the policy passes to commands.
-    pub base_env: Vec<(String, String)>,
-    /// Archive limits for the request tree.
-    pub archive: archive::Options,
-    /// Per-command stdout/stderr budget.
-    pub output_bytes: u64,
+    /// What the policy means for each request (archive limits, budgets, environment).
+    pub plan: Arc<Plan>,
     /// Audit events.
     pub audit: AuditSink,
-    /// The policy, named in audit events.
-    pub policy: PolicyRef,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
     slots: Arc<Semaphore>,
@@ -59,17 +53,13 @@ pub struct AppSetService {
 
 impl AppSetService {
     /// Bundle the pieces; the concurrency limit comes from the config.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: GeneratorConfig,
         runner: Arc<dyn Runner>,
         token: BearerToken,
         work_dir: PathBuf,
-        base_env: Vec<(String, String)>,
-        archive: archive::Options,
-        output_bytes: u64,
+        plan: Arc<Plan>,
         audit: AuditSink,
-        policy: PolicyRef,
         metrics: Arc<Metrics>,
     ) -> Self {
         let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -78,11 +68,8 @@ impl AppSetService {
             runner,
             token,
             work_dir,
-            base_env,
-            archive,
-            output_bytes,
+            plan,
             audit,
-            policy,
             metrics,
             slots,
         }
@@ -149,7 +136,7 @@ struct Ctx {
     appset: String,
     bytes_in: u64,
     record: Option<jail::record::Recorder>,
-    limit: Option<String>,
+    limit: Option<Limit>,
 }
 
 impl AppSetService {
@@ -209,17 +196,16 @@ impl AppSetService {
             },
             status.as_ref().map_or(Ok(()), Err),
             elapsed,
-            self.policy.clone(),
+            PolicyRef::of(&self.plan),
             record,
         );
         let http_status = result
             .as_ref()
             .map_or_else(|e| e.status, |()| StatusCode::OK);
         event.code = http_status.as_u16().to_string();
-        let limit = event.limit.as_deref();
-        let kill = crate::metrics::kill_reason(limit);
+        let kill = crate::metrics::kill_reason(event.limit);
         self.metrics.finished(&Finished {
-            rpc: crate::audit::rpc_name(Operation::Generator),
+            rpc: Operation::Generator.rpc_name(),
             code: &event.code,
             duration: elapsed,
             bytes_in: ctx.bytes_in,
@@ -289,7 +275,7 @@ impl AppSetService {
             .and_then(|v| v.parse::<u64>().ok())
             && len > limit
         {
-            ctx.limit = Some("body".into());
+            ctx.limit = Some(Limit::Body);
             return Err(too_large(limit));
         }
         let body = match tokio::time::timeout_at(
@@ -299,7 +285,7 @@ impl AppSetService {
         .await
         {
             Err(_) => {
-                ctx.limit = Some("timeout".into());
+                ctx.limit = Some(Limit::Timeout);
                 return Err(err(
                     StatusCode::REQUEST_TIMEOUT,
                     "request_timeout",
@@ -310,7 +296,7 @@ impl AppSetService {
                 ));
             }
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-                ctx.limit = Some("body".into());
+                ctx.limit = Some(Limit::Body);
                 return Err(too_large(limit));
             }
             Ok(Err(e)) => {
@@ -330,7 +316,7 @@ impl AppSetService {
         let Ok(Ok(slot)) =
             tokio::time::timeout_at(deadline.into(), self.slots.clone().acquire_owned()).await
         else {
-            ctx.limit = Some("concurrency".into());
+            ctx.limit = Some(Limit::Concurrency);
             return Err(err(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "busy",
@@ -382,21 +368,21 @@ impl AppSetService {
         };
         config.spec.generate.command = argv.to_vec();
         let request_env = [("APPLICATIONSET_NAME".to_owned(), appset.to_owned())];
-        let spec = RequestSpec {
-            op: Operation::Generator,
-            config,
-            tree: self.work_dir.join(uuid::Uuid::new_v4().to_string()),
-            app_rel_path: ".".into(),
-            env: plugin::env::compose(&self.base_env, &request_env),
-            archive: self.archive.clone(),
-            output_bytes: self.output_bytes,
-            deadline: Some(deadline),
-            deadline_limit: TimeLimit::Request {
+        // The generator's own timeout, unless the policy's wall clock ends sooner.
+        let deadline = self.plan.deadline(Some((
+            deadline,
+            TimeLimit::Request {
                 seconds: self.config.timeout_seconds,
             },
-            command_timeout: None,
-            record: Default::default(),
-        };
+        )));
+        let spec = self.plan.request(
+            Operation::Generator,
+            &config,
+            self.work_dir.join(uuid::Uuid::new_v4().to_string()),
+            ".",
+            &request_env,
+            deadline,
+        );
         ctx.record = Some(spec.record.clone());
         let runner = self.runner.clone();
         let span = tracing::Span::current();
@@ -415,10 +401,7 @@ impl AppSetService {
             .await
             .map_err(|_| internal("the sandbox task ended without a result".into()))?;
         if let Some(rec) = &ctx.record {
-            ctx.limit = jail::record::snapshot(rec)
-                .limit
-                .clone()
-                .or(ctx.limit.take());
+            ctx.limit = jail::record::snapshot(rec).limit.or(ctx.limit.take());
         }
         match result {
             Ok(Outcome::Generated(json)) => Ok(json),
@@ -426,7 +409,7 @@ impl AppSetService {
             Err(e) => {
                 let kind = e.kind();
                 if kind == ErrorKind::DeadlineExceeded {
-                    ctx.limit = Some("timeout".into());
+                    ctx.limit = Some(Limit::Timeout);
                 }
                 Err(err(status_of(kind), "generator_failed", e.to_string()))
             }
@@ -483,7 +466,7 @@ fn read_params_file(path: &std::path::Path) -> Result<String, HttpError> {
     let json = plugin::json::Json::from_yaml(&node)
         .map_err(|e| fail(format!("{}: {e}", path.display())))?
         .to_go_string();
-    jail::request::parse_generated(&json).map_err(|e| fail(format!("{}: {e}", path.display())))
+    jail::parse_generated(&json).map_err(|e| fail(format!("{}: {e}", path.display())))
 }
 
 fn http_to_code(s: StatusCode) -> tonic::Code {

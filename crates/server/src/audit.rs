@@ -111,6 +111,16 @@ pub struct PolicyRef {
     pub sha256: String,
 }
 
+impl PolicyRef {
+    /// The policy `plan` was made from.
+    pub fn of(plan: &jail::Plan) -> Self {
+        PolicyRef {
+            name: plan.policy_name.clone(),
+            sha256: plan.policy_sha256.clone(),
+        }
+    }
+}
+
 /// One request's event.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -152,7 +162,7 @@ pub struct AuditEvent {
     /// The error as returned to the client (redacted), if any.
     pub error: Option<String>,
     /// The limit or denial that ended it.
-    pub limit: Option<String>,
+    pub limit: Option<jail::Limit>,
     /// Would-be seccomp denials (audit mode).
     pub seccomp_audit: Vec<jail::record::SeccompEvent>,
     /// Policy in force.
@@ -161,15 +171,6 @@ pub struct AuditEvent {
     pub duration_ms: u64,
 }
 
-/// The RPC's name as Argo CD's service defines it.
-pub fn rpc_name(op: jail::Operation) -> &'static str {
-    match op {
-        jail::Operation::Generate => "GenerateManifest",
-        jail::Operation::Match => "MatchRepository",
-        jail::Operation::Parameters => "GetParametersAnnouncement",
-        jail::Operation::Generator => "getparams.execute",
-    }
-}
 
 /// What the caller saw of a request (the service, or `render`).
 #[derive(Debug, Clone, Default)]
@@ -185,7 +186,7 @@ pub struct Seen {
     /// The archive as received.
     pub archive: ArchiveInfo,
     /// A limit only the caller knows of (its own deadline, an oversized stream).
-    pub limit: Option<String>,
+    pub limit: Option<jail::Limit>,
 }
 
 impl AuditEvent {
@@ -204,7 +205,7 @@ impl AuditEvent {
             schema: SCHEMA,
             time: rfc3339_now(),
             request_id: seen.request_id,
-            rpc: rpc_name(op),
+            rpc: op.rpc_name(),
             app: seen.app,
             app_rel_path: seen.app_rel_path,
             env_names: seen.env_names,

@@ -255,13 +255,8 @@ impl Metrics {
 }
 
 /// The `sandbox_kills_total` reason for an audit event's `limit`, if that limit ended commands.
-pub fn kill_reason(limit: Option<&str>) -> Option<&str> {
-    limit.filter(|l| {
-        matches!(
-            *l,
-            "timeout" | "memory" | "pids" | "output" | "seccomp" | "disk"
-        )
-    })
+pub fn kill_reason(limit: Option<jail::Limit>) -> Option<&'static str> {
+    limit.filter(|l| l.kills()).map(jail::Limit::as_str)
 }
 
 /// Serve `GET /metrics` on `listener` until the task is dropped. Plain HTTP/1.1, one request

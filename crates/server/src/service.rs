@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jail::{CancelReason, CancelToken, Operation, Outcome, RequestSpec, Runner, TimeLimit};
+use jail::{CancelReason, CancelToken, Limit, Operation, Outcome, Plan, Runner, TimeLimit};
 use plugin::PluginConfig;
 use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginService;
 use proto::plugin::{
@@ -39,21 +39,11 @@ pub struct ServiceConfig {
     pub plugin: PluginConfig,
     /// `<workdir>/_cmp_server`: per-request trees are created here.
     pub work_dir: PathBuf,
-    /// Archive limits (compressed cap enforced while receiving too).
-    pub archive: archive::Options,
-    /// Per-command stdout/stderr budget.
-    pub output_bytes: u64,
-    /// Base environment for commands (the server variables the policy passes).
-    pub base_env: Vec<(String, String)>,
-    /// The policy's per-request wall clock (`spec.limits.wallSeconds`); the earlier of it and
-    /// the client's deadline wins.
-    pub wall_clock: Option<Duration>,
-    /// Per-command timeout (`ARGOCD_EXEC_TIMEOUT`) and its configured text.
-    pub command_timeout: Option<(Duration, String)>,
+    /// What the policy means for each request: archive limits (the compressed cap is enforced
+    /// while receiving too), budgets, wall clock, environment.
+    pub plan: Arc<Plan>,
     /// Where audit events go.
     pub audit: AuditSink,
-    /// The policy in force (named in every audit event).
-    pub policy: PolicyRef,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
     /// Token every call arriving over TCP must carry (unix peers are authorised by credentials).
@@ -68,7 +58,7 @@ struct Ctx {
     env_names: Vec<String>,
     archive: ArchiveInfo,
     record: Option<jail::record::Recorder>,
-    limit: Option<String>,
+    limit: Option<Limit>,
 }
 
 /// How long past the policy's wall clock the service waits for the jail to report which
@@ -85,10 +75,6 @@ pub struct CmpService {
 }
 
 impl CmpService {
-    fn wall_secs(&self) -> u64 {
-        self.cfg.wall_clock.map_or(0, |w| w.as_secs())
-    }
-
     /// A service using `runner`.
     pub fn new(cfg: ServiceConfig, runner: Arc<dyn Runner>) -> Self {
         Self {
@@ -134,23 +120,8 @@ impl CmpService {
         op: Operation,
         req: Request<Streaming<AppStreamRequest>>,
     ) -> Result<Outcome, Status> {
-        let client_deadline = grpc_deadline(&req);
-        let wall = self.cfg.wall_clock.map(|w| Instant::now() + w);
-        let (deadline, limit) = match (client_deadline, wall) {
-            (Some(c), Some(w)) if w < c => (
-                Some(w),
-                TimeLimit::Request {
-                    seconds: self.wall_secs(),
-                },
-            ),
-            (None, Some(w)) => (
-                Some(w),
-                TimeLimit::Request {
-                    seconds: self.wall_secs(),
-                },
-            ),
-            (c, _) => (c, TimeLimit::Client),
-        };
+        let client_deadline = grpc_deadline(&req).map(|d| (d, TimeLimit::Client));
+        let (deadline, limit) = self.cfg.plan.deadline(client_deadline);
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -161,7 +132,7 @@ impl CmpService {
         let _active = self.cfg.metrics.started();
         let mut ctx = Ctx::default();
         if let Err(refused) = self.authenticate(&req) {
-            ctx.limit = Some("authentication".into());
+            ctx.limit = Some(Limit::Authentication);
             let out = Err(refused);
             self.account(op, request_id, ctx, &out, started.elapsed());
             return out;
@@ -207,7 +178,7 @@ impl CmpService {
             },
             out.as_ref().map(|_| ()),
             elapsed,
-            self.cfg.policy.clone(),
+            PolicyRef::of(&self.cfg.plan),
             record,
         );
         let code = out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
@@ -215,16 +186,16 @@ impl CmpService {
             Ok(Outcome::Manifests(m)) => m.iter().map(|s| s.len() as u64).sum(),
             _ => 0,
         };
-        let limit = event.limit.as_deref();
+        let limit = event.limit;
         let kill = crate::metrics::kill_reason(limit);
-        let rejection = (limit == Some("archive")).then_some(match code {
+        let rejection = (limit == Some(Limit::Archive)).then_some(match code {
             tonic::Code::ResourceExhausted => "limit",
             tonic::Code::DataLoss => "integrity",
             _ => "policy",
         });
         let code_s = format!("{code:?}");
         self.cfg.metrics.finished(&Finished {
-            rpc: crate::audit::rpc_name(op),
+            rpc: op.rpc_name(),
             code: &code_s,
             duration: elapsed,
             bytes_in: event.archive.bytes,
@@ -272,19 +243,14 @@ impl CmpService {
             .iter()
             .map(|e| (e.name.clone(), e.value.clone()))
             .collect();
-        let spec = RequestSpec {
+        let spec = self.cfg.plan.request(
             op,
-            config: self.cfg.plugin.clone(),
-            tree: tree.clone(),
-            app_rel_path: meta.app_rel_path.clone(),
-            env: plugin::env::compose(&self.cfg.base_env, &env),
-            archive: self.cfg.archive.clone(),
-            output_bytes: self.cfg.output_bytes,
-            deadline,
-            deadline_limit: limit.clone(),
-            command_timeout: self.cfg.command_timeout.clone(),
-            record: Default::default(),
-        };
+            &self.cfg.plugin,
+            tree,
+            &meta.app_rel_path,
+            &env,
+            (deadline, limit.clone()),
+        );
         ctx.record = Some(spec.record.clone());
         let cancel = CancelToken::new();
         self.active
@@ -332,7 +298,7 @@ impl CmpService {
             received,
             Err(StreamError::TooLarge(_) | StreamError::Checksum)
         ) {
-            ctx.limit = Some("archive".into());
+            ctx.limit = Some(Limit::Archive);
         }
         let received = match received {
             Ok(()) => Ok(()),
@@ -358,7 +324,7 @@ impl CmpService {
                     // The runner kills its commands (TERM, then KILL) once cancelled.
                     guard.done = true;
                     cancel.cancel(CancelReason::Cancelled);
-                    ctx.limit = Some("timeout".into());
+                    ctx.limit = Some(Limit::Timeout);
                     return Err(match limit {
                         TimeLimit::Request { seconds } => Status::deadline_exceeded(format!(
                             "request wall clock exceeded (policy spec.limits.wallSeconds: {seconds})"
@@ -397,7 +363,7 @@ impl CmpService {
         deadline: Option<Instant>,
         info: &mut ArchiveInfo,
     ) -> Result<(), StreamError> {
-        let cap = self.cfg.archive.limits.compressed_bytes;
+        let cap = self.cfg.plan.archive.limits.compressed_bytes;
         let mut hasher = Sha256::new();
         let mut total: u64 = 0;
         let mut runner_gone = false;

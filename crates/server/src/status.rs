@@ -5,7 +5,7 @@
 //! command failures → Unknown with Argo CD's text; our own failures → Internal.
 
 use jail::RequestError;
-use jail::protocol::ErrorKind;
+use jail::ErrorKind;
 use tonic::{Code, Status};
 
 /// Map a request error.

@@ -85,9 +85,6 @@ pub fn run(c: AppsetCmd, log_args: Vec<String>) -> ExitCode {
 }
 
 async fn serve(prepared: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    if rustix::process::getpid().is_init() {
-        jail::reaper::start_orphan_reaper();
-    }
     if let Some((l, m)) = prepared.metrics {
         let l = tokio::net::TcpListener::from_std(l)?;
         tokio::spawn(server::metrics::serve_metrics(l, m));
@@ -109,7 +106,9 @@ async fn serve(prepared: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Resul
         super::serve::shutdown_signal(early_stop),
     )
     .await?;
-    super::serve::shut_down_runner(prepared.runner).await;
+    if let Some(s) = prepared.supervisor {
+        super::serve::shut_down(s).await;
+    }
     tracing::info!("shut down cleanly");
     Ok(())
 }
@@ -119,22 +118,23 @@ struct Prepared {
     addr: std::net::SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     svc: Arc<server::appset::AppSetService>,
-    /// Shut down after the last request: retires the spare jail.
-    runner: Arc<dyn jail::Runner>,
+    /// Shut down after the last request: retires the spare jail (none without a command
+    /// source).
+    supervisor: Option<Arc<jail::Supervisor>>,
     grace: Duration,
     metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
 }
 
+/// Flags, the generator config and the policy, then the supervisor's start-up (which binds the
+/// listener at its step for it); a generator without a command source starts no jails.
 fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         "cmp-warden appset starting"
     );
-    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .context("prctl(PR_SET_DUMPABLE, 0)")?;
-    let config = GeneratorConfig::load(&a.config)
+    let mut config = GeneratorConfig::load(&a.config)
         .with_context(|| format!("--config {}", a.config.display()))?;
-    let policy = super::sandbox::load_policy(a.policy.as_deref())?;
+    let policy = super::flags::load_policy(a.policy.as_deref())?;
     if a.net.listen.is_none() {
         bail!("appset serve needs --listen HOST:PORT");
     }
@@ -143,46 +143,45 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
             "appset serve needs --token-file or --token-env: the ApplicationSet controller always sends a bearer token, and an unauthenticated generator would answer anyone"
         );
     };
-    let bound = a
-        .net
-        .bind(&[b"http/1.1"])?
-        .context("--listen is required")?;
     let work_parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_dir = work_parent.join("_cmp_appset");
-    // Only a command source runs anything; static and file sources need no jail.
-    let mut config = config;
-    let runner: Arc<dyn jail::Runner> = if matches!(config.source, Source::Command(_)) {
-        let built =
-            super::sandbox::build(&policy, &work_dir, log_args, super::sandbox::Owner::Server)?;
-        let own_uid = rustix::process::geteuid().as_raw();
-        let kept = if own_uid == 0 || built.privileges.can_switch_uids() {
-            jail::privilege::drop_supervisor_capabilities()
-                .context("dropping the supervisor's capabilities")?
+    let mut bound = None;
+    let (supervisor, runner, plan): (_, Arc<dyn jail::Runner>, _) =
+        if matches!(config.source, Source::Command(_)) {
+            let bind = || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                bound = a.net.bind(&[b"http/1.1"])?;
+                Ok(())
+            };
+            let mut start = jail::StartOptions::new(work_dir.clone(), jail::Owner::Server);
+            start.log_args = log_args;
+            start.bind = Some(Box::new(bind));
+            let (supervisor, _) = jail::Supervisor::start(&policy, start)?;
+            // Each running command holds a leased UID: more slots than UIDs would turn a burst
+            // into errors instead of a queue.
+            if let Some((_, capacity)) = supervisor.pool_usage()
+                && capacity < config.concurrency
+            {
+                tracing::warn!(
+                    concurrency = config.concurrency,
+                    uids = capacity,
+                    "spec.limits.concurrency exceeds the policy's UID range; using {capacity}"
+                );
+                config.concurrency = capacity;
+            }
+            let (runner, plan) = (supervisor.runner(), supervisor.plan());
+            (Some(Arc::new(supervisor)), runner, plan)
         } else {
-            Vec::new()
-        };
-        let report = super::sandbox::probe(&built, &policy)?;
-        super::sandbox::log_enforced(&built, &policy, &report, &kept);
-        // Each running command holds a leased UID: more slots than UIDs would turn a burst
-        // into errors instead of a queue.
-        if let Some((_, capacity)) = built.runner.pool_usage()
-            && capacity < config.concurrency
-        {
-            tracing::warn!(
-                concurrency = config.concurrency,
-                uids = capacity,
-                "spec.limits.concurrency exceeds the policy's UID range; using {capacity}"
+            // Static and file sources run nothing: bind, then keep no capability.
+            bound = a.net.bind(&[b"http/1.1"])?;
+            jail::supervisor::start_without_jails()?;
+            let plan = jail::Plan::new(
+                &policy,
+                &jail::supervisor::Overrides::default(),
+                std::env::vars(),
             );
-            config.concurrency = capacity;
-        }
-        Arc::new(built.runner)
-    } else {
-        if rustix::process::geteuid().is_root() {
-            jail::privilege::drop_supervisor_capabilities()
-                .context("dropping the supervisor's capabilities")?;
-        }
-        Arc::new(NoCommands)
-    };
+            (None, Arc::new(NoCommands) as Arc<dyn jail::Runner>, Arc::new(plan))
+        };
+    let bound = bound.context("--listen is required")?;
     let audit = match a.audit_log.as_str() {
         "-" | "" => server::audit::AuditSink::stderr(),
         path => server::audit::AuditSink::file(std::path::Path::new(path))
@@ -198,32 +197,15 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
         }
         None => None,
     };
-    let mut archive_opts = archive::Options::default();
-    archive_opts.limits.compressed_bytes = policy.archive.compressed_bytes;
-    archive_opts.limits.extracted_bytes = policy.archive.extracted_bytes;
-    archive_opts.limits.file_bytes = policy.archive.file_bytes;
-    archive_opts.limits.entries = policy.archive.entries;
     let svc = server::appset::AppSetService::new(
-        config,
-        runner.clone(),
-        token,
-        work_dir,
-        policy.passed_env(std::env::vars()),
-        archive_opts,
-        policy.limits.output_bytes,
-        audit,
-        server::audit::PolicyRef {
-            name: policy.name.clone(),
-            sha256: policy.sha256.clone(),
-        },
-        metrics,
+        config, runner, token, work_dir, plan, audit, metrics,
     );
     Ok(Prepared {
         listener: bound.listener,
         addr: bound.addr,
         tls: bound.tls,
         svc: Arc::new(svc),
-        runner,
+        supervisor,
         grace: Duration::from_secs(a.shutdown_grace),
         metrics: metrics_listener,
     })
@@ -240,10 +222,9 @@ impl jail::Runner for NoCommands {
         _input: Box<dyn std::io::Read + Send>,
         _cancel: &jail::CancelToken,
     ) -> Result<jail::Outcome, jail::RequestError> {
-        Err(jail::RequestError::Remote {
-            kind: jail::protocol::ErrorKind::Internal,
-            message: "this generator has no command source".into(),
-        })
+        Err(jail::RequestError::internal(
+            "this generator has no command source",
+        ))
     }
     fn reclaim(&self, _spec: &jail::RequestSpec) {}
     fn describe(&self) -> &'static str {

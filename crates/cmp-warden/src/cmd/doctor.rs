@@ -8,12 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use jail::confine::Report;
-use jail::privilege::{PrivilegeModel, Privileges};
+use jail::supervisor::{LandlockStatus, Layout, PrivilegeModel, Privileges, Report};
+use jail::{Enforcement, Owner, StartOptions, Supervisor};
 use policy::{NetworkMode, Policy, Protection, SeccompMode};
 use serde::Serialize;
-
-use super::sandbox::{self, Built, Owner};
 
 /// Schema identifier of the JSON report; bumped on any incompatible change.
 pub const SCHEMA: &str = "cmp-warden.doctor/v1";
@@ -92,7 +90,7 @@ impl DoctorReport {
 
 /// Run `doctor`: exit 0 when `serve` would start, 1 when it would refuse, 2 on bad usage.
 pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
-    let policy = match sandbox::load_policy(a.policy.as_deref()) {
+    let policy = match super::flags::load_policy(a.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -118,71 +116,42 @@ pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
     }
 }
 
-/// Build and probe as `serve` would (in a scratch work directory), dropping capabilities
-/// the same way first; on refusal, probe again with nothing required to show what exists.
+/// Start the supervisor as `serve` would (one-shot, in a scratch work directory) and report
+/// from what it found; on refusal, start again with nothing required to show what exists.
 fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorReport {
-    let held = jail::privilege::detect();
+    let held = jail::supervisor::privileges_now();
     let parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = parent.join(format!("cmp-warden-doctor-{}", std::process::id()));
-    let mut refusal = None;
-    let attempt = sandbox::build(policy, &work, log_args.clone(), Owner::OneShot);
-    let (built, relaxed) = match attempt {
-        Ok(b) => (Some(b), None),
+    let start = |p: &Policy| {
+        let mut opts = StartOptions::new(work.clone(), Owner::OneShot);
+        opts.log_args = log_args.clone();
+        Supervisor::start(p, opts)
+    };
+    let (started, refusal) = match start(policy) {
+        Ok(s) => (Some(s), None),
         Err(e) => {
-            refusal = Some(format!("{e:#}"));
             let mut relaxed = policy.clone();
             relaxed.require.clear();
-            match sandbox::build(&relaxed, &work, log_args, Owner::OneShot) {
-                Ok(b) => (Some(b), Some(relaxed)),
-                Err(e2) => {
-                    refusal = Some(format!("{e:#} (and without requirements: {e2:#})"));
-                    (None, None)
-                }
+            match start(&relaxed) {
+                Ok(s) => (Some(s), Some(e.to_string())),
+                Err(e2) => (
+                    None,
+                    Some(format!("{e} (and without requirements: {e2})")),
+                ),
             }
         }
     };
-    // As serve: the supervisor keeps only what starting jails needs, then probes.
-    let kept = if held.euid == 0 || held.can_switch_uids() {
-        jail::privilege::drop_supervisor_capabilities().unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    let probed = built.as_ref().map(|b| {
-        let p = relaxed.as_ref().unwrap_or(policy);
-        sandbox::probe(b, p)
-    });
-    let report = match probed {
-        Some(Ok(r)) => Some(r),
-        Some(Err(e)) => {
-            refusal.get_or_insert_with(|| format!("{e:#}"));
-            None
-        }
-        None => None,
-    };
-    if let (Some(r), None) = (&report, &refusal) {
-        let missing = sandbox::missing_required(r, policy);
-        if !missing.is_empty() {
-            refusal = Some(format!(
-                "policy {:?} requires {missing:?}, which this environment cannot enforce",
-                policy.name
-            ));
-        }
-    }
-    if let Some(b) = &built {
+    let enforcement = started.map(|(supervisor, enforcement)| {
         // The spare jail prepared after the probe lives in the work dir and the cgroup
         // instance.
-        jail::Runner::shutdown(&b.runner);
-        if let Some(layout) = &b.cgroups {
-            jail::cgroup::remove_instance(layout);
-        }
-    }
+        supervisor.shutdown();
+        enforcement
+    });
     let _ = std::fs::remove_dir_all(&work);
-    assemble(
+    assemble_as(
         policy,
         &held,
-        &kept,
-        built.as_ref(),
-        report.as_ref(),
+        enforcement.as_ref(),
         &a.socket_dir,
         &parent,
         refusal,
@@ -193,62 +162,132 @@ fn yes(b: bool) -> &'static str {
     if b { "enforced" } else { "unavailable" }
 }
 
-/// The report from what start-up found (shared with `serve`).
-#[allow(clippy::too_many_arguments)]
+/// The report `serve` logs at start-up, from the same [`Enforcement`] it enforces.
 pub fn assemble(
     policy: &Policy,
-    held: &Privileges,
-    kept: &[String],
-    built: Option<&Built>,
-    report: Option<&Report>,
+    enforcement: &Enforcement,
     socket_dir: &Path,
     work_parent: &Path,
     refusal: Option<String>,
 ) -> DoctorReport {
-    let req = |p| policy.require.contains(&p);
-    let mut checks = Vec::new();
-    let mut push = |name: &str, available: bool, required: bool, status, detail: String| {
-        checks.push(Check {
-            name: name.to_owned(),
-            available,
-            required,
-            status,
-            detail,
-        })
-    };
-    let unavailable = |name: &str| {
-        built
-            .and_then(|b| b.unavailable.iter().find(|(n, _)| *n == name))
-            .map(|(_, why)| why.clone())
-    };
-    let no_probe = "the sandbox probe did not run".to_owned();
+    assemble_as(
+        policy,
+        &enforcement.privileges,
+        Some(enforcement),
+        socket_dir,
+        work_parent,
+        refusal,
+    )
+}
 
-    // Identity.
-    let unique = report.is_some_and(|r| r.unique_uid);
-    push(
+/// What one check needs: the policy, what start-up found (if it got that far) and the probe.
+struct Found<'a> {
+    policy: &'a Policy,
+    enforcement: Option<&'a Enforcement>,
+    report: Option<&'a Report>,
+}
+
+impl Found<'_> {
+    fn required(&self, p: Protection) -> bool {
+        self.policy.require.contains(&p)
+    }
+
+    /// Why `p` is unavailable, else that the probe did not run.
+    fn why_not(&self, p: Protection) -> String {
+        self.enforcement
+            .and_then(|e| e.unavailable(p))
+            .map_or_else(|| NO_PROBE.to_owned(), str::to_owned)
+    }
+}
+
+const NO_PROBE: &str = "the sandbox probe did not run";
+
+fn check(name: &str, available: bool, required: bool, status: &'static str, detail: String) -> Check {
+    Check {
+        name: name.to_owned(),
+        available,
+        required,
+        status,
+        detail,
+    }
+}
+
+/// The report, one function per check, in the order the report lists them.
+fn assemble_as(
+    policy: &Policy,
+    held: &Privileges,
+    enforcement: Option<&Enforcement>,
+    socket_dir: &Path,
+    work_parent: &Path,
+    refusal: Option<String>,
+) -> DoctorReport {
+    let f = Found {
+        policy,
+        enforcement,
+        report: enforcement.map(|e| &e.probe),
+    };
+    let kept = enforcement
+        .map(|e| e.capabilities_kept.clone())
+        .unwrap_or_default();
+    let mut checks = vec![
+        unique_uid_check(&f),
+        capabilities_check(&f),
+        supervisor_capabilities_check(held, &kept),
+        no_new_privs_check(&f),
+        landlock_check(&f),
+    ];
+    checks.extend(landlock_network_check(&f));
+    checks.push(seccomp_check(&f));
+    checks.push(cgroups_check(&f));
+    checks.push(rlimits_check(&f));
+    checks.extend(namespace_checks(&f));
+    checks.push(disk_check(&f));
+    checks.push(read_only_root_check());
+    checks.push(socket_dir_check(socket_dir, held.euid));
+    checks.push(work_dir_check(work_parent));
+    DoctorReport {
+        schema: SCHEMA,
+        version: env!("CARGO_PKG_VERSION"),
+        policy: policy.name.clone(),
+        policy_sha256: policy.sha256.clone(),
+        privilege_model: held.model,
+        euid: held.euid,
+        capabilities_held: held.effective.clone(),
+        capabilities_kept: kept,
+        checks,
+        verdict: if refusal.is_none() { "start" } else { "refuse" },
+        refusal,
+    }
+}
+
+fn unique_uid_check(f: &Found<'_>) -> Check {
+    let unique = f.report.is_some_and(|r| r.unique_uid);
+    check(
         "uniqueUid",
         unique,
-        req(Protection::UniqueUid),
+        f.required(Protection::UniqueUid),
         yes(unique),
         if unique {
             format!(
                 "each request runs as its own UID/GID from {}+{} (probe ran as {})",
-                policy.uid_first,
-                policy.uid_count,
-                report.map_or(0, |r| r.uid)
+                f.policy.uid_first,
+                f.policy.uid_count,
+                f.report.map_or(0, |r| r.uid)
             )
         } else {
-            unavailable("uniqueUid").unwrap_or_else(|| no_probe.clone())
+            f.why_not(Protection::UniqueUid)
         },
-    );
-    // Capabilities.
-    let cleared = report.is_some_and(|r| r.capabilities_cleared);
-    push(
+    )
+}
+
+fn capabilities_check(f: &Found<'_>) -> Check {
+    let cleared = f.report.is_some_and(|r| r.capabilities_cleared);
+    check(
         "capabilities",
         cleared,
         true,
         yes(cleared),
-        match report {
+        match f.report {
             Some(r) => format!(
                 "commands hold none (effective, permitted, inheritable, ambient empty; bounding set {}); {}",
                 if r.bounding_cleared {
@@ -258,10 +297,13 @@ pub fn assemble(
                 },
                 status_caps(&r.status)
             ),
-            None => no_probe.clone(),
+            None => NO_PROBE.to_owned(),
         },
-    );
-    push(
+    )
+}
+
+fn supervisor_capabilities_check(held: &Privileges, kept: &[String]) -> Check {
+    check(
         "supervisorCapabilities",
         true,
         false,
@@ -271,72 +313,82 @@ pub fn assemble(
             list(&held.effective),
             list(kept)
         ),
-    );
-    let nnp = report.is_some_and(|r| r.no_new_privs);
-    push(
+    )
+}
+
+fn no_new_privs_check(f: &Found<'_>) -> Check {
+    let nnp = f.report.is_some_and(|r| r.no_new_privs);
+    check(
         "noNewPrivs",
         nnp,
-        req(Protection::NoNewPrivs),
+        f.required(Protection::NoNewPrivs),
         yes(nnp),
         if nnp {
             "set before exec: setuid/file-capability binaries gain nothing".into()
         } else {
-            no_probe.clone()
+            NO_PROBE.to_owned()
         },
-    );
-    // Landlock.
-    let (ll_status, ll_detail) = match report {
-        Some(r) => {
-            let s = match r.landlock.as_str() {
-                "full" => "enforced",
-                "partial" => "partial",
-                _ => "unavailable",
-            };
-            (
-                s,
-                format!(
-                    "kernel ABI {} (this build asks for ABI {}); enforced rights: {}{}",
-                    r.landlock_abi.map_or("none".into(), |a| a.to_string()),
-                    jail::confine::TESTED_LANDLOCK_ABI as i32,
-                    list(&r.landlock_rights),
-                    if r.missing_paths.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; policy paths missing here: {:?}", r.missing_paths)
-                    }
-                ),
-            )
-        }
-        None => ("unavailable", no_probe.clone()),
-    };
-    push(
-        "landlock",
-        ll_status != "unavailable",
-        req(Protection::Landlock),
-        ll_status,
-        ll_detail,
-    );
-    if policy.network == NetworkMode::None {
-        let tcp = report.is_some_and(|r| r.landlock_tcp_denied);
-        push(
-            "landlockNetwork",
-            tcp,
-            false,
-            yes(tcp),
-            match report {
-                None => no_probe.clone(),
-                Some(_) if tcp => "TCP bind and connect denied (network.mode: none)".into(),
-                Some(_) => "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into(),
+    )
+}
+
+fn landlock_check(f: &Found<'_>) -> Check {
+    let (status, detail) = match f.report {
+        Some(r) => (
+            match r.landlock {
+                LandlockStatus::Full => "enforced",
+                LandlockStatus::Partial => "partial",
+                LandlockStatus::None => "unavailable",
             },
-        );
+            format!(
+                "kernel ABI {} (this build asks for ABI {}); enforced rights: {}{}",
+                r.landlock_abi.map_or("none".into(), |a| a.to_string()),
+                jail::supervisor::TESTED_LANDLOCK_ABI as i32,
+                list(&r.landlock_rights),
+                if r.missing_paths.is_empty() {
+                    String::new()
+                } else {
+                    format!("; policy paths missing here: {:?}", r.missing_paths)
+                }
+            ),
+        ),
+        None => ("unavailable", NO_PROBE.to_owned()),
+    };
+    check(
+        "landlock",
+        status != "unavailable",
+        f.required(Protection::Landlock),
+        status,
+        detail,
+    )
+}
+
+/// Only with `network: none`.
+fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
+    if f.policy.network != NetworkMode::None {
+        return None;
     }
-    // Seccomp.
-    let filters = report.map_or(0, |r| r.seccomp_filters);
-    push(
+    let tcp = f.report.is_some_and(|r| r.landlock_tcp_denied);
+    Some(check(
+        "landlockNetwork",
+        tcp,
+        false,
+        yes(tcp),
+        match f.report {
+            None => NO_PROBE.to_owned(),
+            Some(_) if tcp => "TCP bind and connect denied (network.mode: none)".into(),
+            Some(_) => "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into(),
+        },
+    ))
+}
+
+fn seccomp_check(f: &Found<'_>) -> Check {
+    let filters = f.report.map_or(0, |r| r.seccomp_filters);
+    let mode = f.policy.seccomp_mode;
+    check(
         "seccomp",
         filters > 0,
-        req(Protection::Seccomp),
-        match (filters > 0, policy.seccomp_mode) {
+        f.required(Protection::Seccomp),
+        match (filters > 0, mode) {
             (false, _) => "unavailable",
             (true, SeccompMode::Enforce) => "enforced",
             (true, SeccompMode::Audit) => "partial",
@@ -344,50 +396,54 @@ pub fn assemble(
         if filters > 0 {
             format!(
                 "{filters} filter(s), {} BPF instructions from {} in {} mode{}",
-                built.map_or(0, |b| b.seccomp_instructions),
-                policy.seccomp_profile.display(),
-                match policy.seccomp_mode {
+                f.enforcement.map_or(0, |e| e.seccomp_instructions),
+                f.policy.seccomp_profile.display(),
+                match mode {
                     SeccompMode::Enforce => "enforce",
                     SeccompMode::Audit => "audit",
                 },
-                if policy.seccomp_mode == SeccompMode::Audit {
+                if mode == SeccompMode::Audit {
                     " (AUDIT: nothing is denied, would-be denials are recorded)"
                 } else {
                     ""
                 }
             )
         } else {
-            unavailable("seccomp").unwrap_or_else(|| no_probe.clone())
+            f.why_not(Protection::Seccomp)
         },
-    );
-    // cgroups.
-    let cg = built.and_then(|b| b.cgroups.as_ref());
-    push(
+    )
+}
+
+fn cgroups_check(f: &Found<'_>) -> Check {
+    let cg = f.enforcement.and_then(|e| e.cgroups.as_ref().map(|l| (l, e)));
+    check(
         "cgroups",
         cg.is_some(),
-        req(Protection::Cgroups),
+        f.required(Protection::Cgroups),
         yes(cg.is_some()),
-        match (cg, built) {
-            (Some(jail::cgroup::Layout::V2 { base }), Some(b)) => format!(
+        match cg {
+            Some((Layout::V2 { base }, e)) => format!(
                 "cgroup v2, delegated directory {}; controllers {}",
                 base.display(),
-                list(&b.cgroup_controllers)
+                list(&e.cgroup_controllers)
             ),
-            (Some(jail::cgroup::Layout::V1 { controllers }), Some(b)) => format!(
+            Some((Layout::V1 { controllers }, e)) => format!(
                 "cgroup v1 ({}); controllers {}",
                 controllers
                     .iter()
                     .map(|(c, p)| format!("{c} at {}", p.display()))
                     .collect::<Vec<_>>()
                     .join(", "),
-                list(&b.cgroup_controllers)
+                list(&e.cgroup_controllers)
             ),
-            _ => unavailable("cgroups").unwrap_or_else(|| no_probe.clone()),
+            None => f.why_not(Protection::Cgroups),
         },
-    );
-    // rlimits: always.
-    let rl = report.map(|r| &r.rlimits);
-    push(
+    )
+}
+
+fn rlimits_check(f: &Found<'_>) -> Check {
+    let rl = f.report.map(|r| &r.rlimits);
+    check(
         "rlimits",
         rl.is_some(),
         true,
@@ -404,74 +460,82 @@ pub fn assemble(
                 })
                 .collect::<Vec<_>>()
                 .join(" "),
-            None => no_probe.clone(),
+            None => NO_PROBE.to_owned(),
         },
-    );
-    // Namespaces, one line each.
-    let ns_req = req(Protection::Namespaces);
+    )
+}
+
+/// One line per namespace.
+fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
+    let ns = f.policy.namespaces;
     let wanted = [
         ("user", true),
-        ("mount", policy.namespaces.mount),
-        ("pid", policy.namespaces.pid),
-        (
-            "net",
-            policy.namespaces.net && policy.network == NetworkMode::None,
-        ),
-        ("ipc", policy.namespaces.ipc),
-        ("uts", policy.namespaces.uts),
-        ("cgroup", policy.namespaces.cgroup),
+        ("mount", ns.mount),
+        ("pid", ns.pid),
+        ("net", ns.net && f.policy.network == NetworkMode::None),
+        ("ipc", ns.ipc),
+        ("uts", ns.uts),
+        ("cgroup", ns.cgroup),
     ];
-    for (ns, want) in wanted {
-        let created = report.is_some_and(|r| r.namespaces.has(ns));
-        let failed = report.and_then(|r| {
-            r.namespaces
-                .failed
-                .iter()
-                .find(|f| f.starts_with(ns))
-                .cloned()
-        });
-        let notes: Vec<String> = report
-            .map(|r| {
+    let ns_req = f.required(Protection::Namespaces);
+    wanted
+        .into_iter()
+        .map(|(ns, want)| {
+            let created = f.report.is_some_and(|r| r.namespaces.has(ns));
+            let failed = f.report.and_then(|r| {
                 r.namespaces
-                    .notes
+                    .failed
                     .iter()
-                    .filter(|n| n.starts_with(&format!("{ns}:")))
+                    .find(|x| x.starts_with(ns))
                     .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (status, detail) = if created && !notes.is_empty() {
-            (
-                "partial",
-                format!("{}; but {}", ns_detail(ns, report), notes.join("; ")),
+            });
+            let notes: Vec<String> = f
+                .report
+                .map(|r| {
+                    r.namespaces
+                        .notes
+                        .iter()
+                        .filter(|n| n.starts_with(&format!("{ns}:")))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (status, detail) = if created && !notes.is_empty() {
+                (
+                    "partial",
+                    format!("{}; but {}", ns_detail(ns, f.report), notes.join("; ")),
+                )
+            } else if created {
+                ("enforced", ns_detail(ns, f.report))
+            } else if !want {
+                (
+                    "disabled",
+                    if ns == "net" && f.policy.network == NetworkMode::Egress {
+                        "network.mode: egress shares the host's network".to_owned()
+                    } else {
+                        format!("spec.namespaces leaves out {ns}")
+                    },
+                )
+            } else {
+                (
+                    "unavailable",
+                    failed.unwrap_or_else(|| "not created".to_owned()),
+                )
+            };
+            check(
+                &format!("namespace.{ns}"),
+                created,
+                ns_req && want,
+                status,
+                detail,
             )
-        } else if created {
-            ("enforced", ns_detail(ns, report))
-        } else if !want {
-            (
-                "disabled",
-                if ns == "net" && policy.network == NetworkMode::Egress {
-                    "network.mode: egress shares the host's network".to_owned()
-                } else {
-                    format!("spec.namespaces leaves out {ns}")
-                },
-            )
-        } else {
-            (
-                "unavailable",
-                failed.unwrap_or_else(|| "not created".to_owned()),
-            )
-        };
-        push(
-            &format!("namespace.{ns}"),
-            created,
-            ns_req && want,
-            status,
-            detail,
-        );
-    }
-    let disk = report.and_then(|r| r.namespaces.disk_bytes);
-    push(
+        })
+        .collect()
+}
+
+fn disk_check(f: &Found<'_>) -> Check {
+    let disk = f.report.and_then(|r| r.namespaces.disk_bytes);
+    check(
         "diskLimit",
         disk.is_some(),
         false,
@@ -481,7 +545,8 @@ pub fn assemble(
                 "the request tree and /tmp live on a private tmpfs of {b} bytes (spec.limits.diskBytes)"
             ),
             None => {
-                let why = report
+                let why = f
+                    .report
                     .and_then(|r| r.namespaces.notes.iter().find(|n| n.starts_with("mount:")))
                     .map_or("no mount namespace".to_owned(), |n| n.clone());
                 format!(
@@ -489,25 +554,22 @@ pub fn assemble(
                 )
             }
         },
-    );
-    // The container around us.
-    let (ro, ro_detail) = root_read_only();
-    push(
+    )
+}
+
+fn read_only_root_check() -> Check {
+    let (ro, detail) = root_read_only();
+    check(
         "readOnlyRootFilesystem",
         ro,
         false,
         if ro { "enforced" } else { "unavailable" },
-        ro_detail,
-    );
-    let (sock_ok, sock_detail) = socket_dir_check(socket_dir, held.euid);
-    push(
-        "socketDirectory",
-        sock_ok,
-        false,
-        if sock_ok { "enforced" } else { "unavailable" },
-        sock_detail,
-    );
-    let work_detail = match std::fs::metadata(work_parent) {
+        detail,
+    )
+}
+
+fn work_dir_check(work_parent: &Path) -> Check {
+    let detail = match std::fs::metadata(work_parent) {
         Ok(m) => format!(
             "{} (owner {}:{}, mode {:o}){}",
             work_parent.display(),
@@ -522,21 +584,7 @@ pub fn assemble(
         ),
         Err(e) => format!("{}: {e}", work_parent.display()),
     };
-    push("workDirectory", true, false, "info", work_detail);
-
-    DoctorReport {
-        schema: SCHEMA,
-        version: env!("CARGO_PKG_VERSION"),
-        policy: policy.name.clone(),
-        policy_sha256: policy.sha256.clone(),
-        privilege_model: held.model,
-        euid: held.euid,
-        capabilities_held: held.effective.clone(),
-        capabilities_kept: kept.to_vec(),
-        checks,
-        verdict: if refusal.is_none() { "start" } else { "refuse" },
-        refusal,
-    }
+    check("workDirectory", true, false, "info", detail)
 }
 
 fn list(v: &[String]) -> String {
@@ -610,7 +658,18 @@ fn root_read_only() -> (bool, String) {
 
 /// The socket directory must not be writable by anyone but the server (a planted socket or
 /// a replaced one would intercept the repo-server's requests).
-fn socket_dir_check(dir: &Path, euid: u32) -> (bool, String) {
+fn socket_dir_check(dir: &Path, euid: u32) -> Check {
+    let (ok, detail) = socket_dir_state(dir, euid);
+    check(
+        "socketDirectory",
+        ok,
+        false,
+        if ok { "enforced" } else { "unavailable" },
+        detail,
+    )
+}
+
+fn socket_dir_state(dir: &Path, euid: u32) -> (bool, String) {
     match std::fs::metadata(dir) {
         Ok(m) => {
             let mode = m.mode() & 0o7777;
@@ -665,6 +724,7 @@ fn fs_type(p: &Path) -> Option<String> {
 pub fn render_text(r: &DoctorReport) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    // Worded for a reader of the report (the log says it shorter).
     let model = match r.privilege_model {
         PrivilegeModel::UserNamespaceRoot => "user-namespaced root",
         PrivilegeModel::MinimalCapsRoot => "minimal-capabilities root",

@@ -7,7 +7,7 @@ pub mod doctor;
 pub mod net;
 pub mod policy;
 pub mod render;
-pub mod sandbox;
+pub mod flags;
 pub mod serve;
 
 /// `NAME=VALUE` → pair (value may be empty; a missing `=` is an error).

@@ -58,7 +58,7 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
     match parsed {
         Ok(p) => {
             // The profile must also compile for this architecture, as `serve` will do it.
-            if let Err(e) = jail::seccomp::compile(&p.seccomp, p.seccomp_mode, p.network) {
+            if let Some(e) = seccomp_error(&p) {
                 eprintln!("invalid: policy: spec.seccomp.profile: {e}");
                 return ExitCode::from(1);
             }
@@ -240,10 +240,19 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
     std::fs::write(&pol_path, &yaml)?;
     // What we wrote must pass `policy check`.
     let check = Policy::load(&pol_path).context("the suggested policy does not validate")?;
-    jail::seccomp::compile(&check.seccomp, check.seccomp_mode, check.network)?;
+    if let Some(e) = seccomp_error(&check) {
+        anyhow::bail!("the suggested policy's seccomp profile does not compile: {e}");
+    }
     for n in &notes {
         eprintln!("{n}");
     }
     eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
     Ok(())
+}
+
+/// Why `p`'s seccomp profile does not compile here (as `serve` would compile it).
+fn seccomp_error(p: &Policy) -> Option<jail::supervisor::SeccompError> {
+    jail::Plan::new(p, &jail::supervisor::Overrides::default(), Vec::new())
+        .seccomp_error()
+        .cloned()
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use jail::{CancelToken, Operation, Outcome, RequestSpec, Runner};
+use jail::{CancelToken, Operation, Outcome, RequestSpec};
 use plugin::PluginConfig;
 
 /// `render` flags.
@@ -48,8 +48,8 @@ pub fn run(a: RenderArgs, log_args: Vec<String>) -> ExitCode {
 }
 
 fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
-    let mut policy = super::sandbox::load_policy(a.policy.as_deref())?;
-    if !jail::privilege::detect().can_switch_uids()
+    let mut policy = super::flags::load_policy(a.policy.as_deref())?;
+    if !jail::supervisor::privileges_now().can_switch_uids()
         && policy.require.contains(&policy::Protection::UniqueUid)
     {
         // A plugin author's laptop: say so, and keep every other protection.
@@ -80,12 +80,19 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(&buf))
     };
+    let work = std::env::temp_dir().join(format!("cmp-warden-render-{}", std::process::id()));
+    let mut start = jail::StartOptions::new(work.clone(), jail::Owner::OneShot);
+    start.log_args = log_args;
+    start.overrides.command_timeout = super::flags::exec_timeout()?;
+    let (supervisor, _) = jail::Supervisor::start(&policy, start)?;
+    let plan = supervisor.plan();
+    let runner = supervisor.runner();
     let account =
         |s: &RequestSpec, r: &Result<Outcome, jail::RequestError>, took: std::time::Duration| {
             let Some(sink) = &audit else { return };
             let status = r.as_ref().err().map(server::status::to_status);
             let event = server::audit::AuditEvent::finished(
-                s.op,
+                s.op(),
                 server::audit::Seen {
                     request_id: s
                         .tree
@@ -104,35 +111,21 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
                 },
                 status.as_ref().map_or(Ok(()), Err),
                 took,
-                server::audit::PolicyRef {
-                    name: policy.name.clone(),
-                    sha256: policy.sha256.clone(),
-                },
+                server::audit::PolicyRef::of(&plan),
                 jail::record::snapshot(&s.record),
             );
             sink.emit(&event);
         };
-    let base = policy.passed_env(std::env::vars());
-    let work = tempfile_dir()?;
-    let built = super::sandbox::build(&policy, &work, log_args, super::sandbox::Owner::OneShot)?;
-    let runner = built.runner;
-    let spec = |op: Operation| RequestSpec {
-        op,
-        config: config.clone(),
-        // Unique per request: the name also names the request's cgroup.
-        tree: work.join(format!("{op:?}-{}", uuid::Uuid::new_v4())),
-        app_rel_path: a.app_rel_path.clone(),
-        env: plugin::env::compose(&base, &a.env),
-        archive: archive::Options::default(),
-        output_bytes: policy.limits.output_bytes,
-        deadline: Some(
-            std::time::Instant::now() + std::time::Duration::from_secs(policy.limits.wall_seconds),
-        ),
-        deadline_limit: jail::TimeLimit::Request {
-            seconds: policy.limits.wall_seconds,
-        },
-        command_timeout: None,
-        record: Default::default(),
+    let spec = |op: Operation| {
+        plan.request(
+            op,
+            &config,
+            // Unique per request: the name also names the request's cgroup.
+            work.join(format!("{op:?}-{}", uuid::Uuid::new_v4())),
+            &a.app_rel_path,
+            &a.env,
+            plan.deadline(None),
+        )
     };
     let result = (|| -> anyhow::Result<()> {
         if config.spec.discover.is_defined() {
@@ -180,16 +173,6 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         Ok(())
     })();
     // The spare jail prepared for a next request lives in `work` and the cgroup instance.
-    runner.shutdown();
-    let _ = std::fs::remove_dir_all(&work);
-    if let Some(layout) = &built.cgroups {
-        jail::cgroup::remove_instance(layout);
-    }
+    supervisor.shutdown();
     result
-}
-
-fn tempfile_dir() -> anyhow::Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("cmp-warden-render-{}", std::process::id()));
-    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-    Ok(d)
 }

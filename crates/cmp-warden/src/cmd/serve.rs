@@ -125,7 +125,7 @@ where
 struct Prepared {
     svc: CmpService,
     /// Shut down after the last request: retires the spare jail.
-    runner: Arc<dyn jail::Runner>,
+    supervisor: Arc<jail::Supervisor>,
     opts: ListenOptions,
     listener: Option<std::os::unix::net::UnixListener>,
     tcp: Option<(std::net::TcpListener, server::TcpOptions)>,
@@ -134,23 +134,16 @@ struct Prepared {
     metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
 }
 
+/// Flags, the policy and plugin.yaml, then the supervisor's start-up (which binds our
+/// listeners at its step for it), then the service.
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
-    // Not dumpable: /proc/<pid>/{environ,mem,fd} of the supervisor stay closed even to a
-    // process of the same UID (the shared-UID model) — they hold the sidecar's secrets.
-    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .context("prctl(PR_SET_DUMPABLE, 0)")?;
-    // Argo CD documents ARGOCD_EXEC_TIMEOUT but its cmp-server never applied it; here it is the
-    // per-command limit (Go duration syntax, e.g. 90s).
-    let command_timeout = match std::env::var("ARGOCD_EXEC_TIMEOUT") {
-        Ok(v) if !v.is_empty() => {
-            let d = plugin::duration::parse_go_duration(&v)
-                .with_context(|| format!("ARGOCD_EXEC_TIMEOUT={v}"))?;
-            (!d.is_zero()).then_some((d, v))
-        }
-        _ => None,
+    let policy = super::flags::load_policy(a.policy.as_deref())?;
+    let overrides = jail::supervisor::Overrides {
+        compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
+        output_bytes: super::flags::quantity("--output-bytes", a.output_bytes.as_deref())?,
+        command_timeout: super::flags::exec_timeout()?,
     };
-    let policy = super::sandbox::load_policy(a.policy.as_deref())?;
     let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
     for k in &loaded.unknown_keys {
         tracing::warn!(key = %k, "plugin.yaml: unknown key ignored (Argo CD ignores it too)");
@@ -165,16 +158,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     }
     let socket_path = config.socket_path(&a.socket_dir);
     let work_parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    // Nothing of a previous run survives: the sweep kills leftover processes and removes
-    // leftover request directories, each as its owner.
     let work_dir = work_parent.join("_cmp_server");
-    let mut built =
-        super::sandbox::build(&policy, &work_dir, log_args, super::sandbox::Owner::Server)?;
-    // The start-up self-test: the confined extractor must fail to write here.
-    built.runner.set_probe_writes(vec![
-        std::path::absolute(&a.config_dir_path)?,
-        std::path::absolute(&a.socket_dir)?,
-    ]);
 
     let own_uid = rustix::process::geteuid().as_raw();
     let allowed_uids = match a.allowed_uids.as_deref() {
@@ -204,23 +188,9 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     if a.grpc_max_size_mb == 0 {
         bail!("ARGOCD_GRPC_MAX_SIZE_MB must be positive");
     }
-    let mut archive_opts = archive::Options::default();
-    let al = &policy.archive;
-    archive_opts.limits.compressed_bytes = match &a.max_compressed {
-        Some(q) => policy::parse_quantity(q)?,
-        None => al.compressed_bytes,
-    };
-    archive_opts.limits.extracted_bytes = al.extracted_bytes;
-    archive_opts.limits.file_bytes = al.file_bytes;
-    archive_opts.limits.entries = al.entries;
-    archive_opts.limits.symlinks = al.symlinks;
-    archive_opts.limits.path_depth = al.path_depth as usize;
-    archive_opts.limits.max_ratio = al.max_ratio;
-    archive_opts.limits.wall_clock = Duration::from_secs(al.wall_seconds);
-    let output_bytes = match &a.output_bytes {
-        Some(q) => policy::parse_quantity(q)?,
-        None => policy.limits.output_bytes,
-    };
+    if a.no_unix_socket && a.net.listen.is_none() {
+        bail!("--no-unix-socket needs --listen");
+    }
     let opts = ListenOptions {
         socket_path: socket_path.clone(),
         socket_mode: a.socket_mode,
@@ -229,52 +199,45 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         max_message_bytes: a.grpc_max_size_mb * 1024 * 1024,
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
     };
-    if a.no_unix_socket && a.net.listen.is_none() {
-        bail!("--no-unix-socket needs --listen");
-    }
-    let listener = if a.no_unix_socket {
-        None
-    } else {
-        Some(server::bind(&opts)?)
-    };
-    // Bound before the capability drop (a port below 1024 needs CAP_NET_BIND_SERVICE).
-    let tcp = a.net.bind(&[b"h2"])?.map(|b| {
-        (
-            b.listener,
-            server::TcpOptions {
-                addr: b.addr,
-                tls: b.tls,
-                token: b.token,
-            },
-        )
-    });
 
-    // From here on the supervisor holds only what it needs to start jails.
-    let kept = if own_uid == 0 || built.privileges.can_switch_uids() {
-        jail::privilege::drop_supervisor_capabilities()
-            .context("dropping the supervisor's capabilities")?
-    } else {
-        Vec::new()
+    let mut listener = None;
+    let mut tcp = None;
+    let (supervisor, enforcement) = {
+        let bind = || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            if !a.no_unix_socket {
+                listener = Some(server::bind(&opts)?);
+            }
+            tcp = a.net.bind(&[b"h2"])?.map(|b| {
+                (
+                    b.listener,
+                    server::TcpOptions {
+                        addr: b.addr,
+                        tls: b.tls,
+                        token: b.token,
+                    },
+                )
+            });
+            Ok(())
+        };
+        let mut start = jail::StartOptions::new(work_dir.clone(), jail::Owner::Server);
+        start.overrides = overrides;
+        start.log_args = log_args;
+        // The start-up self-test: the confined extractor must fail to write here.
+        start.probe_writes = vec![
+            std::path::absolute(&a.config_dir_path)?,
+            std::path::absolute(&a.socket_dir)?,
+        ];
+        start.bind = Some(Box::new(bind));
+        jail::Supervisor::start(&policy, start)?
     };
-    let report = super::sandbox::probe(&built, &policy)?;
-    super::sandbox::log_enforced(&built, &policy, &report, &kept);
-    let doctor = super::doctor::assemble(
-        &policy,
-        &built.privileges,
-        &kept,
-        Some(&built),
-        Some(&report),
-        &a.socket_dir,
-        &work_parent,
-        None,
-    );
+    let doctor =
+        super::doctor::assemble(&policy, &enforcement, &a.socket_dir, &work_parent, None);
     tracing::info!(
         report = %serde_json::to_string(&doctor).unwrap_or_default(),
         schema = super::doctor::SCHEMA,
         "doctor report"
     );
 
-    let base_env = policy.passed_env(std::env::vars());
     let audit = match a.audit_log.as_str() {
         "-" | "" => server::audit::AuditSink::stderr(),
         path => server::audit::AuditSink::file(std::path::Path::new(path))
@@ -291,28 +254,15 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         }
         None => None,
     };
-
-    let runner = Arc::new(built.runner);
-    {
-        let r = runner.clone();
-        metrics.set_pool_source(move || r.pool_usage());
-    }
-    let describe = jail::Runner::describe(runner.as_ref());
-    let shared: Arc<dyn jail::Runner> = runner.clone();
+    metrics.set_pool_source(supervisor.pool_gauge());
+    let runner = supervisor.runner();
+    let describe = runner.describe();
     let svc = CmpService::new(
         ServiceConfig {
             plugin: config,
             work_dir: work_dir.clone(),
-            archive: archive_opts,
-            output_bytes,
-            base_env,
-            wall_clock: Some(Duration::from_secs(policy.limits.wall_seconds)),
-            command_timeout,
+            plan: supervisor.plan(),
             audit,
-            policy: server::audit::PolicyRef {
-                name: policy.name.clone(),
-                sha256: policy.sha256.clone(),
-            },
             metrics,
             tcp_token: tcp.as_ref().and_then(|(_, t)| t.token.clone()),
         },
@@ -320,7 +270,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
     Ok(Prepared {
         svc,
-        runner: shared,
+        supervisor: Arc::new(supervisor),
         opts,
         listener,
         tcp,
@@ -331,9 +281,6 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
 }
 
 async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    if rustix::process::getpid().is_init() {
-        jail::reaper::start_orphan_reaper();
-    }
     if let Some((l, m)) = p.metrics {
         let l = tokio::net::TcpListener::from_std(l)?;
         tokio::spawn(server::metrics::serve_metrics(l, m));
@@ -367,15 +314,15 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
         shutdown_signal(early_stop),
     )
     .await?;
-    shut_down_runner(p.runner).await;
+    shut_down(p.supervisor).await;
     tracing::info!("shut down cleanly");
     Ok(())
 }
 
 /// Retire what the runner keeps ready (the spare jail: its processes, directory, cgroup and UID)
 /// once no request is left.
-pub async fn shut_down_runner(runner: Arc<dyn jail::Runner>) {
-    let _ = tokio::task::spawn_blocking(move || runner.shutdown()).await;
+pub async fn shut_down(supervisor: Arc<jail::Supervisor>) {
+    let _ = tokio::task::spawn_blocking(move || supervisor.shutdown()).await;
 }
 
 /// Resolves on SIGTERM/SIGINT (or one that arrived before the runtime existed).

@@ -140,9 +140,9 @@ impl Server {
     /// quarantined, never leased again), so its processes are the spare's own.
     pub fn leftover_processes(&self, first: u32, count: u32) -> Vec<i32> {
         let idle: Vec<u32> = self.idle_jails().iter().filter_map(|j| j.uid).collect();
-        jail::uid::processes_in_range(Path::new("/proc"), first, count)
+        jail::processes_in_range(Path::new("/proc"), first, count)
             .into_iter()
-            .filter(|pid| jail::uid::proc_uid(*pid).is_none_or(|u| !idle.contains(&u)))
+            .filter(|pid| jail::proc_uid(*pid).is_none_or(|u| !idle.contains(&u)))
             .collect()
     }
 

@@ -7,7 +7,8 @@
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 
-use crate::record::CommandRecord;
+use crate::record::{CommandRecord, Limit};
+use crate::spec::TimeLimit;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -428,13 +429,13 @@ pub fn run_recorded(
     rec.stdout_bytes = out.data.len() as u64;
     rec.stderr_bytes = err.data.len() as u64;
     rec.ended_by = if out.over || err.over {
-        Some("output".into())
+        Some(Limit::Output)
     } else if must_stop && cancelled.is_some() {
-        Some("cancelled".into())
+        Some(Limit::Cancelled)
     } else if must_stop {
-        Some("timeout".into())
+        Some(Limit::Timeout)
     } else if status.signal() == Some(libc::SIGSYS) {
-        Some("seccomp".into())
+        Some(Limit::Seccomp)
     } else {
         None
     };
@@ -481,23 +482,6 @@ pub fn run_recorded(
         stdout: out.data,
         stderr: err.data,
     })
-}
-
-/// Which time limit ended a command (the response names it).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum TimeLimit {
-    /// The client's gRPC deadline.
-    Client,
-    /// The policy's per-request wall clock (`spec.limits.wallSeconds`).
-    Request {
-        /// Seconds.
-        seconds: u64,
-    },
-    /// The per-command limit (`ARGOCD_EXEC_TIMEOUT`).
-    Command {
-        /// As configured (Go duration text).
-        text: String,
-    },
 }
 
 fn deadline_message(limit: &TimeLimit, argv: &str) -> String {

@@ -358,20 +358,13 @@ fn keyed(path: &Path, key: &str) -> u64 {
 }
 
 impl RequestCgroup {
-    /// The files a process writes "0" into to join (the jail, before it confines itself).
+    /// The files a process writes "0" into to join (the jail, before it confines itself: they
+    /// cross the pipe in the preparation frame).
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs
             .iter()
             .map(|(_, d)| d.join("cgroup.procs"))
             .collect()
-    }
-
-    /// Move the calling process into the cgroup.
-    pub fn join_self(&self) -> Result<(), CgroupError> {
-        for f in self.procs_files() {
-            write(&f, "0")?;
-        }
-        Ok(())
     }
 
     /// Whether the request's cgroup has controller `ctl` (always true for v2's delegated set).
@@ -544,6 +537,13 @@ fn remove_patiently(cg: &RequestCgroup) {
 mod tests {
     use super::*;
 
+    /// What the jail does with `procs_files` before it confines itself.
+    fn join(cg: &RequestCgroup) {
+        for f in cg.procs_files() {
+            std::fs::write(f, "0").expect("join");
+        }
+    }
+
     const LIMITS: CgroupLimits = CgroupLimits {
         memory_bytes: 1 << 30,
         pids: 512,
@@ -615,7 +615,7 @@ mod tests {
         assert_eq!(r("pids.max"), "512");
         assert_eq!(r("cpu.max"), "200000 100000");
         assert_eq!(cg.procs_files(), [base.join("r1/cgroup.procs")]);
-        cg.join_self().expect("join");
+        join(&cg);
         assert_eq!(r("cgroup.procs"), "0");
         std::fs::write(base.join("r1/memory.peak"), "123456\n").expect("w");
         std::fs::write(

@@ -76,7 +76,24 @@ pub fn detect() -> Privileges {
     }
 }
 
+impl PrivilegeModel {
+    /// In words, for logs and reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PrivilegeModel::UserNamespaceRoot => "user-namespaced root",
+            PrivilegeModel::MinimalCapsRoot => "minimal-caps root",
+            PrivilegeModel::FileCapabilities => "file capabilities",
+            PrivilegeModel::Unprivileged => "unprivileged (shared UID)",
+        }
+    }
+}
+
 impl Privileges {
+    /// Whether there is anything to drop: root, or capabilities to switch UIDs.
+    pub fn holds_any(&self) -> bool {
+        self.euid == 0 || self.can_switch_uids()
+    }
+
     /// Whether unique UIDs can be used.
     pub fn can_switch_uids(&self) -> bool {
         self.model != PrivilegeModel::Unprivileged
@@ -90,6 +107,13 @@ impl Privileges {
             f.len() == 3 && f[0] <= lo && hi <= f[0] + f[2]
         })
     }
+}
+
+/// The effective capabilities of the calling thread, read from the kernel.
+pub fn effective_now() -> Vec<String> {
+    rustix::thread::capabilities(None)
+        .map(|c| cap_names(c.effective))
+        .unwrap_or_default()
 }
 
 /// Drop every capability but [`SUPERVISOR_CAPS`] from all sets, bounding included (where

@@ -1,5 +1,5 @@
 //! The confined runner (supervisor side): jails are prepared ahead of requests — a UID leased,
-//! a cgroup created, our own binary re-executed and told to confine itself — and a request takes
+//! a cgroup created, a jail forked by the factory and told to confine itself — and a request takes
 //! the ready one, streams the archive to it, reads its typed reply, and has it reclaimed after.
 //!
 //! The supervisor never opens a path inside a jail's directory: the jail creates it as the
@@ -13,19 +13,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::cgroup::{CgroupStats, Layout, RequestCgroup};
+use super::plan::Plan;
+use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
+use super::uid::{Lease, UidPool, proc_uid, processes_in_range};
 use crate::Runner;
 use crate::cancel::CancelToken;
-use crate::cgroup::RequestCgroup;
-use crate::child::{RECLAIM_ARG, ReclaimArgs};
-use crate::confine::{Creds, Report, Sandbox};
 use crate::factory::{Factory, JailProcess};
-use crate::protocol::{ErrorKind, Header, JailOp, Prepare, Reply, write_frame};
-use crate::request::{Operation, Outcome, RequestError, RequestSpec};
-use crate::run::KILL_GRACE;
-use crate::uid::{Lease, UidPool, proc_uid, processes_in_range};
+use crate::inside::run::KILL_GRACE;
+use crate::protocol::{Creds, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame};
+use crate::record::{Limit, Recorder};
+use crate::spec::{ErrorKind, Outcome, RequestError, RequestSpec};
 
-/// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
-const NPROC_HEADROOM: u64 = 16;
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);
 /// How long a jail may take to clean up after replying (or to stop after a cancel: the
@@ -34,19 +33,21 @@ const JAIL_CLEANUP: Duration = Duration::from_secs(60);
 
 /// Configuration of the confined runner.
 #[derive(Debug)]
-pub struct ConfinedConfig {
+pub(crate) struct ConfinedConfig {
     /// Our own binary (normally `/proc/self/exe`).
     pub exe: PathBuf,
     /// The work root: jail directories are created here by the jails.
     pub work_root: PathBuf,
     /// The UID pool; `None` in the shared-UID model.
     pub pool: Option<UidPool>,
-    /// The sandbox template (creds are filled per jail).
-    pub sandbox: Sandbox,
+    /// What the policy means for each jail.
+    pub plan: Arc<Plan>,
     /// Arguments for the jail's logging (e.g. `--loglevel`, `info`).
     pub log_args: Vec<String>,
-    /// Per-jail cgroups (prepared layout and limits); `None` when unavailable.
-    pub cgroups: Option<(crate::cgroup::Layout, crate::cgroup::CgroupLimits)>,
+    /// The prepared cgroup layout; `None` when unavailable.
+    pub cgroups: Option<Layout>,
+    /// Directories the probe's confined extractor must fail to write into.
+    pub probe_writes: Vec<PathBuf>,
 }
 
 /// A started jail and everything it holds until it is reclaimed.
@@ -88,7 +89,7 @@ enum Source {
 
 /// Runs every request in a jail process.
 #[derive(Debug)]
-pub struct Confined {
+pub(crate) struct Confined {
     inner: Arc<Inner>,
 }
 
@@ -99,10 +100,9 @@ struct Inner {
     /// Jails taken by requests, by request name, until reclaimed.
     pending: Mutex<HashMap<String, Jail>>,
     quarantined: Mutex<Vec<Lease>>,
-    probe_writes: Mutex<Vec<PathBuf>>,
     spare: Mutex<SpareSlot>,
     spare_changed: Condvar,
-    cgroup_remover: crate::cgroup::Remover,
+    cgroup_remover: super::cgroup::Remover,
     /// Forks the jails.
     factory: Factory,
     /// Numbers jail names (with our PID: unique on this host).
@@ -110,10 +110,7 @@ struct Inner {
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
-    RequestError::Remote {
-        kind: ErrorKind::Internal,
-        message: message.into(),
-    }
+    RequestError::internal(message)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -131,10 +128,9 @@ impl Confined {
                 pool,
                 pending: Mutex::default(),
                 quarantined: Mutex::default(),
-                probe_writes: Mutex::default(),
                 spare: Mutex::default(),
                 spare_changed: Condvar::new(),
-                cgroup_remover: crate::cgroup::Remover::new(),
+                cgroup_remover: super::cgroup::Remover::new(),
                 factory,
                 seq: AtomicU64::new(0),
             }),
@@ -157,11 +153,6 @@ impl Confined {
         })
     }
 
-    /// Extra directories the probe's confined extractor must fail to write into.
-    pub fn set_probe_writes(&mut self, dirs: Vec<PathBuf>) {
-        *lock(&self.inner.probe_writes) = dirs;
-    }
-
     /// Start-up: kill leftover processes in the UID range and remove leftover jail
     /// directories, each as its owner. Returns how many directories were removed.
     pub fn sweep(&self) -> Result<usize, String> {
@@ -173,36 +164,32 @@ impl Confined {
     /// jail's directory.
     pub fn probe(&self) -> Result<Report, RequestError> {
         let name = format!("probe-{}", std::process::id());
-        let spec = RequestSpec {
-            op: Operation::Generate,
-            config: plugin::PluginConfig::default(),
-            tree: self.inner.cfg.work_root.join(&name),
-            app_rel_path: ".".into(),
-            env: Vec::new(),
-            archive: archive::Options::default(),
-            output_bytes: 1024,
-            deadline: Some(Instant::now() + Duration::from_secs(30)),
-            deadline_limit: crate::run::TimeLimit::Client,
-            command_timeout: None,
-            record: Default::default(),
+        let header = Header::Probe {
+            writes: self.inner.cfg.probe_writes.clone(),
         };
+        let record = Recorder::default();
+        let deadline = Some(Instant::now() + Duration::from_secs(30));
         let r = self.inner.run_jail(
-            &spec,
-            JailOp::Probe,
+            &name,
+            &header,
             Box::new(std::io::empty()),
             &CancelToken::new(),
+            deadline,
+            &record,
         );
-        self.reclaim(&spec);
+        self.inner.reclaim(&name);
         match r? {
             Reply::Ok { report, .. } => {
-                let inside = report.self_test.first().map(|(_, o)| o.as_str());
+                let inside = report.self_test.first().map(|(_, o)| o);
                 let escaped: Vec<_> = report
                     .self_test
                     .iter()
                     .skip(1)
-                    .filter(|(_, o)| !o.starts_with("denied") && !o.starts_with("private"))
+                    .filter(|(_, o)| {
+                        !matches!(o, SelfTestOutcome::Denied(_) | SelfTestOutcome::Private)
+                    })
                     .collect();
-                if inside != Some("extracted") || !escaped.is_empty() {
+                if inside != Some(&SelfTestOutcome::Extracted) || !escaped.is_empty() {
                     return Err(internal(format!(
                         "confinement self-test failed: the jailed extractor must write only inside its own directory: {:?}",
                         report.self_test
@@ -210,7 +197,7 @@ impl Confined {
                 }
                 Ok(report)
             }
-            Reply::Err { kind, message, .. } => Err(RequestError::Remote { kind, message }),
+            Reply::Err { kind, message, .. } => Err(RequestError::new(kind, message)),
         }
     }
 }
@@ -249,9 +236,11 @@ impl Inner {
             cgroup: None,
         };
         if let Some(pool) = &self.pool {
-            let lease = lock(pool).lease().map_err(|e| RequestError::Remote {
-                kind: ErrorKind::ResourceExhausted,
-                message: format!("no sandbox UID free: {e}"),
+            let lease = lock(pool).lease().map_err(|e| {
+                RequestError::new(
+                    ErrorKind::ResourceExhausted,
+                    format!("no sandbox UID free: {e}"),
+                )
             })?;
             jail.creds = Some(Creds {
                 uid: lease.uid(),
@@ -274,26 +263,23 @@ impl Inner {
     }
 
     fn start(&self, jail: &mut Jail) -> Result<(), RequestError> {
-        if let Some((layout, limits)) = &self.cfg.cgroups {
+        let plan = &self.cfg.plan;
+        if let Some(layout) = &self.cfg.cgroups {
             jail.cgroup = Some(
-                crate::cgroup::create(layout, &jail.name, limits)
+                super::cgroup::create(layout, &jail.name, &plan.cgroup)
                     .map_err(|e| internal(e.to_string()))?,
             );
         }
-        let mut sandbox = self.cfg.sandbox.clone();
-        sandbox.creds = jail.creds;
-        // With a pids cgroup, RLIMIT_NPROC (same count, per UID) stays a backstop just above
-        // it, so the cgroup refuses first and the failure can be named from `pids.events`.
-        if let (Some(cg), Some((_, limits))) = (&jail.cgroup, &self.cfg.cgroups)
-            && cg.has("pids")
-        {
-            sandbox.rlimits.processes = limits.pids.saturating_add(NPROC_HEADROOM);
-        }
+        let pids_cgroup = jail.cgroup.as_ref().is_some_and(|cg| cg.has("pids"));
         let prep = Prepare {
             work_root: self.cfg.work_root.clone(),
             name: jail.name.clone(),
-            sandbox,
-            cgroup: jail.cgroup.clone(),
+            sandbox: plan.sandbox_for(jail.creds, pids_cgroup),
+            cgroup_procs: jail
+                .cgroup
+                .as_ref()
+                .map(RequestCgroup::procs_files)
+                .unwrap_or_default(),
         };
         let body = serde_json::to_vec(&prep).map_err(|e| internal(e.to_string()))?;
         let forked = self
@@ -569,6 +555,14 @@ impl Inner {
         }
     }
 
+    /// Reclaim the jail the request `name` took (once, after its result was sent).
+    fn reclaim(self: &Arc<Self>, name: &str) {
+        let jail = lock(&self.pending).remove(name);
+        if let Some(j) = jail {
+            self.finish(j);
+        }
+    }
+
     fn sweep(&self) -> Result<usize, String> {
         if let Some(pool) = &self.pool {
             let (first, count) = {
@@ -615,42 +609,24 @@ impl Inner {
         Ok(removed)
     }
 
+    /// Run one request (or the probe) in the next jail: send `header` and the archive from
+    /// `input`, read the reply, and judge it with what the cgroup saw ([`verdict`]).
     fn run_jail(
         self: &Arc<Self>,
-        spec: &RequestSpec,
-        op: JailOp,
+        request: &str,
+        header: &Header,
         mut input: Box<dyn Read + Send>,
         cancel: &CancelToken,
+        deadline: Option<Instant>,
+        record: &Recorder,
     ) -> Result<Reply, RequestError> {
-        let request = name_of(spec)?;
-        let mut jail = self.take(&request)?;
+        let mut jail = self.take(request)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
         let mut stdin = jail.stdin.take();
         let stdout = jail.stdout.take();
         // From here on the request owns the jail: reclaim finds it by the request's name.
-        lock(&self.pending).insert(request.clone(), jail);
+        lock(&self.pending).insert(request.to_owned(), jail);
 
-        let header = Header {
-            op,
-            request: request.clone(),
-            config: spec.config.clone(),
-            app_rel_path: spec.app_rel_path.clone(),
-            env: spec.env.clone(),
-            archive: spec.archive.clone(),
-            output_bytes: spec.output_bytes,
-            deadline_ms: spec
-                .deadline
-                .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
-            deadline_limit: spec.deadline_limit.clone(),
-            command_timeout: spec
-                .command_timeout
-                .as_ref()
-                .map(|(d, t)| (d.as_millis() as u64, t.clone())),
-            probe_writes: match op {
-                JailOp::Probe => lock(&self.probe_writes).clone(),
-                _ => Vec::new(),
-            },
-        };
         let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
 
         // Feed: header, then the archive as it arrives. A write error means the jail already
@@ -690,7 +666,6 @@ impl Inner {
                 name: None,
             });
             let exe = self.cfg.exe.clone();
-            let deadline = spec.deadline;
             std::thread::Builder::new()
                 .name("jail-watch".into())
                 .spawn(move || {
@@ -724,7 +699,11 @@ impl Inner {
                 .ok()
         };
 
-        let cap = spec.output_bytes.saturating_mul(8).saturating_add(1 << 20);
+        let output_bytes = match header {
+            Header::Request { task, .. } => task.output_bytes,
+            Header::Probe { .. } => 1024,
+        };
+        let cap = output_bytes.saturating_mul(8).saturating_add(1 << 20);
         let raw = stdout.map(|mut s| read_reply(&mut s, cap));
         // The watcher sees `done` and ends on its own (dropping the jail's stdin, which the jail
         // no longer reads); joining it would put a thread wake-up on the reply's path.
@@ -733,15 +712,12 @@ impl Inner {
         drop(watcher);
         let stats = cgroup.as_ref().map(|c| c.stats());
         // The supervisor's part of the audit record: identity, cgroup, request-wide memory.
-        crate::record::update(&spec.record, |r| {
+        crate::record::update(record, |r| {
             r.uid = creds.map(|c| c.uid);
             r.gid = creds.map(|c| c.gid);
             r.cgroup = cgroup.as_ref().map(|_| jail_name.clone());
             r.peak_memory_bytes = stats.map(|s| s.peak_memory_bytes);
             r.oom_kills = stats.map(|s| s.oom_kills);
-            if stats.is_some_and(|s| s.oom_kills > 0) {
-                r.limit = Some("memory".into());
-            }
         });
         if let Some(s) = stats {
             tracing::debug!(
@@ -751,76 +727,88 @@ impl Inner {
                 "request cgroup"
             );
         }
-        let oom = stats.is_some_and(|s| s.oom_kills > 0);
-        let limits = self.cfg.cgroups.as_ref().map(|(_, l)| *l);
-        let oom_error = |detail: &str| RequestError::Remote {
-            kind: ErrorKind::ResourceExhausted,
-            message: format!(
-                "memory limit exceeded (policy spec.limits.memoryBytes: {}): the kernel killed a process of the request{detail}",
-                limits.map_or(0, |l| l.memory_bytes)
-            ),
-        };
         let raw = match raw {
-            Some(Ok(Some(raw))) => raw,
-            _ if oom => return Err(oom_error("")),
-            Some(Ok(None)) | None => {
-                return Err(match cancel.reason() {
-                    Some(_) => RequestError::Remote {
-                        kind: ErrorKind::Cancelled,
-                        message: "context canceled".into(),
-                    },
-                    None => internal("the jail exited without a reply"),
-                });
-            }
+            Some(Ok(Some(raw))) => Some(raw),
+            Some(Ok(None)) | None => None,
             Some(Err(e)) => return Err(e),
         };
-        let mut reply: Reply = serde_json::from_slice(&raw)
-            .map_err(|e| internal(format!("bad reply from the jail: {e}")))?;
-        // The jail's part (commands, archive, its view of the limit), merged under ours.
-        let (Reply::Ok { record, .. } | Reply::Err { record, .. }) = &mut reply;
-        let jail_record = std::mem::take(record);
-        crate::record::update(&spec.record, |r| {
-            r.archive = jail_record.archive;
-            r.commands = jail_record.commands;
-            r.seccomp_audit = jail_record.seccomp_audit;
-            if r.limit.is_none() {
-                r.limit = jail_record.limit;
-            }
-        });
-        // Forks refused by the cgroup, or the task count at the limit (RLIMIT_NPROC, set to the
-        // same value for the unique UID, usually refuses first).
-        let pids_hit = stats
-            .is_some_and(|s| s.pids_refused > 0 || limits.is_some_and(|l| s.pids_peak >= l.pids));
-        Ok(match reply {
-            Reply::Err { message, .. } if oom => {
-                let RequestError::Remote { kind, message } = oom_error(&format!(": {message}"))
-                else {
-                    unreachable!()
-                };
-                Reply::Err {
-                    kind,
-                    message,
-                    report: None,
-                    record: Default::default(),
-                }
-            }
-            // A failure after forks were refused: name the limit (the tool's own message,
-            // e.g. "Cannot fork", follows).
-            Reply::Err { message, .. } if pids_hit => {
-                crate::record::update(&spec.record, |r| r.limit = Some("pids".into()));
-                Reply::Err {
-                    kind: ErrorKind::ResourceExhausted,
-                    message: format!(
-                        "process limit reached (policy spec.limits.pids: {}): {message}",
-                        limits.map_or(0, |l| l.pids)
-                    ),
-                    report: None,
-                    record: Default::default(),
-                }
-            }
-            other => other,
-        })
+        verdict(raw, stats, &self.cfg.plan, cancel, record)
     }
+}
+
+/// The request's result from the jail's raw reply and what its cgroup saw: an OOM kill or a
+/// refused fork is named as the limit that ended the request (ResourceExhausted with the
+/// policy field), whatever the jail itself made of the failure; the jail's part of the audit
+/// record is merged under the supervisor's.
+fn verdict(
+    raw: Option<Vec<u8>>,
+    stats: Option<CgroupStats>,
+    plan: &Plan,
+    cancel: &CancelToken,
+    record: &Recorder,
+) -> Result<Reply, RequestError> {
+    let oom = stats.is_some_and(|s| s.oom_kills > 0);
+    if oom {
+        crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+    }
+    let oom_error = |detail: &str| {
+        RequestError::new(
+            ErrorKind::ResourceExhausted,
+            format!(
+                "memory limit exceeded (policy spec.limits.memoryBytes: {}): the kernel killed a process of the request{detail}",
+                plan.cgroup.memory_bytes
+            ),
+        )
+    };
+    let raw = match raw {
+        Some(raw) => raw,
+        None if oom => return Err(oom_error("")),
+        None => {
+            return Err(match cancel.reason() {
+                Some(_) => RequestError::new(ErrorKind::Cancelled, "context canceled"),
+                None => internal("the jail exited without a reply"),
+            });
+        }
+    };
+    let mut reply: Reply = serde_json::from_slice(&raw)
+        .map_err(|e| internal(format!("bad reply from the jail: {e}")))?;
+    // The jail's part (commands, archive, its view of the limit), merged under ours.
+    let (Reply::Ok { record: theirs, .. } | Reply::Err { record: theirs, .. }) = &mut reply;
+    let theirs = std::mem::take(theirs);
+    crate::record::update(record, |r| {
+        r.archive = theirs.archive;
+        r.commands = theirs.commands;
+        r.seccomp_audit = theirs.seccomp_audit;
+        if r.limit.is_none() {
+            r.limit = theirs.limit;
+        }
+    });
+    // Forks refused by the cgroup, or the task count at the limit (RLIMIT_NPROC, set to the
+    // same value for the unique UID, usually refuses first).
+    let pids_hit =
+        stats.is_some_and(|s| s.pids_refused > 0 || s.pids_peak >= plan.cgroup.pids);
+    let rewritten = |e: RequestError| Reply::Err {
+        kind: e.kind,
+        message: e.message,
+        report: None,
+        record: Default::default(),
+    };
+    Ok(match reply {
+        Reply::Err { message, .. } if oom => rewritten(oom_error(&format!(": {message}"))),
+        // A failure after forks were refused: name the limit (the tool's own message, e.g.
+        // "Cannot fork", follows).
+        Reply::Err { message, .. } if pids_hit => {
+            crate::record::update(record, |r| r.limit = Some(Limit::Pids));
+            rewritten(RequestError::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "process limit reached (policy spec.limits.pids: {}): {message}",
+                    plan.cgroup.pids
+                ),
+            ))
+        }
+        other => other,
+    })
 }
 
 /// The request's name (its tree's file name), which keys its jail until reclaim.
@@ -864,10 +852,10 @@ fn read_reply(r: &mut impl Read, cap: u64) -> Result<Option<Vec<u8>>, RequestErr
                 .map_err(|e| internal(format!("reading the jail's reply: {e}")))?;
             Ok(Some(body))
         }
-        Ok(Some((b'R', n))) => Err(RequestError::Remote {
-            kind: ErrorKind::ResourceExhausted,
-            message: format!("the jail's reply ({n} bytes) exceeds {cap} bytes"),
-        }),
+        Ok(Some((b'R', n))) => Err(RequestError::new(
+            ErrorKind::ResourceExhausted,
+            format!("the jail's reply ({n} bytes) exceeds {cap} bytes"),
+        )),
         Ok(Some((t, _))) => Err(internal(format!("unexpected frame {t} from the jail"))),
         Err(e) => Err(internal(format!("reading the jail's reply: {e}"))),
     }
@@ -880,13 +868,18 @@ impl Runner for Confined {
         input: Box<dyn Read + Send>,
         cancel: &CancelToken,
     ) -> Result<Outcome, RequestError> {
-        let op = match spec.op {
-            Operation::Generate => JailOp::Generate,
-            Operation::Match => JailOp::Match,
-            Operation::Parameters => JailOp::Parameters,
-            Operation::Generator => JailOp::Generator,
+        let request = name_of(spec)?;
+        let header = Header::Request {
+            request: request.clone(),
+            task: Box::new(spec.task.clone()),
+            deadline_ms: spec
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
         };
-        match self.inner.run_jail(spec, op, input, cancel)? {
+        match self
+            .inner
+            .run_jail(&request, &header, input, cancel, spec.deadline, &spec.record)?
+        {
             Reply::Ok {
                 outcome: Some(o),
                 report,
@@ -898,17 +891,13 @@ impl Runner for Confined {
                 Ok(o)
             }
             Reply::Ok { outcome: None, .. } => Err(internal("the jail returned no result")),
-            Reply::Err { kind, message, .. } => Err(RequestError::Remote { kind, message }),
+            Reply::Err { kind, message, .. } => Err(RequestError::new(kind, message)),
         }
     }
 
     fn reclaim(&self, spec: &RequestSpec) {
-        let Ok(request) = name_of(spec) else {
-            return;
-        };
-        let jail = lock(&self.inner.pending).remove(&request);
-        if let Some(j) = jail {
-            self.inner.finish(j);
+        if let Ok(request) = name_of(spec) {
+            self.inner.reclaim(&request);
         }
     }
 

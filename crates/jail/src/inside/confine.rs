@@ -24,153 +24,19 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd,
     Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use policy::{NetworkMode, Protection};
 use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
-use serde::{Deserialize, Serialize};
 
-use crate::namespaces::{DiskLimit, NamespaceReport, NamespaceSet};
-use crate::seccomp::CompiledFilter;
+use crate::protocol::{Creds, LandlockStatus, Report, Sandbox};
 
 /// The Landlock ABI whose access rights this build requests and was tested against (Linux
 /// 6.15+). Newer kernels' extra rights are never requested implicitly.
 pub const TESTED_LANDLOCK_ABI: ABI = ABI::V7;
-
-/// The leased identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Creds {
-    /// UID.
-    pub uid: u32,
-    /// GID (equal to the UID by construction).
-    pub gid: u32,
-}
-
-/// Resource limits applied with setrlimit (soft = hard).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rlimits {
-    /// RLIMIT_NOFILE.
-    pub open_files: u64,
-    /// RLIMIT_FSIZE.
-    pub file_size_bytes: u64,
-    /// RLIMIT_NPROC (only meaningful, and only applied, with a unique UID).
-    pub processes: u64,
-    /// RLIMIT_DATA (private writable memory per process; a heap backstop without cgroups).
-    pub data_bytes: u64,
-    /// RLIMIT_AS (virtual address space per process; generous: Go and V8 reserve a lot).
-    pub address_space_bytes: u64,
-}
-
-/// Everything the jail applies to itself (built by the supervisor from the policy).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Sandbox {
-    /// Switch to these IDs; `None` in the shared-UID (unprivileged) model.
-    pub creds: Option<Creds>,
-    /// Read-only paths beyond the request directory.
-    pub read_only: Vec<PathBuf>,
-    /// Read-write paths beyond the request directory.
-    pub read_write: Vec<PathBuf>,
-    /// Network mode.
-    pub network: NetworkMode,
-    /// The compiled seccomp filter; `None` only when the policy does not require seccomp and
-    /// the supervisor could not compile it.
-    pub seccomp: Option<CompiledFilter>,
-    /// rlimits.
-    pub rlimits: Rlimits,
-    /// Protections whose failure aborts the request.
-    pub require: Vec<Protection>,
-    /// Namespaces to create per request (best effort unless `namespaces` is required).
-    pub namespaces: NamespaceSet,
-    /// The request's tmpfs (with a mount namespace).
-    pub disk: DiskLimit,
-}
-
-impl Sandbox {
-    /// The sandbox a policy describes (creds are filled per request).
-    pub fn from_policy(p: &policy::Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
-        Sandbox {
-            creds: None,
-            read_only: p.read_only.clone(),
-            read_write: p.read_write.clone(),
-            network: p.network,
-            seccomp,
-            rlimits: Rlimits {
-                open_files: p.limits.open_files,
-                file_size_bytes: p.limits.file_size_bytes,
-                processes: p.limits.pids,
-                data_bytes: p.limits.data_bytes,
-                address_space_bytes: p.limits.address_space_bytes,
-            },
-            require: p.require.clone(),
-            namespaces: NamespaceSet {
-                mount: p.namespaces.mount,
-                pid: p.namespaces.pid,
-                // Egress needs the host's network.
-                net: p.namespaces.net && p.network == NetworkMode::None,
-                ipc: p.namespaces.ipc,
-                uts: p.namespaces.uts,
-                cgroup: p.namespaces.cgroup,
-            },
-            disk: DiskLimit {
-                bytes: p.limits.disk_bytes,
-                // Every archive entry plus room for what the commands create; inodes cost
-                // kernel memory, so they are bounded too.
-                inodes: p.archive.entries.saturating_mul(2).saturating_add(65_536),
-            },
-        }
-    }
-}
-
-/// What was actually enforced (returned with every reply, logged, shown by `doctor`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Report {
-    /// Real/effective/saved UID after the switch.
-    pub uid: u32,
-    /// GID after the switch.
-    pub gid: u32,
-    /// Whether the UID was switched to a leased, unique one.
-    pub unique_uid: bool,
-    /// Whether the bounding set is empty.
-    pub bounding_cleared: bool,
-    /// Whether E/P/I/A capability sets read back empty.
-    pub capabilities_cleared: bool,
-    /// `no_new_privs` read back.
-    pub no_new_privs: bool,
-    /// Landlock: "full", "partial" or "none".
-    pub landlock: String,
-    /// The kernel's Landlock ABI, when available.
-    pub landlock_abi: Option<i32>,
-    /// Whether TCP bind/connect are denied by Landlock.
-    pub landlock_tcp_denied: bool,
-    /// Policy paths that did not exist and got no rule.
-    pub missing_paths: Vec<PathBuf>,
-    /// Installed seccomp filters (0 = none).
-    pub seccomp_filters: usize,
-    /// Protections that could not be applied but were not required.
-    pub degraded: Vec<String>,
-    /// The jail's own /proc/self/status lines that prove the above (Uid … Seccomp_filters).
-    pub status: Vec<String>,
-    /// Namespaces created for the request.
-    #[serde(default)]
-    pub namespaces: NamespaceReport,
-    /// The request directory as the request's commands see it.
-    #[serde(default)]
-    pub request_dir: PathBuf,
-    /// The rlimits in force (name, value) as read back after step 2.
-    #[serde(default)]
-    pub rlimits: Vec<(String, u64)>,
-    /// Landlock access rights the kernel enforces for this jail (filesystem, TCP, scopes).
-    #[serde(default)]
-    pub landlock_rights: Vec<String>,
-    /// Probe only: the extractor run, confined, into each directory: ("path", outcome) where
-    /// outcome is "extracted" or "denied: <error>". Only the request's own directory may say
-    /// "extracted".
-    #[serde(default)]
-    pub self_test: Vec<(String, String)>,
-}
 
 /// A step that failed (the request is aborted with this message).
 #[derive(Debug, thiserror::Error)]
@@ -308,7 +174,7 @@ pub fn confine(
     clear_capabilities()?;
 
     // 6. The request directory, owned by the leased UID.
-    let base = crate::namespaces::canonical_base(work_root, name)?;
+    let base = super::namespaces::canonical_base(work_root, name)?;
     let ns_mount = sb.namespaces.mount;
     let mut dir = make_request_dir(work_root, name, !ns_mount)?;
 
@@ -317,7 +183,7 @@ pub fn confine(
         uid: rustix::process::getuid().as_raw(),
         gid: rustix::process::getgid().as_raw(),
     };
-    let entered = crate::namespaces::enter(sb.namespaces, me, &base, sb.disk)?;
+    let entered = super::namespaces::enter(sb.namespaces, me, &base, sb.disk)?;
     let namespaces = entered.report;
     match entered.dir {
         Some(d) => dir = d,
@@ -372,9 +238,9 @@ pub fn confine(
         namespaces.private_tmp,
         required(Protection::Landlock),
     )?;
-    if ll.status == "none" {
+    if ll.status == LandlockStatus::None {
         degraded.push("landlock: not enforced by this kernel".to_owned());
-    } else if ll.status == "partial" {
+    } else if ll.status == LandlockStatus::Partial {
         degraded.push(format!(
             "landlock: partially enforced (kernel ABI {:?} < tested {})",
             ll.abi, TESTED_LANDLOCK_ABI as i32
@@ -419,7 +285,7 @@ pub fn confine(
         bounding_cleared,
         capabilities_cleared: true,
         no_new_privs,
-        landlock: ll.status.to_owned(),
+        landlock: ll.status,
         landlock_abi: ll.abi,
         landlock_tcp_denied: ll.tcp_denied,
         landlock_rights: ll.rights,
@@ -512,8 +378,8 @@ fn clear_capabilities() -> Result<(), ConfineError> {
 
 /// The access rights a kernel of `abi` enforces for the ruleset built here (what this build
 /// asks for, capped at the kernel's ABI).
-fn enforced_rights(abi: Option<i32>, tcp_denied: bool, status: &str) -> Vec<String> {
-    let Some(abi) = abi.filter(|_| status != "none") else {
+fn enforced_rights(abi: Option<i32>, tcp_denied: bool, status: LandlockStatus) -> Vec<String> {
+    let Some(abi) = abi.filter(|_| status != LandlockStatus::None) else {
         return Vec::new();
     };
     let eff = ABI::from(abi.min(TESTED_LANDLOCK_ABI as i32));
@@ -533,7 +399,7 @@ fn enforced_rights(abi: Option<i32>, tcp_denied: bool, status: &str) -> Vec<Stri
 }
 
 struct LandlockResult {
-    status: &'static str,
+    status: LandlockStatus,
     abi: Option<i32>,
     tcp_denied: bool,
     rights: Vec<String>,
@@ -603,15 +469,15 @@ fn landlock(
     }
     let status = created.restrict_self().map_err(ll)?;
     let kernel_abi = match status.landlock {
-        LandlockStatus::Available { effective_abi, .. } => Some(effective_abi as i32),
+        landlock::LandlockStatus::Available { effective_abi, .. } => Some(effective_abi as i32),
         _ => None,
     };
     let s = match status.ruleset {
-        RulesetStatus::FullyEnforced => "full",
-        RulesetStatus::PartiallyEnforced => "partial",
-        RulesetStatus::NotEnforced => "none",
+        RulesetStatus::FullyEnforced => LandlockStatus::Full,
+        RulesetStatus::PartiallyEnforced => LandlockStatus::Partial,
+        RulesetStatus::NotEnforced => LandlockStatus::None,
     };
-    if required && s == "none" {
+    if required && s == LandlockStatus::None {
         return Err(fail("landlock", "required but not enforced by this kernel"));
     }
     let tcp_denied = deny_tcp && kernel_abi.is_some_and(|a| a >= 4);

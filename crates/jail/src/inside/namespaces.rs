@@ -21,70 +21,11 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
-use serde::{Deserialize, Serialize};
+use policy::Namespaces;
 
-use crate::confine::{ConfineError, Creds, TMP_DIR, fail, make_subdirs};
+use super::confine::{ConfineError, TMP_DIR, fail, make_subdirs};
+use crate::protocol::{Creds, DiskLimit, NamespaceReport};
 use crate::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
-
-/// Which namespaces to create per request (the policy's `spec.namespaces`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NamespaceSet {
-    /// Mount: a private tmpfs for the tree and `/tmp` (bounds disk use).
-    pub mount: bool,
-    /// PID: a private process tree (and `/proc` when a mount namespace exists).
-    pub pid: bool,
-    /// Network: loopback only.
-    pub net: bool,
-    /// System V IPC and POSIX message queues.
-    pub ipc: bool,
-    /// Hostname.
-    pub uts: bool,
-    /// cgroup paths.
-    pub cgroup: bool,
-}
-
-impl NamespaceSet {
-    /// Whether any namespace is asked for.
-    pub fn any(&self) -> bool {
-        self.mount || self.pid || self.net || self.ipc || self.uts || self.cgroup
-    }
-}
-
-/// The per-request filesystem (`diskBytes`) the mount namespace provides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiskLimit {
-    /// tmpfs `size=`.
-    pub bytes: u64,
-    /// tmpfs `nr_inodes=` (inodes cost kernel memory too).
-    pub inodes: u64,
-}
-
-/// What was created (reported with every reply and by `doctor`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NamespaceReport {
-    /// Namespaces entered: `user`, `mount`, `pid`, `net`, `ipc`, `uts`, `cgroup`.
-    pub created: Vec<String>,
-    /// Asked for but not created, with the reason.
-    pub failed: Vec<String>,
-    /// A `/proc` of the request's own PID namespace is mounted.
-    pub private_proc: bool,
-    /// `/tmp` is the request's own (inside its tmpfs).
-    pub private_tmp: bool,
-    /// The request's tmpfs size, when one is mounted.
-    pub disk_bytes: Option<u64>,
-    /// Parts of a created namespace the environment refused (e.g. a container runtime's
-    /// seccomp profile denying `sethostname` or `mount`): the namespace still isolates, the
-    /// extra is missing. Reported, never fatal.
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-impl NamespaceReport {
-    /// Whether `ns` was created.
-    pub fn has(&self, ns: &str) -> bool {
-        self.created.iter().any(|c| c == ns)
-    }
-}
 
 /// Where the request tree lives after [`enter`], and on which side of the PID fork we are.
 #[derive(Debug)]
@@ -110,7 +51,7 @@ fn write_proc(file: &str, text: &str) -> Result<(), ConfineError> {
 /// namespace the process forks: the original waits for the new one (PID 1 of the namespace)
 /// and exits with its status, never returning.
 pub fn enter(
-    want: NamespaceSet,
+    want: Namespaces,
     creds: Creds,
     base: &Path,
     disk: DiskLimit,

@@ -1,0 +1,300 @@
+//! The jail: the confined side. A process forked by the jail factory (`crate::factory`) for
+//! each request, which reads its preparation, confines itself (`confine`, a numbered sequence,
+//! with `namespaces`) before any request exists, then reads the request header, extracts the
+//! archive (`request`) and runs the plugin's commands (`run`). It talks to the supervisor only
+//! through the pipe protocol (`crate::protocol`).
+
+pub(crate) mod confine;
+mod namespaces;
+pub(crate) mod request;
+pub(crate) mod run;
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{self as rfs, Mode, OFlags};
+
+use crate::cancel::{CancelReason, CancelToken};
+use crate::protocol::{
+    FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame,
+};
+use crate::record::Limit;
+use crate::spec::{ErrorKind, Task};
+use confine::{HOME_DIR, REPO_DIR, TMP_DIR, confine};
+use request::{Failure, Request, extract, run_operation};
+
+/// Send the reply as one `R` frame; the supervisor answers the client as soon as it has it.
+fn reply(r: &Reply) -> i32 {
+    let body = match serde_json::to_vec(r) {
+        Ok(b) => b,
+        Err(_) => return 1,
+    };
+    let mut out = std::io::stdout().lock();
+    let ok = crate::protocol::write_frame(&mut out, b'R', &body).is_ok() && out.flush().is_ok();
+    if ok { 0 } else { 1 }
+}
+
+/// After replying (or when retired unused): kill every other process of the jail — commands,
+/// and daemons that left their group or session — then empty its directory, so the supervisor
+/// only has to remove the then-empty entry. `kill(-1)` reaches exactly the jail's processes when
+/// the UID is unique or when the jail is the init of its own PID namespace; in the shared-UID
+/// model without one it would hit the server, so only the directory is emptied.
+///
+/// With the tree on the jail's private tmpfs and the jail as init of its PID namespace, the
+/// file-by-file removal is skipped: every process that could hold the tmpfs dies with the PID
+/// namespace, and the mount namespace then takes the tmpfs with it in one kernel teardown (on
+/// the host the directory was never written to). Removing a large tree by `unlinkat` costs
+/// more CPU than extracting it took, competing with the next request.
+fn clean_up(dir: &std::os::fd::OwnedFd, unique_uid: bool, private_tree: bool) -> bool {
+    let own_pid_ns = rustix::process::getpid().is_init();
+    let killed = !(unique_uid || own_pid_ns) || crate::sys::kill_all_of_my_uid().is_ok();
+    let emptied = (private_tree && own_pid_ns) || archive::remove_contents(dir.as_fd()).is_ok();
+    killed && emptied
+}
+
+fn internal(message: String) -> Reply {
+    Reply::Err {
+        kind: ErrorKind::Internal,
+        message,
+        report: None,
+        record: Default::default(),
+    }
+}
+
+/// The jail: read the preparation, join the cgroup and confine — all before any request
+/// exists, so a spare jail is ready when one arrives — then read the request header and only
+/// then extract the archive and run the operation. Returns the process exit code.
+pub fn jail_main() -> i32 {
+    let t0 = Instant::now();
+    let stdin = std::io::stdin();
+    let mut input = &stdin;
+    let prep: Prepare = match read_json_frame(&mut input, b'P') {
+        Ok(Some(p)) => p,
+        // The supervisor went away before preparing this jail: nothing was made.
+        Ok(None) => return 0,
+        Err(e) => return reply(&internal(format!("jail: {e}"))),
+    };
+    let span = tracing::info_span!("jail", jail = %prep.name);
+    let _e = span.enter();
+
+    // 0. Join the cgroup first, so everything that follows is accounted and bounded.
+    for procs in &prep.cgroup_procs {
+        if let Err(e) = std::fs::write(procs, "0") {
+            return reply(&internal(format!(
+                "sandbox: joining the request cgroup: cgroups: writing {}: {e}",
+                procs.display()
+            )));
+        }
+    }
+    let (report, dir) = match confine(&prep.sandbox, &prep.work_root, &prep.name) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "confinement failed; nothing untrusted was run");
+            return reply(&internal(e.to_string()));
+        }
+    };
+    tracing::debug!(?report, us = t0.elapsed().as_micros() as u64, "confined");
+    if rustix::process::getpid().is_init() {
+        // PID 1 of the jail's namespace: orphans of the commands are ours to reap.
+        crate::reaper::start_orphan_reaper();
+    }
+    let unique_uid = report.unique_uid;
+    let private_tree = report.namespaces.disk_bytes.is_some();
+    let header: Header = match read_json_frame(&mut input, b'H') {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            // Retired unused (shutdown, or the supervisor is gone).
+            tracing::debug!("jail retired before a request");
+            return if clean_up(&dir, unique_uid, private_tree) {
+                0
+            } else {
+                3
+            };
+        }
+        Err(e) => {
+            let code = reply(&internal(format!("jail: {e}")));
+            clean_up(&dir, unique_uid, private_tree);
+            return code;
+        }
+    };
+    let code = match header {
+        Header::Probe { writes } => probe(&prep.work_root, &writes, report, &dir),
+        Header::Request {
+            request,
+            task,
+            deadline_ms,
+        } => {
+            tracing::debug!(%request, us = t0.elapsed().as_micros() as u64, "header read");
+            run_confined(*task, deadline_ms, report, &dir)
+        }
+    };
+    tracing::debug!(us = t0.elapsed().as_micros() as u64, "replied");
+    if !clean_up(&dir, unique_uid, private_tree) {
+        tracing::warn!("jail clean-up incomplete; the supervisor's helper will finish it");
+        return 3;
+    }
+    code
+}
+
+/// The start-up probe: the extractor self-test, then the report.
+fn probe(
+    work_root: &Path,
+    writes: &[PathBuf],
+    mut report: crate::protocol::Report,
+    dir: &std::os::fd::OwnedFd,
+) -> i32 {
+    let base = report.request_dir.clone();
+    let mut targets = vec![base.join(HOME_DIR), work_root.to_path_buf()];
+    targets.extend(writes.iter().cloned());
+    let private = report.namespaces.disk_bytes.is_some().then_some(dir);
+    report.self_test = self_test(&base.join(REPO_DIR), &targets, private);
+    reply(&Reply::Ok {
+        outcome: None,
+        report,
+        record: Default::default(),
+    })
+}
+
+/// Extract the archive and run the request's operation; reply with the outcome, or with the
+/// failure classified and the limit that ended it named.
+fn run_confined(
+    mut task: Task,
+    deadline_ms: Option<u64>,
+    report: crate::protocol::Report,
+    dir: &std::os::fd::OwnedFd,
+) -> i32 {
+    let deadline = deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+    let stdin = std::io::stdin();
+    let input = &stdin;
+    let base = report.request_dir.clone();
+    task.env.retain(|(k, _)| k != "HOME" && k != "TMPDIR");
+    task.env
+        .push(("HOME".into(), base.join(HOME_DIR).display().to_string()));
+    task.env
+        .push(("TMPDIR".into(), base.join(TMP_DIR).display().to_string()));
+    let req = Request {
+        task,
+        tree: base.join(REPO_DIR),
+        deadline,
+        record: Default::default(),
+    };
+    let cancel = CancelToken::new();
+    let mut frames = FrameReader::new(input);
+    let result = extract(&req, &mut frames).and_then(|()| {
+        // From here on stdin carries nothing; its end means "stop" (client cancel, deadline,
+        // or the supervisor died).
+        let watch = cancel.clone();
+        let _ = std::thread::Builder::new()
+            .name("cancel-watch".into())
+            .spawn(move || {
+                let mut b = [0u8; 1];
+                let _ = std::io::stdin().read(&mut b);
+                watch.cancel(CancelReason::Cancelled);
+            });
+        run_operation(&req, &cancel)
+    });
+    let mut record = crate::record::snapshot(&req.record);
+    record.seccomp_audit = crate::seccomp::audited();
+    match result {
+        Ok(outcome) => reply(&Reply::Ok {
+            outcome: Some(outcome),
+            report,
+            record,
+        }),
+        Err(e) => {
+            // The supervisor closed the stream without its end (client gone, checksum
+            // mismatch): not the archive's fault.
+            let kind = match &e {
+                Failure::Archive(_) if frames.aborted() => ErrorKind::Cancelled,
+                _ => e.kind(),
+            };
+            // A failure on a full request tmpfs is the disk limit, whatever the tool said.
+            let (kind, message) = match report.namespaces.disk_bytes {
+                Some(limit) if disk_full(dir) => {
+                    record.limit = Some(Limit::Disk);
+                    (
+                        ErrorKind::ResourceExhausted,
+                        format!("disk limit reached (policy spec.limits.diskBytes: {limit}): {e}"),
+                    )
+                }
+                _ => (kind, e.to_string()),
+            };
+            if record.limit.is_none() {
+                record.limit = match &e {
+                    Failure::Archive(_) => Some(Limit::Archive),
+                    _ => record.commands.last().and_then(|c| c.ended_by),
+                };
+            }
+            // A failure after seccomp denied a call: name the denial.
+            if record.limit.is_none()
+                && record
+                    .seccomp_audit
+                    .iter()
+                    .any(|d| d.action == crate::record::SeccompAction::Denied)
+            {
+                record.limit = Some(Limit::Seccomp);
+            }
+            reply(&Reply::Err {
+                kind,
+                message,
+                report: Some(report),
+                record,
+            })
+        }
+    }
+}
+
+/// Whether the request's tmpfs has (almost) no blocks or inodes left.
+fn disk_full(dir: &std::os::fd::OwnedFd) -> bool {
+    rfs::fstatvfs(dir).is_ok_and(|st| {
+        // A few pages may stay free when a write of a larger block failed.
+        st.f_bavail.saturating_mul(st.f_bsize) < 64 * 1024 || st.f_favail == 0
+    })
+}
+
+/// The confinement self-test: pack a one-file tree and run the real extractor, confined, into
+/// each target. Only targets inside the request directory can succeed — or, with a private
+/// tmpfs (`private`: the request directory on it), targets that the mount namespace replaced
+/// by the request's own tmpfs (reported as "private", the real directory being unreachable).
+fn self_test(
+    repo: &Path,
+    targets: &[PathBuf],
+    private: Option<&std::os::fd::OwnedFd>,
+) -> Vec<(String, SelfTestOutcome)> {
+    let mut tgz = Vec::new();
+    let packed = std::fs::write(repo.join("probe.txt"), b"probe\n")
+        .and_then(|()| archive::pack_dir(repo, &|_| false, &mut tgz));
+    if let Err(e) = packed {
+        return vec![("pack".into(), SelfTestOutcome::Denied(format!("error: {e}")))];
+    }
+    targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let outcome = archive::DirWriter::open_root(t)
+                .and_then(|root| {
+                    archive::DirWriter::new(root, archive::Resolver::Auto)?
+                        .map_err(|r| std::io::Error::other(r.to_string()))
+                })
+                .map_err(|e| e.to_string())
+                .and_then(|mut w| {
+                    archive::extract(&tgz[..], &mut w, &archive::Options::default())
+                        .map_err(|e| e.to_string())
+                });
+            let on_private_tmpfs = || {
+                private.is_some_and(|tree| {
+                    rfs::open(t, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                        .is_ok_and(|fd| namespaces::same_filesystem(&fd, tree))
+                })
+            };
+            let outcome = match outcome {
+                Ok(_) if i > 0 && on_private_tmpfs() => SelfTestOutcome::Private,
+                Ok(_) => SelfTestOutcome::Extracted,
+                Err(e) => SelfTestOutcome::Denied(e),
+            };
+            (t.display().to_string(), outcome)
+        })
+        .collect()
+}

@@ -1,0 +1,287 @@
+//! One whole request: extract the archive into the request tree, resolve `appRelPath` beneath
+//! it, then run discovery, init + generate, or the parameters command, and return a typed
+//! result. Failures are classified here ([`Failure::kind`]); the server maps classes to statuses.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use archive::{DirWriter, ExtractError, Resolver};
+use plugin::{glob, params, split_manifests};
+
+use super::run::{CmdError, CmdSpec, run_recorded};
+use crate::cancel::CancelToken;
+use crate::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
+
+/// One request as the jail runs it: its task, where its tree is, its clock and its record.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// What to run.
+    pub task: Task,
+    /// The directory the archive is extracted into.
+    pub tree: PathBuf,
+    /// When the request must be finished.
+    pub deadline: Option<Instant>,
+    /// What the request did (returned with the reply).
+    pub record: crate::record::Recorder,
+}
+
+/// Why a request failed in the jail. Messages follow Argo CD's wording where it has one; the
+/// class ([`Failure::kind`]) and the message cross the pipe as a [`crate::Failure`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Failure {
+    /// The archive was refused.
+    #[error("error receiving tgz file: {0}")]
+    Archive(#[from] ExtractError),
+    /// `appRelPath` leaves the tree.
+    #[error("illegal appPath: out of workDir bound")]
+    AppPathOutOfBounds,
+    /// A command failed (prefix is Argo's per-RPC wording).
+    #[error("{prefix}: {source}")]
+    Command {
+        /// e.g. `error generating manifests`.
+        prefix: &'static str,
+        /// The command failure.
+        source: CmdError,
+    },
+    /// Generate output is not YAML/JSON.
+    #[error("error generating manifests: {0}")]
+    Split(#[from] plugin::SplitError),
+    /// Discovery failed (bad pattern, missing path).
+    #[error("match repository error: {0}")]
+    Discovery(String),
+    /// Dynamic parameters output invalid.
+    #[error("get parameters announcement error: {0}")]
+    Params(#[from] params::ParamsError),
+    /// Setting up the request tree failed.
+    #[error("error creating workdir for manifest generation: {0}")]
+    Workdir(std::io::Error),
+    /// The generator command printed something other than a JSON array of objects.
+    #[error("{0}")]
+    GeneratorOutput(String),
+}
+
+impl Failure {
+    /// The error class the client sees (the server maps classes to gRPC codes in one place).
+    pub fn kind(&self) -> ErrorKind {
+        use archive::ErrorClass;
+        match self {
+            Failure::Archive(a) => match a.class() {
+                ErrorClass::PolicyViolation => ErrorKind::InvalidArgument,
+                ErrorClass::LimitExceeded => ErrorKind::ResourceExhausted,
+                ErrorClass::Integrity => ErrorKind::DataLoss,
+                _ => ErrorKind::Internal,
+            },
+            Failure::AppPathOutOfBounds => ErrorKind::InvalidArgument,
+            Failure::Command { source, .. } => match source {
+                CmdError::Deadline { .. } => ErrorKind::DeadlineExceeded,
+                CmdError::Cancelled { .. } => ErrorKind::Cancelled,
+                CmdError::OutputLimit { .. } => ErrorKind::ResourceExhausted,
+                _ => ErrorKind::Unknown,
+            },
+            Failure::Discovery(_)
+            | Failure::Split(_)
+            | Failure::Params(_)
+            | Failure::GeneratorOutput(_) => ErrorKind::Unknown,
+            Failure::Workdir(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// Extract the archive into `req.tree`.
+pub(crate) fn extract(req: &Request, input: impl Read) -> Result<(), Failure> {
+    let root = DirWriter::open_root(&req.tree).map_err(Failure::Workdir)?;
+    let mut writer = DirWriter::new(root, Resolver::Auto)
+        .map_err(Failure::Workdir)?
+        .map_err(|r| Failure::Archive(ExtractError::new(r)))?;
+    let mut opts = req.task.archive.clone();
+    opts.preserve_file_mode = req.task.config.spec.preserve_file_mode;
+    let summary = archive::extract(input, &mut writer, &opts)?;
+    crate::record::update(&req.record, |r| {
+        r.archive = Some(crate::record::ArchiveRecord {
+            entries: summary.entries,
+            file_bytes: summary.file_bytes,
+        })
+    });
+    tracing::debug!(entries = summary.entries, bytes = summary.file_bytes, sha256 = %summary.sha256_hex(), "archive extracted");
+    Ok(())
+}
+
+/// Resolve `appRelPath` and run the operation's commands on the extracted tree.
+pub(crate) fn run_operation(req: &Request, cancel: &CancelToken) -> Result<Outcome, Failure> {
+    let app = resolve_app_path(&req.tree, &req.task.app_rel_path)?;
+    match req.task.op {
+        Operation::Generate => generate(req, &app, cancel),
+        Operation::Match => discover(req, &app, cancel),
+        Operation::Parameters => parameters(req, &app, cancel),
+        Operation::Generator => generator(req, &app, cancel),
+    }
+}
+
+/// Lexically clean `rel` beneath `tree` (Argo's check), then make sure the real directory, with
+/// any in-tree symlinks resolved, is still beneath the tree.
+pub(crate) fn resolve_app_path(tree: &Path, rel: &str) -> Result<PathBuf, Failure> {
+    let tree_s = tree.display().to_string();
+    let joined = glob::clean(&format!("{tree_s}/{rel}"));
+    let tree_c = glob::clean(&tree_s);
+    if joined != tree_c && !joined.starts_with(&format!("{tree_c}/")) {
+        return Err(Failure::AppPathOutOfBounds);
+    }
+    let joined = PathBuf::from(joined);
+    if let (Ok(real), Ok(real_tree)) = (joined.canonicalize(), tree.canonicalize())
+        && !real.starts_with(&real_tree)
+    {
+        return Err(Failure::AppPathOutOfBounds);
+    }
+    Ok(joined)
+}
+
+fn command(
+    req: &Request,
+    app: &Path,
+    phase_argv: (&str, &[String]),
+    cancel: &CancelToken,
+) -> Result<String, CmdError> {
+    command_with_stdin(req, app, phase_argv, None, cancel)
+}
+
+fn command_with_stdin(
+    req: &Request,
+    app: &Path,
+    (phase, argv): (&str, &[String]),
+    stdin: Option<&Path>,
+    cancel: &CancelToken,
+) -> Result<String, CmdError> {
+    let cs = CmdSpec {
+        argv,
+        env: &req.task.env,
+        cwd: app,
+        stdout_cap: req.task.output_bytes,
+        stderr_cap: req.task.output_bytes,
+        stdin,
+    };
+    // The earlier of the request's deadline and this command's own timeout wins, and the
+    // error names the one that fired.
+    let own = req
+        .task
+        .command_timeout
+        .as_ref()
+        .map(|(d, text)| (Instant::now() + *d, text.clone()));
+    let (deadline, limit) = match (req.deadline, own) {
+        (Some(r), Some((c, text))) if c < r => (Some(c), TimeLimit::Command { text }),
+        (None, Some((c, text))) => (Some(c), TimeLimit::Command { text }),
+        (r, _) => (r, req.task.deadline_limit.clone()),
+    };
+    let mut rec = crate::record::CommandRecord {
+        phase: phase.to_owned(),
+        argv: argv.to_vec(),
+        ..Default::default()
+    };
+    let out = run_recorded(&cs, deadline, cancel, &mut rec);
+    crate::record::update(&req.record, |r| r.commands.push(rec));
+    let out = out.map_err(|e| match e {
+        CmdError::Deadline { argv, stderr, .. } => CmdError::Deadline {
+            argv,
+            stderr,
+            limit: limit.clone(),
+        },
+        other => other,
+    })?;
+    if !out.stderr.is_empty() {
+        let stderr = crate::redact::redact(&String::from_utf8_lossy(&out.stderr), &req.task.env);
+        tracing::info!(%stderr, argv = ?argv, "plugin command stderr");
+    }
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    if s.ends_with('\n') {
+        s.pop();
+    }
+    Ok(s)
+}
+
+fn generate(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, Failure> {
+    let wrap = |source| Failure::Command {
+        prefix: "error generating manifests",
+        source,
+    };
+    let init = req.task.config.spec.init.argv();
+    if !req.task.config.spec.init.command.is_empty() {
+        command(req, app, ("init", &init), cancel).map_err(wrap)?;
+    }
+    let argv = req.task.config.spec.generate.argv();
+    let out = command(req, app, ("generate", &argv), cancel).map_err(wrap)?;
+    if out.is_empty() {
+        tracing::warn!("Plugin command returned zero output");
+    }
+    Ok(Outcome::Manifests(split_manifests(&out)?))
+}
+
+fn discover(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, Failure> {
+    let d = &req.task.config.spec.discover;
+    let supported = if !d.file_name.is_empty() {
+        let m = glob::go_glob(&req.tree, app, &d.file_name).map_err(|e| {
+            Failure::Discovery(format!(
+                "error finding filename match for pattern \"{}\": {e}",
+                d.file_name
+            ))
+        })?;
+        !m.is_empty()
+    } else if !d.find.glob.is_empty() {
+        let m = glob::zglob(&req.tree, app, &d.find.glob).map_err(|e| {
+            Failure::Discovery(format!(
+                "error finding glob match for pattern \"{}\": {e}",
+                d.find.glob
+            ))
+        })?;
+        !m.is_empty()
+    } else if !d.find.command.command.is_empty() {
+        let argv = d.find.command.argv();
+        let out = command(req, app, ("discover", &argv), cancel)
+            .map_err(|e| Failure::Discovery(format!("error running find command: {e}")))?;
+        !out.is_empty()
+    } else {
+        return Ok(Outcome::Match {
+            supported: false,
+            discovery_enabled: false,
+        });
+    };
+    Ok(Outcome::Match {
+        supported,
+        discovery_enabled: true,
+    })
+}
+
+fn parameters(
+    req: &Request,
+    app: &Path,
+    cancel: &CancelToken,
+) -> Result<Outcome, Failure> {
+    let p = &req.task.config.spec.parameters;
+    let mut dynamic = Vec::new();
+    if !p.dynamic.command.is_empty() {
+        let argv = p.dynamic.argv();
+        let out = command(req, app, ("parameters", &argv), cancel).map_err(|source| Failure::Command {
+            prefix: "get parameters announcement error: error executing dynamic parameter output command",
+            source,
+        })?;
+        dynamic = params::parse_dynamic(&out)?;
+    }
+    Ok(Outcome::Parameters(params::announce(dynamic, &p.static_)))
+}
+
+fn generator(
+    req: &Request,
+    app: &Path,
+    cancel: &CancelToken,
+) -> Result<Outcome, Failure> {
+    let argv = req.task.config.spec.generate.argv();
+    let request = req.tree.join(GENERATOR_REQUEST);
+    let out = command_with_stdin(req, app, ("generator", &argv), Some(&request), cancel).map_err(
+        |source| Failure::Command {
+            prefix: "generator command failed",
+            source,
+        },
+    )?;
+    Ok(Outcome::Generated(
+        crate::spec::parse_generated(&out).map_err(Failure::GeneratorOutput)?,
+    ))
+}

@@ -1,0 +1,605 @@
+//! The supervisor: the privileged side, in the server process. [`Supervisor::start`] is the
+//! whole start-up sequence, in order (docs/supervisor.md mirrors it step by step, with the test
+//! that checks each step); `plan` is the one translation of the policy into what the runtime
+//! enforces; `runner` leases UIDs, creates cgroups, feeds each jail its request and reclaims it.
+//! The reclaim helper (`reclaim`) is ours too: started privileged, it switches to a request's
+//! UID only to kill and remove what the request left.
+
+mod cgroup;
+mod plan;
+mod privilege;
+pub(crate) mod reclaim;
+mod runner;
+pub(crate) mod uid;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use policy::{Policy, Protection};
+
+pub use crate::inside::confine::TESTED_LANDLOCK_ABI;
+pub use crate::protocol::{LandlockStatus, NamespaceReport, Report, SelfTestOutcome};
+pub use crate::seccomp::SeccompError;
+pub use cgroup::Layout;
+pub use plan::{Overrides, Plan};
+pub use privilege::{PrivilegeModel, Privileges};
+
+use runner::{Confined, ConfinedConfig};
+use uid::UidPool;
+
+/// Who the supervisor is for: the long-lived server owns its UID range and cgroup directory
+/// (and sweeps a previous run's leftovers); a one-shot run (`render`, `doctor`) shares them with
+/// whatever else runs and must not sweep anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// `serve`, `appset serve`: sweeps leftovers at start-up.
+    Server,
+    /// `render`, `doctor`: a random start in the UID range that skips UIDs a running server's
+    /// requests hold, its own cgroup directory, no sweep; removed again by
+    /// [`Supervisor::shutdown`].
+    OneShot,
+}
+
+/// The caller's listeners, bound at step 9 (before the capability drop: a socket's owner and a
+/// port below 1024 need privileges the supervisor then gives up).
+pub type Bind<'a> = Box<dyn FnOnce() -> Result<(), Box<dyn std::error::Error + Send + Sync>> + 'a>;
+
+/// How to start.
+pub struct StartOptions<'a> {
+    /// The work root: request directories are created here by the jails.
+    pub work_root: PathBuf,
+    /// Server or one-shot.
+    pub owner: Owner,
+    /// The policy values the command line overrides.
+    pub overrides: Overrides,
+    /// Directories the probe's confined extractor must fail to write into (the plugin config,
+    /// the socket directory; the work root is always tried).
+    pub probe_writes: Vec<PathBuf>,
+    /// Arguments for the jail factory's and reclaim helper's logging (e.g. `--loglevel info`).
+    pub log_args: Vec<String>,
+    /// Binds the caller's listeners at step 9.
+    pub bind: Option<Bind<'a>>,
+    /// Our own binary, re-executed as the jail factory and reclaim helper
+    /// (`/proc/self/exe` unless a harness runs from another binary).
+    pub exe: PathBuf,
+    /// Per-request cgroups where the node has them (a benchmark turns them off to measure
+    /// their cost).
+    pub cgroups: bool,
+    /// Drop every capability but those starting jails needs (step 10). Only an in-process
+    /// benchmark, whose baselines need the capabilities, turns this off.
+    pub drop_capabilities: bool,
+}
+
+impl StartOptions<'_> {
+    /// Options for `owner` with `work_root`, everything else as `serve` uses it.
+    pub fn new(work_root: PathBuf, owner: Owner) -> Self {
+        StartOptions {
+            work_root,
+            owner,
+            overrides: Overrides::default(),
+            probe_writes: Vec::new(),
+            log_args: Vec::new(),
+            bind: None,
+            exe: PathBuf::from("/proc/self/exe"),
+            cgroups: true,
+            drop_capabilities: true,
+        }
+    }
+}
+
+impl std::fmt::Debug for StartOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StartOptions")
+            .field("work_root", &self.work_root)
+            .field("owner", &self.owner)
+            .field("overrides", &self.overrides)
+            .field("probe_writes", &self.probe_writes)
+            .field("bind", &self.bind.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The start-up step that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// 1. Not dumpable.
+    Dumpable,
+    /// 2. Privilege model and unique UIDs.
+    UniqueUid,
+    /// 3. The seccomp profile.
+    Seccomp,
+    /// 4. The work root.
+    WorkRoot,
+    /// 5. The UID pool.
+    UidPool,
+    /// 6. Per-request cgroups.
+    Cgroups,
+    /// 8. The start-up sweep.
+    Sweep,
+    /// 9. The caller's listeners.
+    Bind,
+    /// 10. The capability drop.
+    Capabilities,
+    /// 11. The probe and the fail-closed verdict.
+    Probe,
+}
+
+/// Why start-up stopped: the step, and what to change (the message names the policy field or
+/// the flag).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StartError {
+    /// Where.
+    pub step: Step,
+    /// What, and how to change it.
+    pub message: String,
+}
+
+fn stop(step: Step, message: impl Into<String>) -> StartError {
+    StartError {
+        step,
+        message: message.into(),
+    }
+}
+
+/// What start-up found and enforces: logged once as `sandbox enforced`, and the source of
+/// `doctor`'s report (the same value in both).
+#[derive(Debug, Clone)]
+pub struct Enforcement {
+    /// The policy's name.
+    pub policy_name: String,
+    /// SHA-256 of the policy text.
+    pub policy_sha256: String,
+    /// The privilege model and the capabilities held at start, before the drop.
+    pub privileges: Privileges,
+    /// The capabilities the supervisor holds after the drop, read back from the kernel.
+    pub capabilities_kept: Vec<String>,
+    /// Whether each request gets a UID of its own.
+    pub unique_uid: bool,
+    /// BPF instructions in the seccomp filter (0: none).
+    pub seccomp_instructions: usize,
+    /// The cgroup layout in use, if any.
+    pub cgroups: Option<Layout>,
+    /// The cgroup controllers limiting each request.
+    pub cgroup_controllers: Vec<String>,
+    /// Protections not available here (none of them required), with the reason.
+    pub unavailable: Vec<(Protection, String)>,
+    /// What the probe jail could enforce on itself.
+    pub probe: Report,
+}
+
+impl Enforcement {
+    /// Why `p` is unavailable here, if it is.
+    pub fn unavailable(&self, p: Protection) -> Option<&str> {
+        self.unavailable
+            .iter()
+            .find(|(n, _)| *n == p)
+            .map(|(_, why)| why.as_str())
+    }
+}
+
+/// The started supervisor: its runner and what the policy means at run time.
+#[derive(Debug)]
+pub struct Supervisor {
+    runner: Arc<Confined>,
+    plan: Arc<Plan>,
+    owner: Owner,
+    work_root: PathBuf,
+    cgroups: Option<Layout>,
+}
+
+impl Supervisor {
+    /// Start up, in this order, failing closed on whatever `policy` requires and this node
+    /// cannot give. Steps 1–10 run while the process has a single thread: capabilities are
+    /// per thread, so the drop must precede every thread.
+    pub fn start(
+        policy: &Policy,
+        opts: StartOptions<'_>,
+    ) -> Result<(Supervisor, Enforcement), StartError> {
+        let StartOptions {
+            work_root,
+            owner,
+            overrides,
+            probe_writes,
+            log_args,
+            bind,
+            exe,
+            cgroups: want_cgroups,
+            drop_capabilities,
+        } = opts;
+        let mut unavailable = Vec::new();
+
+        // 1. Not dumpable: /proc/<pid>/{environ,mem,fd} of the supervisor stay closed even to
+        //    a process of the same UID (the shared-UID model) — they hold the sidecar's secrets.
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+            .map_err(|e| stop(Step::Dumpable, format!("prctl(PR_SET_DUMPABLE, 0): {e}")))?;
+
+        // 2. The privilege model: unique UIDs need CAP_SETUID/CAP_SETGID and, in a user
+        //    namespace, the policy's range mapped.
+        let privileges = privilege::detect();
+        let unique_uid = unique_uids(policy, &privileges, &mut unavailable)?;
+
+        // 3. The policy's one translation, and its seccomp filter compiled for this
+        //    architecture.
+        let plan = Arc::new(Plan::new(policy, &overrides, std::env::vars()));
+        if let Err(e) = plan.seccomp() {
+            if plan.requires(Protection::Seccomp) {
+                return Err(stop(Step::Seccomp, e.to_string()));
+            }
+            tracing::warn!(error = %e, "SECCOMP DISABLED: the profile does not compile here and the policy does not require it");
+            unavailable.push((Protection::Seccomp, e.to_string()));
+        }
+
+        // 4. The work root, reachable by the leased UIDs.
+        std::fs::create_dir_all(&work_root).map_err(|e| {
+            stop(
+                Step::WorkRoot,
+                format!("creating work dir {}: {e}", work_root.display()),
+            )
+        })?;
+        if unique_uid {
+            check_searchable(&work_root)?;
+        }
+
+        // 5. The UID pool: the range must not overlap /etc/passwd or /etc/group; a one-shot
+        //    run starts at random and skips UIDs a running server's requests hold.
+        let pool = if unique_uid {
+            Some(uid_pool(policy, owner)?)
+        } else {
+            None
+        };
+
+        // 6. Per-request cgroups: v2 in our own delegated cgroup, or v1 per controller.
+        let layout = if want_cgroups {
+            per_request_cgroups(&plan, policy, owner, &mut unavailable)?
+        } else {
+            unavailable.push((Protection::Cgroups, "turned off by the caller".to_owned()));
+            None
+        };
+        let controllers = layout.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
+        let layout = layout.map(|(l, _)| l);
+
+        // 7. The runner, with its jail factory.
+        let runner = Arc::new(Confined::new(ConfinedConfig {
+            exe,
+            work_root: work_root.clone(),
+            pool,
+            plan: plan.clone(),
+            log_args,
+            cgroups: layout.clone(),
+            probe_writes,
+        }));
+
+        // 8. Sweep a previous run's processes, directories and cgroups (server only); the
+        //    work root becomes 1733: jails create their own directory in it and cannot see or
+        //    remove anyone else's.
+        if owner == Owner::Server {
+            sweep(&runner, layout.as_ref())?;
+        }
+        let mode = if unique_uid { 0o1733 } else { 0o700 };
+        std::fs::set_permissions(
+            &work_root,
+            std::os::unix::fs::PermissionsExt::from_mode(mode),
+        )
+        .map_err(|e| stop(Step::WorkRoot, format!("{}: {e}", work_root.display())))?;
+
+        // 9. The caller's listeners (a socket's owner and low ports need privileges).
+        if let Some(bind) = bind {
+            bind().map_err(|e| stop(Step::Bind, format!("{e:#}")))?;
+        }
+
+        // 10. Keep only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, in every set including
+        //     bounding; read back from the kernel.
+        if drop_capabilities && privileges.holds_any() {
+            privilege::drop_supervisor_capabilities().map_err(|e| {
+                stop(
+                    Step::Capabilities,
+                    format!("dropping the supervisor's capabilities: {e}"),
+                )
+            })?;
+        }
+        let capabilities_kept = privilege::effective_now();
+
+        // 11. Probe: a jail confines itself and runs the extractor self-test; a required
+        //     protection it lacks, or a write outside its directory, stops start-up.
+        let probe = runner
+            .probe()
+            .map_err(|e| stop(Step::Probe, format!("sandbox probe failed: {e}")))?;
+        let missing = missing_required(&probe, policy);
+        if !missing.is_empty() {
+            return Err(stop(
+                Step::Probe,
+                format!(
+                    "policy {:?} requires {:?}, which this environment cannot enforce (probe: {probe:?})",
+                    policy.name,
+                    missing.iter().map(|p| p.as_str()).collect::<Vec<_>>()
+                ),
+            ));
+        }
+
+        // 12. Say exactly what is enforced, once; reap orphans when we are PID 1.
+        let enforcement = Enforcement {
+            policy_name: policy.name.clone(),
+            policy_sha256: policy.sha256.clone(),
+            privileges,
+            capabilities_kept,
+            unique_uid,
+            seccomp_instructions: plan.seccomp_instructions(),
+            cgroups: layout.clone(),
+            cgroup_controllers: controllers,
+            unavailable,
+            probe,
+        };
+        log_enforced(policy, &enforcement);
+        if rustix::process::getpid().is_init() {
+            crate::reaper::start_orphan_reaper();
+        }
+        Ok((
+            Supervisor {
+                runner,
+                plan,
+                owner,
+                work_root,
+                cgroups: layout,
+            },
+            enforcement,
+        ))
+    }
+
+    /// The runner every request goes through.
+    pub fn runner(&self) -> Arc<dyn crate::Runner> {
+        self.runner.clone()
+    }
+
+    /// What the policy means for each request.
+    pub fn plan(&self) -> Arc<Plan> {
+        self.plan.clone()
+    }
+
+    /// UIDs leased by requests and the pool's capacity (`None` in the shared-UID model).
+    pub fn pool_usage(&self) -> Option<(usize, usize)> {
+        self.runner.pool_usage()
+    }
+
+    /// A closure reporting [`Self::pool_usage`] (for the metrics).
+    pub fn pool_gauge(&self) -> impl Fn() -> Option<(usize, usize)> + Send + Sync + 'static {
+        let r = self.runner.clone();
+        move || r.pool_usage()
+    }
+
+    /// Retire the spare jail and reclaim it; a one-shot run also removes its work root and
+    /// its cgroup directories.
+    pub fn shutdown(&self) {
+        crate::Runner::shutdown(self.runner.as_ref());
+        if self.owner == Owner::OneShot {
+            let _ = std::fs::remove_dir_all(&self.work_root);
+            if let Some(layout) = &self.cgroups {
+                cgroup::remove_instance(layout);
+            }
+        }
+    }
+}
+
+/// The privilege model and capabilities of the calling thread now.
+pub fn privileges_now() -> Privileges {
+    privilege::detect()
+}
+
+/// A supervisor that starts no jails (a generator without a command source): steps 1 and 10
+/// only. Returns the capabilities kept.
+pub fn start_without_jails() -> Result<Vec<String>, StartError> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| stop(Step::Dumpable, format!("prctl(PR_SET_DUMPABLE, 0): {e}")))?;
+    if privilege::detect().holds_any() {
+        privilege::drop_supervisor_capabilities().map_err(|e| {
+            stop(
+                Step::Capabilities,
+                format!("dropping the supervisor's capabilities: {e}"),
+            )
+        })?;
+    }
+    Ok(privilege::effective_now())
+}
+
+/// Step 2: whether requests get unique UIDs; fail closed when the policy requires them.
+fn unique_uids(
+    policy: &Policy,
+    privileges: &Privileges,
+    unavailable: &mut Vec<(Protection, String)>,
+) -> Result<bool, StartError> {
+    let mapped = privileges.range_mapped(policy.uid_first, policy.uid_count);
+    if privileges.can_switch_uids() && mapped {
+        return Ok(true);
+    }
+    let why = if privileges.can_switch_uids() {
+        format!(
+            "uidRange {}+{} is not mapped in this user namespace ({:?})",
+            policy.uid_first, policy.uid_count, privileges.uid_map
+        )
+    } else {
+        format!(
+            "the server cannot switch UIDs (euid {}, no CAP_SETUID/CAP_SETGID)",
+            privileges.euid
+        )
+    };
+    if policy.require.contains(&Protection::UniqueUid) {
+        return Err(stop(
+            Step::UniqueUid,
+            format!(
+                "policy {:?} requires uniqueUid, but {why}. Run as root with only SETUID, SETGID and SETPCAP (docs: privilege models), or remove uniqueUid from spec.require to accept a shared UID",
+                policy.name
+            ),
+        ));
+    }
+    tracing::warn!(
+        reason = %why,
+        "UNIQUE UIDs DISABLED by policy {:?}: every request runs as the server's UID; isolation between requests rests on Landlock and seccomp only",
+        policy.name
+    );
+    unavailable.push((Protection::UniqueUid, why));
+    Ok(false)
+}
+
+/// Step 4: jails reach their directory (and commands their cwd, `$HOME`, `$TMPDIR`) by path as
+/// the leased UID, so every ancestor of the work root must be searchable by others.
+fn check_searchable(work_root: &Path) -> Result<(), StartError> {
+    let abs = std::path::absolute(work_root).map_err(|e| stop(Step::WorkRoot, e.to_string()))?;
+    for dir in abs.ancestors().skip(1) {
+        let md = std::fs::metadata(dir)
+            .map_err(|e| stop(Step::WorkRoot, format!("{}: {e}", dir.display())))?;
+        let mode = std::os::unix::fs::PermissionsExt::mode(&md.permissions());
+        if mode & 0o001 == 0 {
+            return Err(stop(
+                Step::WorkRoot,
+                format!(
+                    "the work dir {} is not reachable by the sandbox UIDs: {} has mode {:o} (others need search permission, o+x); use a directory such as /tmp or an emptyDir",
+                    work_root.display(),
+                    dir.display(),
+                    mode & 0o7777
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Step 5.
+fn uid_pool(policy: &Policy, owner: Owner) -> Result<UidPool, StartError> {
+    let mut pool = UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))
+        .map_err(|e| stop(Step::UidPool, e.to_string()))?;
+    if owner == Owner::OneShot {
+        pool.start_at(random_offset());
+        // A running server's requests hold some of these: never share one (its reclaim would
+        // kill the other's processes).
+        for uid in uid::uids_in_use(Path::new("/proc"), policy.uid_first, policy.uid_count) {
+            pool.mark_busy(uid);
+        }
+    }
+    Ok(pool)
+}
+
+/// A random offset into the UID range (std's randomly keyed hasher: no dependency needed).
+fn random_offset() -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as usize
+}
+
+/// Step 6: detected (v2, a delegated directory in `CMP_WARDEN_CGROUP_ROOT`, or v1) and
+/// prepared; required → fail closed, else a loud warning and the reason.
+fn per_request_cgroups(
+    plan: &Plan,
+    policy: &Policy,
+    owner: Owner,
+    unavailable: &mut Vec<(Protection, String)>,
+) -> Result<Option<(Layout, Vec<String>)>, StartError> {
+    let instance = match owner {
+        Owner::Server => format!("cmp-warden-{}", plan.uid_range.0),
+        Owner::OneShot => format!("cmp-warden-render-{}", std::process::id()),
+    };
+    let configured = std::env::var_os("CMP_WARDEN_CGROUP_ROOT").map(PathBuf::from);
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let found = cgroup::detect(
+        Path::new("/sys/fs/cgroup"),
+        &own,
+        configured.as_deref(),
+        &instance,
+    )
+    .and_then(|layout| {
+        let ctls = cgroup::prepare(&layout, std::process::id())?;
+        Ok((layout, ctls))
+    });
+    match found {
+        Ok((layout, ctls)) => {
+            tracing::info!(?layout, controllers = ?ctls, "per-request cgroups enabled");
+            Ok(Some((layout, ctls)))
+        }
+        Err(e) if policy.require.contains(&Protection::Cgroups) => Err(stop(
+            Step::Cgroups,
+            format!("policy {:?} requires cgroups: {e}", policy.name),
+        )),
+        Err(e) => {
+            tracing::warn!(error = %e, "CGROUPS UNAVAILABLE: memory, pids and CPU are bounded by rlimits only");
+            unavailable.push((Protection::Cgroups, e.to_string()));
+            Ok(None)
+        }
+    }
+}
+
+/// Step 8: kill a previous run's processes in the UID range, remove its request directories
+/// and request cgroups.
+fn sweep(runner: &Confined, layout: Option<&Layout>) -> Result<(), StartError> {
+    let removed = runner
+        .sweep()
+        .map_err(|e| stop(Step::Sweep, format!("start-up sweep: {e}")))?;
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "removed request directories left by a previous run"
+        );
+    }
+    if let Some(layout) = layout {
+        let n = cgroup::sweep(layout);
+        if n > 0 {
+            tracing::info!(
+                removed = n,
+                "removed request cgroups left by a previous run"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Step 11: the protections `policy` requires that the probe `report` shows missing.
+pub fn missing_required(report: &Report, policy: &Policy) -> Vec<Protection> {
+    let required = |p| policy.require.contains(&p);
+    let checks = [
+        (Protection::UniqueUid, !report.unique_uid),
+        (Protection::NoNewPrivs, !report.no_new_privs),
+        (
+            Protection::Landlock,
+            report.landlock == LandlockStatus::None,
+        ),
+        (Protection::Seccomp, report.seccomp_filters == 0),
+        (Protection::Namespaces, !report.namespaces.failed.is_empty()),
+    ];
+    checks
+        .into_iter()
+        .filter(|(p, missing)| required(*p) && *missing)
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// Step 12: log exactly what is enforced (once).
+fn log_enforced(policy: &Policy, e: &Enforcement) {
+    let r = &e.probe;
+    tracing::info!(
+        policy = %policy.name,
+        policy_sha256 = %policy.sha256,
+        privilege_model = e.privileges.model.describe(),
+        supervisor_capabilities = ?e.capabilities_kept,
+        unique_uid = r.unique_uid,
+        uid_range = %format!("{}+{}", policy.uid_first, policy.uid_count),
+        capabilities_cleared = r.capabilities_cleared,
+        bounding_cleared = r.bounding_cleared,
+        no_new_privs = r.no_new_privs,
+        landlock = r.landlock.as_str(),
+        landlock_abi = ?r.landlock_abi,
+        landlock_tcp_denied = r.landlock_tcp_denied,
+        seccomp_filters = r.seccomp_filters,
+        seccomp_instructions = e.seccomp_instructions,
+        seccomp_mode = ?policy.seccomp_mode,
+        cgroup_controllers = ?e.cgroup_controllers,
+        unavailable = ?e.unavailable,
+        network = ?policy.network,
+        namespaces = ?r.namespaces.created,
+        namespaces_unavailable = ?r.namespaces.failed,
+        private_proc = r.namespaces.private_proc,
+        disk_bytes = ?r.namespaces.disk_bytes,
+        missing_paths = ?r.missing_paths,
+        degraded = ?r.degraded,
+        self_test = ?r.self_test,
+        "sandbox enforced"
+    );
+}

@@ -1,0 +1,382 @@
+//! The one translation of a [`Policy`] into what the runtime enforces. Every command (`serve`,
+//! `render`, `appset serve`, `doctor`) gets its archive limits, rlimits, cgroup limits,
+//! namespaces, Landlock paths, seccomp filter, output and time budgets from here, and nowhere
+//! else reads those policy fields; the flags that override a policy value are applied here too.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use plugin::PluginConfig;
+use policy::{NetworkMode, Policy, Protection};
+
+use super::cgroup::CgroupLimits;
+use crate::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
+use crate::seccomp::{CompiledFilter, SeccompError};
+use crate::spec::{Operation, RequestSpec, Task, TimeLimit};
+
+/// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
+const NPROC_HEADROOM: u64 = 16;
+
+/// Values the command line sets over the policy's.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--max-compressed`: over `spec.archive.compressedBytes`.
+    pub compressed_bytes: Option<u64>,
+    /// `--output-bytes`: over `spec.limits.outputBytes`.
+    pub output_bytes: Option<u64>,
+    /// `ARGOCD_EXEC_TIMEOUT`: a per-command limit (the policy has none), with its text.
+    pub command_timeout: Option<(Duration, String)>,
+}
+
+/// What a policy (with the command line's overrides) means at run time.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The policy's name and SHA-256 (audit events name them).
+    pub policy_name: String,
+    /// SHA-256 of the policy text.
+    pub policy_sha256: String,
+    /// Protections whose absence stops start-up.
+    pub require: Vec<Protection>,
+    /// Every archive limit (`spec.archive`, `--max-compressed`).
+    pub archive: archive::Options,
+    /// Per-command stdout and stderr budget (`spec.limits.outputBytes`, `--output-bytes`).
+    pub output_bytes: u64,
+    /// The per-request wall clock (`spec.limits.wallSeconds`).
+    pub wall_clock: Duration,
+    /// The per-command limit (`ARGOCD_EXEC_TIMEOUT`).
+    pub command_timeout: Option<(Duration, String)>,
+    /// The leased UID range (`spec.uidRange`).
+    pub uid_range: (u32, u32),
+    /// Per-request cgroup limits (`spec.limits.memoryBytes`, `pids`, `cpuMillis`).
+    pub cgroup: CgroupLimits,
+    /// The server's variables commands get (`spec.env.pass`), read once at start-up.
+    pub base_env: Vec<(String, String)>,
+    /// What each jail applies to itself, without its lease (`spec.filesystem`, `network`,
+    /// `limits`, `namespaces`, `require`, and the compiled `seccomp` profile).
+    sandbox: Sandbox,
+    /// Why the seccomp profile did not compile here, if it did not.
+    seccomp_error: Option<SeccompError>,
+}
+
+impl Plan {
+    /// Translate `policy`, with `overrides` over it and `env` as the server's environment.
+    pub fn new(
+        policy: &Policy,
+        overrides: &Overrides,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Plan {
+        let (seccomp, seccomp_error) =
+            match crate::seccomp::compile(&policy.seccomp, policy.seccomp_mode, policy.network) {
+                Ok(f) => (Some(f), None),
+                Err(e) => (None, Some(e)),
+            };
+        Plan {
+            policy_name: policy.name.clone(),
+            policy_sha256: policy.sha256.clone(),
+            require: policy.require.clone(),
+            archive: archive_options(policy, overrides),
+            output_bytes: overrides
+                .output_bytes
+                .unwrap_or(policy.limits.output_bytes),
+            wall_clock: Duration::from_secs(policy.limits.wall_seconds),
+            command_timeout: overrides.command_timeout.clone(),
+            uid_range: (policy.uid_first, policy.uid_count),
+            cgroup: CgroupLimits {
+                memory_bytes: policy.limits.memory_bytes,
+                pids: policy.limits.pids,
+                cpu_millis: policy.limits.cpu_millis,
+            },
+            base_env: policy.passed_env(env),
+            sandbox: sandbox(policy, seccomp),
+            seccomp_error,
+        }
+    }
+
+    /// Whether the policy requires `p`.
+    pub fn requires(&self, p: Protection) -> bool {
+        self.require.contains(&p)
+    }
+
+    /// The compiled seccomp filter, or why there is none.
+    pub(crate) fn seccomp(&self) -> Result<&CompiledFilter, &SeccompError> {
+        match (&self.sandbox.seccomp, &self.seccomp_error) {
+            (Some(f), _) => Ok(f),
+            (None, Some(e)) => Err(e),
+            (None, None) => unreachable!("a plan has a filter or the reason it has none"),
+        }
+    }
+
+    /// Why the policy's seccomp profile does not compile for this architecture, if it does not
+    /// (`policy check` reports it as `serve` would find it).
+    pub fn seccomp_error(&self) -> Option<&SeccompError> {
+        self.seccomp_error.as_ref()
+    }
+
+    /// BPF instructions in the compiled filter (0 without one).
+    pub fn seccomp_instructions(&self) -> usize {
+        self.sandbox.seccomp.as_ref().map_or(0, |f| f.instructions())
+    }
+
+    /// The policy's network mode.
+    pub fn network(&self) -> NetworkMode {
+        self.sandbox.network
+    }
+
+    /// The namespaces each request gets (`net` only without egress).
+    pub fn namespaces(&self) -> policy::Namespaces {
+        self.sandbox.namespaces
+    }
+
+    /// The sandbox one jail applies: leased as `creds`; with a pids cgroup, RLIMIT_NPROC (same
+    /// count, per UID) stays a backstop just above it, so the cgroup refuses first and the
+    /// failure can be named from `pids.events`.
+    pub(crate) fn sandbox_for(&self, creds: Option<Creds>, pids_cgroup: bool) -> Sandbox {
+        let mut sb = self.sandbox.clone();
+        sb.creds = creds;
+        if pids_cgroup {
+            sb.rlimits.processes = self.cgroup.pids.saturating_add(NPROC_HEADROOM);
+        }
+        sb
+    }
+
+    /// The request's deadline: the earlier of the caller's (the client's gRPC deadline, or the
+    /// generator's timeout, with the limit to name) and the policy's wall clock, and which of
+    /// them it is (the error names it when it fires).
+    pub fn deadline(&self, caller: Option<(Instant, TimeLimit)>) -> (Option<Instant>, TimeLimit) {
+        let wall = Instant::now() + self.wall_clock;
+        match caller {
+            Some((c, limit)) if c <= wall => (Some(c), limit),
+            _ => (
+                Some(wall),
+                TimeLimit::Request {
+                    seconds: self.wall_clock.as_secs(),
+                },
+            ),
+        }
+    }
+
+    /// One request of `op` on `config`: its environment (the passed server variables, then
+    /// the request's own, last wins), its budgets and `deadline` (from [`Plan::deadline`]).
+    /// `tree` names the request's directory (and jail and cgroup).
+    pub fn request(
+        &self,
+        op: Operation,
+        config: &PluginConfig,
+        tree: PathBuf,
+        app_rel_path: &str,
+        request_env: &[(String, String)],
+        (deadline, deadline_limit): (Option<Instant>, TimeLimit),
+    ) -> RequestSpec {
+        RequestSpec {
+            task: Task {
+                op,
+                config: config.clone(),
+                app_rel_path: app_rel_path.to_owned(),
+                env: plugin::env::compose(&self.base_env, request_env),
+                archive: self.archive.clone(),
+                output_bytes: self.output_bytes,
+                deadline_limit,
+                command_timeout: self.command_timeout.clone(),
+            },
+            tree,
+            deadline,
+            record: Default::default(),
+        }
+    }
+}
+
+/// `spec.archive`, every field, with `--max-compressed` over `compressedBytes`.
+fn archive_options(policy: &Policy, overrides: &Overrides) -> archive::Options {
+    let a = &policy.archive;
+    let mut opts = archive::Options::default();
+    opts.limits.compressed_bytes = overrides.compressed_bytes.unwrap_or(a.compressed_bytes);
+    opts.limits.extracted_bytes = a.extracted_bytes;
+    opts.limits.file_bytes = a.file_bytes;
+    opts.limits.entries = a.entries;
+    opts.limits.symlinks = a.symlinks;
+    opts.limits.path_depth = usize::try_from(a.path_depth).unwrap_or(usize::MAX);
+    opts.limits.max_ratio = a.max_ratio;
+    opts.limits.wall_clock = Duration::from_secs(a.wall_seconds);
+    opts
+}
+
+/// The jail's confinement from `spec.filesystem`, `network`, `limits`, `namespaces` and
+/// `require`.
+fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
+    let mut namespaces = p.namespaces;
+    // Egress needs the host's network.
+    namespaces.net &= p.network == NetworkMode::None;
+    Sandbox {
+        creds: None,
+        read_only: p.read_only.clone(),
+        read_write: p.read_write.clone(),
+        network: p.network,
+        seccomp,
+        rlimits: Rlimits {
+            open_files: p.limits.open_files,
+            file_size_bytes: p.limits.file_size_bytes,
+            processes: p.limits.pids,
+            data_bytes: p.limits.data_bytes,
+            address_space_bytes: p.limits.address_space_bytes,
+        },
+        require: p.require.clone(),
+        namespaces,
+        disk: DiskLimit {
+            bytes: p.limits.disk_bytes,
+            // Every archive entry plus room for what the commands create; inodes cost kernel
+            // memory, so they are bounded too.
+            inodes: p.archive.entries.saturating_mul(2).saturating_add(65_536),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn custom() -> Policy {
+        let text = policy::policy::DEFAULT_POLICY_YAML
+            .replacen("compressedBytes: 100Mi", "compressedBytes: 3Mi", 1)
+            .replacen("extractedBytes: 1Gi", "extractedBytes: 5Mi", 1)
+            .replacen("fileBytes: 256Mi", "fileBytes: 2Mi", 1)
+            .replacen("entries: 100000", "entries: 77", 1)
+            .replacen("symlinks: 10000", "symlinks: 7", 1)
+            .replacen("pathDepth: 64", "pathDepth: 9", 1)
+            .replacen("maxRatio: 250", "maxRatio: 33", 1)
+            .replacen("wallSeconds: 120", "wallSeconds: 11", 1);
+        Policy::parse(&text, None).expect("custom policy")
+    }
+
+    #[test]
+    fn every_archive_limit_comes_from_the_policy_and_flags_override_it() {
+        let p = custom();
+        let plan = Plan::new(&p, &Overrides::default(), Vec::new());
+        let l = &plan.archive.limits;
+        assert_eq!(
+            (
+                l.compressed_bytes,
+                l.extracted_bytes,
+                l.file_bytes,
+                l.entries,
+                l.symlinks,
+                l.path_depth,
+                l.max_ratio,
+                l.wall_clock
+            ),
+            (
+                3 << 20,
+                5 << 20,
+                2 << 20,
+                77,
+                7,
+                9,
+                33,
+                Duration::from_secs(11)
+            )
+        );
+        let over = Plan::new(
+            &p,
+            &Overrides {
+                compressed_bytes: Some(4096),
+                output_bytes: Some(2048),
+                command_timeout: Some((Duration::from_secs(3), "3s".into())),
+            },
+            Vec::new(),
+        );
+        assert_eq!(over.archive.limits.compressed_bytes, 4096);
+        assert_eq!(over.archive.limits.entries, 77);
+        assert_eq!(over.output_bytes, 2048);
+        let spec = over.request(
+            Operation::Generate,
+            &PluginConfig::default(),
+            PathBuf::from("/w/r"),
+            ".",
+            &[],
+            over.deadline(None),
+        );
+        assert_eq!(spec.task.archive.limits.symlinks, 7);
+        assert_eq!(spec.task.output_bytes, 2048);
+        assert_eq!(
+            spec.task.command_timeout,
+            Some((Duration::from_secs(3), "3s".into()))
+        );
+    }
+
+    #[test]
+    fn the_sandbox_follows_the_policy() {
+        let p = Policy::default_policy().expect("default");
+        let plan = Plan::new(&p, &Overrides::default(), Vec::new());
+        let sb = plan.sandbox_for(Some(Creds { uid: 7, gid: 7 }), true);
+        assert_eq!(sb.creds, Some(Creds { uid: 7, gid: 7 }));
+        assert_eq!(sb.rlimits.processes, p.limits.pids + NPROC_HEADROOM);
+        assert_eq!(plan.sandbox_for(None, false).rlimits.processes, p.limits.pids);
+        assert_eq!(sb.read_only, p.read_only);
+        assert_eq!(sb.disk.bytes, p.limits.disk_bytes);
+        assert!(sb.namespaces.net);
+        assert!(plan.seccomp().is_ok());
+        let egress = Policy::parse(
+            &policy::policy::DEFAULT_POLICY_YAML.replacen(
+                "network: {mode: none}",
+                "network: {mode: egress}",
+                1,
+            ),
+            None,
+        )
+        .expect("egress");
+        assert!(
+            !Plan::new(&egress, &Overrides::default(), Vec::new())
+                .namespaces()
+                .net
+        );
+    }
+
+    #[test]
+    fn the_deadline_is_the_earlier_of_the_clients_and_the_wall_clock() {
+        let p = Policy::default_policy().expect("default");
+        let plan = Plan::new(&p, &Overrides::default(), Vec::new());
+        let soon = Instant::now() + Duration::from_secs(5);
+        assert_eq!(
+            plan.deadline(Some((soon, TimeLimit::Client))),
+            (Some(soon), TimeLimit::Client)
+        );
+        let (_, limit) = plan.deadline(None);
+        assert_eq!(
+            limit,
+            TimeLimit::Request {
+                seconds: p.limits.wall_seconds
+            }
+        );
+        let late = Instant::now() + Duration::from_secs(p.limits.wall_seconds + 60);
+        assert!(matches!(
+            plan.deadline(Some((late, TimeLimit::Client))).1,
+            TimeLimit::Request { .. }
+        ));
+    }
+
+    #[test]
+    fn the_environment_is_the_passed_server_variables_then_the_requests() {
+        let p = Policy::default_policy().expect("default");
+        let plan = Plan::new(
+            &p,
+            &Overrides::default(),
+            vec![
+                ("PATH".to_owned(), "/bin".to_owned()),
+                ("SECRET_TOKEN".to_owned(), "x".to_owned()),
+            ],
+        );
+        let spec = plan.request(
+            Operation::Match,
+            &PluginConfig::default(),
+            PathBuf::from("/w/r"),
+            "app",
+            &[("ARGOCD_APP_NAME".to_owned(), "a".to_owned())],
+            plan.deadline(None),
+        );
+        assert!(spec.task.env.iter().any(|(k, _)| k == "PATH"));
+        assert!(!spec.task.env.iter().any(|(k, _)| k == "SECRET_TOKEN"));
+        assert_eq!(
+            spec.task.env.last(),
+            Some(&("ARGOCD_APP_NAME".to_owned(), "a".to_owned()))
+        );
+    }
+}
