@@ -5,7 +5,7 @@
 //! to split raw headers (never to unpack), every header goes through the pure
 //! [`validate::State::validate`] step, and accepted entries are written by a [`DirWriter`] that
 //! never follows a symlink. Any violation rejects the whole archive and removes what was
-//! written. The policy and its reasons are in `archive-safety.md` §5 (shared docs).
+//! written. The policy and its reasons are in ARCHITECTURE.md (archive pipeline).
 //!
 //! # Compatibility
 //! Accepts everything Argo CD's repo-server writes (`util/io/files/tar.go`): a root `.` entry,
@@ -13,7 +13,7 @@
 //! it never writes (hard links, devices, FIFOs, sparse, GNU long names, global PAX headers).
 //!
 //! # Test strategy
-//! Unit tests per module; `tests/` attacks every class of `archive-safety.md` §4 inside a
+//! Unit tests per module; `tests/` attacks every class (traversal, links, special files, header abuse, bombs) inside a
 //! sentinel directory and compares Argo-shaped archives to their source trees; `fuzz/` drives the
 //! whole pipeline with three targets.
 #![forbid(unsafe_code)]

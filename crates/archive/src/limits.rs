@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// Limits on one archive. Defaults follow `archive-safety.md` §5.4.
+/// Limits on one archive. Defaults are the embedded policy's `spec.archive`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Compressed bytes read from the input (Argo's `streamed-manifest-max-tar-size` default).

@@ -1,4 +1,5 @@
-//! One test per attack vector of `archive-safety.md` §4 (classes A–G).
+//! One test per attack vector (classes A–G: traversal, links, special files, header abuse,
+//! bombs, …).
 //!
 //! Every vector is extracted into a root inside a sentinel directory, with both parent
 //! resolvers (openat2 and the component-wise fallback) and with `check` (no writes). Each must be

@@ -12,13 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: abuse tests need root (CI runs as root): leased UIDs need CAP_SETUID");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str = "abuse tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
 /// One plugin, many behaviours, chosen by `ARGOCD_ENV_MODE`; without it: print the manifest.
 const MODES: &str = r#"  generate:
@@ -182,7 +177,7 @@ fn abuse(mode: &str) -> ((i64, String), Bed) {
 
 #[test]
 fn cpu_spin_is_killed_by_the_wall_clock() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let ((code, msg), _) = abuse("cpu");
@@ -195,7 +190,7 @@ fn cpu_spin_is_killed_by_the_wall_clock() {
 
 #[test]
 fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let b = bed(&[]);
@@ -229,7 +224,7 @@ fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
 
 #[test]
 fn filling_the_disk_stops_at_the_request_tmpfs() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     for mode in ["disk", "tmp"] {
@@ -248,7 +243,7 @@ fn filling_the_disk_stops_at_the_request_tmpfs() {
 
 #[test]
 fn thousands_of_open_files_hit_rlimit_nofile() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let ((code, msg), _) = abuse("files");
@@ -258,7 +253,7 @@ fn thousands_of_open_files_hit_rlimit_nofile() {
 
 #[test]
 fn a_zombie_factory_is_stopped_by_the_pids_limit() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let ((code, msg), _) = abuse("zombies");
@@ -271,7 +266,7 @@ fn a_zombie_factory_is_stopped_by_the_pids_limit() {
 
 #[test]
 fn a_daemon_left_by_a_successful_generate_dies_with_its_request() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let b = bed(&[]);
@@ -287,7 +282,7 @@ fn a_daemon_left_by_a_successful_generate_dies_with_its_request() {
 
 #[test]
 fn a_client_that_disconnects_mid_generate_leaves_nothing() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let b = bed(&[]);
@@ -301,7 +296,7 @@ fn a_client_that_disconnects_mid_generate_leaves_nothing() {
 
 #[test]
 fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let mut b = bed(&["--shutdown-grace", "2"]);
@@ -353,12 +348,7 @@ fn children_of(parent: u32) -> Vec<(u32, Option<u32>, String, String)> {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
             .unwrap_or_default();
-        out.push((
-            pid,
-            jail::proc_uid(pid as i32),
-            state.to_owned(),
-            cmdline,
-        ));
+        out.push((pid, jail::proc_uid(pid as i32), state.to_owned(), cmdline));
     }
     out
 }
@@ -380,7 +370,7 @@ fn settle<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
 /// for the next jail, and requests go on being answered with nothing left behind.
 #[test]
 fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let b = bed(&[]);

@@ -17,13 +17,8 @@ use std::time::{Duration, Instant};
 use common::pki::Ca;
 use common::{bin, write_policy};
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: generator tests confine commands with leased UIDs, which needs root");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str = "generator tests confine commands with leased UIDs, which needs root";
 
 const TOKEN: &str = "appset-s3cret-token";
 
@@ -43,6 +38,17 @@ impl Gen {
 
     /// Start with a generator config file as given (`config`), or one written from `spec`.
     fn start_config(config: Option<&Path>, spec: &str) -> Gen {
+        Self::start_full(config, spec, &[], |_| {})
+    }
+
+    /// Start with `policy` edits, and `data` filling the generator's data directory after the
+    /// default files.
+    fn start_full(
+        config: Option<&Path>,
+        spec: &str,
+        policy: &[(&str, &str)],
+        data: impl FnOnce(&Path),
+    ) -> Gen {
         let dir = tempfile::tempdir().expect("tmp");
         let d = dir.path();
         let ca = Ca::new("appset test CA");
@@ -50,6 +56,7 @@ impl Gen {
         let ca_path = ca.write(d, "ca.crt");
         std::fs::create_dir_all(d.join("data")).expect("mkdir");
         std::fs::write(d.join("data/environments"), "dev\nstaging\nprod\n").expect("write");
+        data(&d.join("data"));
         std::fs::write(
             d.join("generator.yaml"),
             format!(
@@ -58,7 +65,7 @@ impl Gen {
         )
         .expect("write");
         std::fs::write(d.join("token"), format!("{TOKEN}\n")).expect("token");
-        let uid_range = write_policy(&d.join("policy/policy.yaml"), &[]);
+        let uid_range = write_policy(&d.join("policy/policy.yaml"), policy);
         std::fs::create_dir_all(d.join("work")).expect("mkdir");
         let log = std::fs::File::create(d.join("server.log")).expect("log");
         let child = Command::new(bin())
@@ -190,7 +197,7 @@ const ENV_COMMAND: &str = "  command: [sh, -c]\n  args:\n    - |\n      req=$(ca
 
 #[test]
 fn answers_the_controller_exactly_with_a_confined_command() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let g = Gen::start(ENV_COMMAND);
@@ -231,7 +238,7 @@ fn answers_the_controller_exactly_with_a_confined_command() {
 
 #[test]
 fn refuses_unauthenticated_and_malformed_requests_with_json_errors() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let g = Gen::start(&format!(
@@ -326,7 +333,7 @@ fn refuses_unauthenticated_and_malformed_requests_with_json_errors() {
 
 #[test]
 fn the_command_is_confined_like_a_cmp_command() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let spec = r#"  command: [sh, -c]
@@ -390,7 +397,7 @@ fn the_command_is_confined_like_a_cmp_command() {
 
 #[test]
 fn static_and_file_sources() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let g = Gen::start(
@@ -422,7 +429,7 @@ fn static_and_file_sources() {
 
 #[test]
 fn two_thousand_requests_at_concurrency_32_without_errors_or_memory_growth() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let g = Arc::new(Gen::start(
@@ -490,7 +497,7 @@ fn two_thousand_requests_at_concurrency_32_without_errors_or_memory_growth() {
 
 #[test]
 fn the_example_generator_answers_as_expected() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/appset-generator");
@@ -505,4 +512,28 @@ fn the_example_generator_answers_as_expected() {
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(v["output"]["parameters"].as_array().map(Vec::len), Some(4));
+}
+
+/// The generator's data directory is packed into the same archive a CMP request sends and
+/// extracted in the jail under the policy's archive limits: every one of them (see
+/// `archive_limits.rs` for `serve` and `render`).
+#[test]
+fn appset_serve_enforces_every_archive_limit_of_its_policy() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    for case in common::archive_cases::cases() {
+        // The honest request's data files, plus the case's own in a subdirectory.
+        let g = Gen::start_full(None, ENV_COMMAND, case.policy, |d| {
+            (case.fill)(&d.join("case"))
+        });
+        let (status, _, body) = g.post(Some(TOKEN), &controller_body("a", "{}"));
+        assert!(status >= 400, "{}: {status} {body}", case.name);
+        assert!(body.contains(case.expect), "{}: {body}", case.name);
+        drop(g);
+        // The same policy, without the case's files: served.
+        let g = Gen::start_full(None, ENV_COMMAND, case.policy, |_| {});
+        let (status, _, body) = g.post(Some(TOKEN), &controller_body("a", "{}"));
+        assert_eq!(status, 200, "{}: honest request: {body}", case.name);
+    }
 }

@@ -1,12 +1,14 @@
 //! `cmp-warden archive check|extract` as an operator runs it.
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 use testkit::{TarBuilder, describe_tree};
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cmp-warden"))
+    Command::new(common::bin())
 }
 
 fn good() -> Vec<u8> {

@@ -1,4 +1,5 @@
-//! Argo CD's own cmp-server tests (contract §7.1–7.4), run against the real binary over a real
+//! Argo CD's own cmp-server tests (`cmpserver/plugin/plugin_test.go`, `config_test.go`,
+//! `util/cmp/stream_test.go`, `util/io/files/tar_test.go`), run against the real binary over a real
 //! socket with a grpc-go client that dials and packs exactly as the repo-server does.
 
 mod common;

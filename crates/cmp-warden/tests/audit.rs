@@ -13,13 +13,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: audit tests need root (CI runs as root): leased UIDs need CAP_SETUID");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str = "audit tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
 const SECRET: &str = "s3cr3t-Vault-T0ken";
 const URL_PASSWORD: &str = "hunter2pw";
@@ -89,7 +84,7 @@ fn parse_metrics(body: &str) -> BTreeMap<String, f64> {
 
 #[test]
 fn every_request_is_audited_without_secrets_and_metrics_count_it() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");
@@ -322,7 +317,7 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
 
 #[test]
 fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_denial() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");
@@ -396,7 +391,7 @@ fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_de
 
 #[test]
 fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let t = tempfile::tempdir().expect("tmp");
@@ -492,7 +487,7 @@ fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
 
 #[test]
 fn a_command_looping_on_a_denied_call_is_counted_not_logged_each_time() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");

@@ -17,13 +17,9 @@ use common::*;
 
 const ATTACK: &str = include_str!("fixtures/attack.py");
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: confinement tests need root (CI runs as root): leased UIDs need CAP_SETUID");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str =
+    "confinement tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
 const PLUGIN: &str = "apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata:\n  name: attack\nspec:\n  generate:\n    command: [/usr/bin/python3, attack.py]\n";
 
@@ -217,7 +213,7 @@ const EXPECTED: &[(&str, &str)] = &[
 
 #[test]
 fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     hostile_generator_through_the_server(false);
@@ -225,7 +221,7 @@ fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() 
 
 #[test]
 fn hostile_generator_through_the_server_with_namespaces() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     hostile_generator_through_the_server(true);
@@ -493,7 +489,7 @@ fn hostile_generator_through_the_server(namespaces: bool) {
 
 #[test]
 fn render_runs_the_same_jail() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");
@@ -606,7 +602,7 @@ fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> std::proces
 
 #[test]
 fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows_it() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let root = tempfile::Builder::new()
@@ -721,7 +717,7 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
 
 #[test]
 fn a_required_seccomp_profile_that_does_not_compile_stops_start_up() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let root = tempfile::Builder::new()
@@ -755,7 +751,7 @@ fn a_required_seccomp_profile_that_does_not_compile_stops_start_up() {
 
 #[test]
 fn real_tools_work_under_the_default_sandbox() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     // Go (kubectl's built-in kustomize, from the PyPI wheel scripts/setup installs), Node,
@@ -816,7 +812,7 @@ fn real_tools_work_under_the_default_sandbox() {
 
 #[test]
 fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     // A generator that leaves a daemon behind: double fork, new session, TERM ignored, stdio
@@ -851,7 +847,7 @@ fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
 
 #[test]
 fn start_up_sweeps_leftovers_of_a_previous_run() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");
@@ -937,7 +933,7 @@ fn start_up_sweeps_leftovers_of_a_previous_run() {
 
 #[test]
 fn a_work_dir_the_sandbox_uids_cannot_reach_is_refused_at_start_up() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let root = tempfile::Builder::new()

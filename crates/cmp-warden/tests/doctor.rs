@@ -13,13 +13,8 @@ use std::process::{Command, Output};
 use common::{Server, bin, plugin, write_policy};
 use serde_json::Value;
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: doctor tests compare root and unprivileged runs (CI runs as root)");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str = "doctor tests compare root and unprivileged runs (CI runs as root)";
 
 fn doctor(prefix: &[&str], args: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
     let mut cmd = if prefix.is_empty() {
@@ -91,7 +86,7 @@ fn policy_dir(edits: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf)
 
 #[test]
 fn as_root_every_protection_is_enforced_and_serve_would_start() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let (out, v) = doctor(&[], &[], &[]);
@@ -161,7 +156,7 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
 
 #[test]
 fn unprivileged_with_the_default_policy_refuses_and_says_why() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let (out, v) = doctor(UNPRIVILEGED, &[], &[]);
@@ -195,7 +190,7 @@ fn unprivileged_with_the_default_policy_refuses_and_says_why() {
 
 #[test]
 fn unprivileged_with_a_policy_that_accepts_a_shared_uid_would_start() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let (_d, p) = policy_dir(&[(
@@ -211,7 +206,7 @@ fn unprivileged_with_a_policy_that_accepts_a_shared_uid_would_start() {
 
 #[test]
 fn a_required_protection_that_is_missing_makes_doctor_fail() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     // cgroups required, but the configured delegated directory does not exist.
@@ -252,7 +247,7 @@ fn a_required_protection_that_is_missing_makes_doctor_fail() {
 
 #[test]
 fn serve_logs_the_same_report_once_at_start_up() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let mut s = Server::start(&plugin("  generate:\n    command: [echo, '{}']\n"), &[]);

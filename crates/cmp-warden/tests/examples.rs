@@ -24,13 +24,8 @@ const EXAMPLES: &[&str] = &[
     "parameters",
 ];
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: example tests need root (CI runs as root): leased UIDs need CAP_SETUID");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str = "example tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
@@ -117,7 +112,7 @@ fn manifests(v: &serde_json::Value) -> Vec<String> {
 }
 
 fn run_example(name: &str) {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     require_tools();
@@ -188,7 +183,7 @@ fn parameters_example() {
 /// message (Argo's `Unknown` status), and nothing is left behind.
 #[test]
 fn parameters_example_rejects_a_bad_value() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let dir = examples_dir().join("parameters");
@@ -219,7 +214,7 @@ fn parameters_example_rejects_a_bad_value() {
 /// of packing DIR: same manifests; a file that is not a gzip stream is refused (DataLoss).
 #[test]
 fn client_sends_a_ready_made_archive() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     require_tools();

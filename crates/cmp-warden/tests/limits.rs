@@ -11,13 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: limit tests need root (CI runs as root): leased UIDs need CAP_SETUID");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str = "limit tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
 /// `ARGOCD_ENV_MODE=hang`: ignore SIGTERM, leave a TERM-ignoring daemon in a new session, and
 /// never finish. Otherwise: print the manifest.
@@ -77,7 +72,7 @@ const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n";
 
 #[test]
 fn the_policy_wall_clock_kills_the_whole_request_and_names_itself() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");
@@ -104,7 +99,7 @@ fn the_policy_wall_clock_kills_the_whole_request_and_names_itself() {
 
 #[test]
 fn argocd_exec_timeout_limits_each_command() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");
@@ -159,7 +154,7 @@ const BOMBS: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n 
 
 #[test]
 fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed() {
-    if !is_root() || !cgroup_v1_available() {
+    if !is_root(NEEDS_ROOT) || !cgroup_v1_available() {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");
@@ -286,7 +281,7 @@ const SLOW: &str = "  generate:\n    command: [sh, -c, \"sleep 1; cat cm.yaml\"]
 /// with ResourceExhausted; nothing is left.
 #[test]
 fn a_pool_of_two_uids_serves_two_overlapping_requests_and_refuses_a_third() {
-    if !is_root() {
+    if !is_root(NEEDS_ROOT) {
         return;
     }
     let pol = tempfile::tempdir().expect("tmp");

@@ -12,13 +12,9 @@ use std::time::{Duration, Instant};
 use common::pki::Ca;
 use common::{Server, bin, plugin, repo};
 
-fn is_root() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIP: network tests start the confined server, which needs root (CI runs as root)");
-    false
-}
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str =
+    "network tests start the confined server, which needs root (CI runs as root)";
 
 const PLUGIN: &str = "  generate:\n    command: [sh, -c, 'echo \"{\\\"kind\\\": \\\"ConfigMap\\\", \\\"metadata\\\": {\\\"name\\\": \\\"tcp\\\"}}\"']\n";
 
@@ -126,7 +122,7 @@ fn tls_server(cert: &str, key: &str, extra: &[&str]) -> Server {
 
 #[test]
 fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let k = pki();
@@ -178,7 +174,7 @@ fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
 
 #[test]
 fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let k = pki();
@@ -235,7 +231,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
 
 #[test]
 fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let k = pki();
@@ -313,7 +309,7 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
 
 #[test]
 fn plaintext_tcp_needs_insecure_and_grpcio_speaks_tls() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     // Refused without --insecure (fail closed, exit 20, a message that says what to do).
@@ -378,7 +374,7 @@ print('token', check(b'', timeout=10, metadata=[('authorization', 'Bearer ' + to
 
 #[test]
 fn a_rotated_certificate_is_served_without_a_restart() {
-    if !is_root() {
+    if !common::is_root(NEEDS_ROOT) {
         return;
     }
     let k = pki();

@@ -1,9 +1,11 @@
 //! `cmp-warden policy check` as an operator runs it.
 
+mod common;
+
 use std::process::Command;
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cmp-warden"))
+    Command::new(common::bin())
 }
 
 #[test]

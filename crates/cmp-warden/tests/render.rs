@@ -1,9 +1,11 @@
 //! `cmp-warden render`: the README's main job, on the bundled example.
 
+mod common;
+
 #[test]
 fn renders_the_demo_app_with_the_demo_plugin() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cmp-warden"))
+    let out = std::process::Command::new(common::bin())
         .arg("render")
         .arg(root.join("examples/demo-app"))
         .args(["--app-rel-path", "app", "--config-dir-path"])
@@ -40,7 +42,7 @@ fn render_reports_plugin_failures() {
     )
     .expect("write");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-app");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cmp-warden"))
+    let out = std::process::Command::new(common::bin())
         .arg("render")
         .arg(&root)
         .arg("--config-dir-path")

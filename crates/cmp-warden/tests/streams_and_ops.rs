@@ -279,8 +279,7 @@ fn check_as_uid(s: &Server, uid: u32) -> std::process::Output {
 
 #[test]
 fn peers_are_authorised_by_uid() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED peers_are_authorised_by_uid: needs root to run a client as another uid");
+    if !is_root("peers_are_authorised_by_uid runs a client as another uid") {
         return;
     }
     let s = Server::start(&plugin(CAT), &["--socket-mode", "0777"]);
@@ -398,8 +397,7 @@ fn grpcio_python_client() {
 
 #[test]
 fn reaps_orphans_when_pid_1() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED reaps_orphans_when_pid_1: needs root for a new PID namespace");
+    if !is_root("reaps_orphans_when_pid_1 needs a new PID namespace") {
         return;
     }
     // The server is PID 1 of a fresh PID namespace. The plugin leaves a background process that

@@ -177,6 +177,18 @@ pub enum SelfTestOutcome {
     Denied(String),
 }
 
+impl std::fmt::Display for SelfTestOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SelfTestOutcome::Extracted => f.write_str("extracted"),
+            SelfTestOutcome::Private => f.write_str(
+                "private: the request's own tmpfs here; the real directory is not reachable",
+            ),
+            SelfTestOutcome::Denied(e) => write!(f, "denied: {e}"),
+        }
+    }
+}
+
 /// What was actually enforced (returned with every reply, logged, shown by `doctor`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {

@@ -295,7 +295,8 @@ impl CompiledFilter {
         self.programs.iter().map(Vec::len).sum()
     }
 
-    /// Number of stacked filters.
+    /// Number of filters installed (2 with the default profile: the `clone3` shim and the
+    /// user-notification filter).
     pub fn filters(&self) -> usize {
         self.programs.len()
     }

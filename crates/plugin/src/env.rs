@@ -1,4 +1,4 @@
-//! Environment composition for plugin commands (contract §3.7): the base environment, then the
+//! Environment composition for plugin commands (as Argo CD's `runCommand` in `cmpserver/plugin/plugin.go`): the base environment, then the
 //! request's entries in order; entries with an empty name are dropped, empty values are kept, and
 //! the last occurrence of a name wins.
 

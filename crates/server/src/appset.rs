@@ -1,4 +1,5 @@
-//! The ApplicationSet plugin generator's HTTP service (contract §4): `POST
+//! The ApplicationSet plugin generator's HTTP service (Argo CD's `applicationset/services/plugin`
+//! client): `POST
 //! /api/v1/getparams.execute` with `Authorization: Bearer <token>` and a JSON body
 //! `{"applicationSetName": …, "input": {"parameters": {…}}}`, answered with
 //! `{"output": {"parameters": [{…}, …]}}`. A command source runs in the same jail as CMP

@@ -171,7 +171,6 @@ pub struct AuditEvent {
     pub duration_ms: u64,
 }
 
-
 /// What the caller saw of a request (the service, or `render`).
 #[derive(Debug, Clone, Default)]
 pub struct Seen {

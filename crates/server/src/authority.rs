@@ -1,4 +1,5 @@
-//! HTTP/2 `:authority` tolerance (contract §1.6.1).
+//! HTTP/2 `:authority` tolerance: Argo CD's repo-server (grpc-go dialling a unix socket) sends
+//! the socket path, or an escaped form of it, as `:authority`, which hyper refuses.
 //!
 //! Argo CD's repo-server dials the plugin socket with grpc-go, which sends the socket path as
 //! `:authority` (`/home/argocd/cmp-server/plugins/x.sock`, `%2Fhome%2F...` or `home%2F...`

@@ -4,8 +4,8 @@
 //! checksum and corrupt data → DataLoss; deadline → DeadlineExceeded; client cancel → Cancelled;
 //! command failures → Unknown with Argo CD's text; our own failures → Internal.
 
-use jail::RequestError;
 use jail::ErrorKind;
+use jail::RequestError;
 use tonic::{Code, Status};
 
 /// Map a request error.

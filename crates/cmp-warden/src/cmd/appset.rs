@@ -1,4 +1,4 @@
-//! `cmp-warden appset serve`: the ApplicationSet plugin generator (contract §4) over HTTPS with a
+//! `cmp-warden appset serve`: the ApplicationSet plugin generator (docs/services.md) over HTTPS with a
 //! bearer token, its command source confined exactly like CMP commands.
 
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ pub enum AppsetCmd {
 /// `appset serve` flags.
 #[derive(Debug, Args)]
 pub struct AppsetServeArgs {
-    /// Generator config (kind AppSetGenerator; docs/appset.md).
+    /// Generator config (kind AppSetGenerator; docs/services.md).
     #[arg(long, env = "CMP_WARDEN_APPSET_CONFIG")]
     config: PathBuf,
     /// Address, TLS and token (the token is required).
@@ -179,7 +179,11 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
                 &jail::supervisor::Overrides::default(),
                 std::env::vars(),
             );
-            (None, Arc::new(NoCommands) as Arc<dyn jail::Runner>, Arc::new(plan))
+            (
+                None,
+                Arc::new(NoCommands) as Arc<dyn jail::Runner>,
+                Arc::new(plan),
+            )
         };
     let bound = bound.context("--listen is required")?;
     let audit = match a.audit_log.as_str() {
@@ -197,9 +201,8 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
         }
         None => None,
     };
-    let svc = server::appset::AppSetService::new(
-        config, runner, token, work_dir, plan, audit, metrics,
-    );
+    let svc =
+        server::appset::AppSetService::new(config, runner, token, work_dir, plan, audit, metrics);
     Ok(Prepared {
         listener: bound.listener,
         addr: bound.addr,

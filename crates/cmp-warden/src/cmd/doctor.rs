@@ -1,7 +1,7 @@
 //! `cmp-warden doctor`: build and probe the sandbox exactly as `serve` does and say, per
 //! protection, whether it is available here, whether the policy requires it, and what `serve`
 //! would do. The same report is logged once at `serve` start-up. JSON schema
-//! `cmp-warden.doctor/v1` (docs/doctor.md).
+//! `cmp-warden.doctor/v1` (docs/audit.md).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -134,10 +134,7 @@ fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorRep
             relaxed.require.clear();
             match start(&relaxed) {
                 Ok(s) => (Some(s), Some(e.to_string())),
-                Err(e2) => (
-                    None,
-                    Some(format!("{e} (and without requirements: {e2})")),
-                ),
+                Err(e2) => (None, Some(format!("{e} (and without requirements: {e2})"))),
             }
         }
     };
@@ -202,7 +199,13 @@ impl Found<'_> {
 
 const NO_PROBE: &str = "the sandbox probe did not run";
 
-fn check(name: &str, available: bool, required: bool, status: &'static str, detail: String) -> Check {
+fn check(
+    name: &str,
+    available: bool,
+    required: bool,
+    status: &'static str,
+    detail: String,
+) -> Check {
     Check {
         name: name.to_owned(),
         available,
@@ -415,7 +418,9 @@ fn seccomp_check(f: &Found<'_>) -> Check {
 }
 
 fn cgroups_check(f: &Found<'_>) -> Check {
-    let cg = f.enforcement.and_then(|e| e.cgroups.as_ref().map(|l| (l, e)));
+    let cg = f
+        .enforcement
+        .and_then(|e| e.cgroups.as_ref().map(|l| (l, e)));
     check(
         "cgroups",
         cg.is_some(),

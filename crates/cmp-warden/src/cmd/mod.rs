@@ -4,10 +4,10 @@ pub mod appset;
 pub mod archive;
 pub mod client;
 pub mod doctor;
+pub mod flags;
 pub mod net;
 pub mod policy;
 pub mod render;
-pub mod flags;
 pub mod serve;
 
 /// `NAME=VALUE` → pair (value may be empty; a missing `=` is an error).

@@ -1,6 +1,7 @@
 //! Harness: a real `cmp-warden serve` on a real socket, and real clients (grpc-go, grpcio, ours).
 #![allow(dead_code, clippy::print_stderr)]
 
+pub mod archive_cases;
 pub mod pki;
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,20 @@ pub struct Server {
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cmp-warden")
+}
+
+/// Whether this test can run: it needs root (leased UIDs need CAP_SETUID). When it cannot, it
+/// says why on stderr and passes — unless `CMP_WARDEN_TESTS_MUST_RUN` is set (`scripts/test`
+/// sets it: CI runs as root, so a skip there is a failure).
+pub fn is_root(why: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var_os("CMP_WARDEN_TESTS_MUST_RUN").is_some() {
+        panic!("this test must run here (CMP_WARDEN_TESTS_MUST_RUN), but it cannot: {why}");
+    }
+    eprintln!("SKIP: {why}");
+    false
 }
 
 impl Server {

@@ -17,9 +17,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{self as rfs, Mode, OFlags};
 
 use crate::cancel::{CancelReason, CancelToken};
-use crate::protocol::{
-    FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame,
-};
+use crate::protocol::{FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame};
 use crate::record::Limit;
 use crate::spec::{ErrorKind, Task};
 use confine::{HOME_DIR, REPO_DIR, TMP_DIR, confine};
@@ -267,7 +265,10 @@ fn self_test(
     let packed = std::fs::write(repo.join("probe.txt"), b"probe\n")
         .and_then(|()| archive::pack_dir(repo, &|_| false, &mut tgz));
     if let Err(e) = packed {
-        return vec![("pack".into(), SelfTestOutcome::Denied(format!("error: {e}")))];
+        return vec![(
+            "pack".into(),
+            SelfTestOutcome::Denied(format!("error: {e}")),
+        )];
     }
     targets
         .iter()

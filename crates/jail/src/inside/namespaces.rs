@@ -18,10 +18,10 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
+use policy::Namespaces;
 use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
-use policy::Namespaces;
 
 use super::confine::{ConfineError, TMP_DIR, fail, make_subdirs};
 use crate::protocol::{Creds, DiskLimit, NamespaceReport};

@@ -250,11 +250,7 @@ fn discover(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, 
     })
 }
 
-fn parameters(
-    req: &Request,
-    app: &Path,
-    cancel: &CancelToken,
-) -> Result<Outcome, Failure> {
+fn parameters(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, Failure> {
     let p = &req.task.config.spec.parameters;
     let mut dynamic = Vec::new();
     if !p.dynamic.command.is_empty() {
@@ -268,11 +264,7 @@ fn parameters(
     Ok(Outcome::Parameters(params::announce(dynamic, &p.static_)))
 }
 
-fn generator(
-    req: &Request,
-    app: &Path,
-    cancel: &CancelToken,
-) -> Result<Outcome, Failure> {
+fn generator(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, Failure> {
     let argv = req.task.config.spec.generate.argv();
     let request = req.tree.join(GENERATOR_REQUEST);
     let out = command_with_stdin(req, app, ("generator", &argv), Some(&request), cancel).map_err(

@@ -591,7 +591,11 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
         seccomp_instructions = e.seccomp_instructions,
         seccomp_mode = ?policy.seccomp_mode,
         cgroup_controllers = ?e.cgroup_controllers,
-        unavailable = ?e.unavailable,
+        unavailable = ?e
+            .unavailable
+            .iter()
+            .map(|(p, why)| (p.as_str(), why.as_str()))
+            .collect::<Vec<_>>(),
         network = ?policy.network,
         namespaces = ?r.namespaces.created,
         namespaces_unavailable = ?r.namespaces.failed,
@@ -599,7 +603,11 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
         disk_bytes = ?r.namespaces.disk_bytes,
         missing_paths = ?r.missing_paths,
         degraded = ?r.degraded,
-        self_test = ?r.self_test,
+        self_test = ?r
+            .self_test
+            .iter()
+            .map(|(dir, outcome)| (dir.as_str(), outcome.to_string()))
+            .collect::<Vec<_>>(),
         "sandbox enforced"
     );
 }

@@ -75,9 +75,7 @@ impl Plan {
             policy_sha256: policy.sha256.clone(),
             require: policy.require.clone(),
             archive: archive_options(policy, overrides),
-            output_bytes: overrides
-                .output_bytes
-                .unwrap_or(policy.limits.output_bytes),
+            output_bytes: overrides.output_bytes.unwrap_or(policy.limits.output_bytes),
             wall_clock: Duration::from_secs(policy.limits.wall_seconds),
             command_timeout: overrides.command_timeout.clone(),
             uid_range: (policy.uid_first, policy.uid_count),
@@ -114,7 +112,10 @@ impl Plan {
 
     /// BPF instructions in the compiled filter (0 without one).
     pub fn seccomp_instructions(&self) -> usize {
-        self.sandbox.seccomp.as_ref().map_or(0, |f| f.instructions())
+        self.sandbox
+            .seccomp
+            .as_ref()
+            .map_or(0, |f| f.instructions())
     }
 
     /// The policy's network mode.
@@ -309,7 +310,10 @@ mod tests {
         let sb = plan.sandbox_for(Some(Creds { uid: 7, gid: 7 }), true);
         assert_eq!(sb.creds, Some(Creds { uid: 7, gid: 7 }));
         assert_eq!(sb.rlimits.processes, p.limits.pids + NPROC_HEADROOM);
-        assert_eq!(plan.sandbox_for(None, false).rlimits.processes, p.limits.pids);
+        assert_eq!(
+            plan.sandbox_for(None, false).rlimits.processes,
+            p.limits.pids
+        );
         assert_eq!(sb.read_only, p.read_only);
         assert_eq!(sb.disk.bytes, p.limits.disk_bytes);
         assert!(sb.namespaces.net);

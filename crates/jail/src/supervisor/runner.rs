@@ -785,8 +785,7 @@ fn verdict(
     });
     // Forks refused by the cgroup, or the task count at the limit (RLIMIT_NPROC, set to the
     // same value for the unique UID, usually refuses first).
-    let pids_hit =
-        stats.is_some_and(|s| s.pids_refused > 0 || s.pids_peak >= plan.cgroup.pids);
+    let pids_hit = stats.is_some_and(|s| s.pids_refused > 0 || s.pids_peak >= plan.cgroup.pids);
     let rewritten = |e: RequestError| Reply::Err {
         kind: e.kind,
         message: e.message,
@@ -876,10 +875,14 @@ impl Runner for Confined {
                 .deadline
                 .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
         };
-        match self
-            .inner
-            .run_jail(&request, &header, input, cancel, spec.deadline, &spec.record)?
-        {
+        match self.inner.run_jail(
+            &request,
+            &header,
+            input,
+            cancel,
+            spec.deadline,
+            &spec.record,
+        )? {
             Reply::Ok {
                 outcome: Some(o),
                 report,

@@ -120,6 +120,7 @@ func main() {
 	appName := flag.String("app", "", "application name (default: the app path's base name)")
 	authority := flag.String("authority", "", "override :authority (encoded forms)")
 	chunk := flag.Int("chunk", 1024, "chunk size")
+	chunkDelay := flag.Duration("chunk-delay", 0, "pause before each chunk (a slow client)")
 	timeout := flag.Duration("timeout", 30*time.Second, "request deadline")
 	checksum := flag.String("checksum", "", "override the checksum sent")
 	var env envList
@@ -234,6 +235,7 @@ func main() {
 				if end > len(data) {
 					end = len(data)
 				}
+				time.Sleep(*chunkDelay)
 				if err := s.Send(&pb.AppStreamRequest{Request: &pb.AppStreamRequest_File{File: &pb.File{Chunk: data[off:end]}}}); err != nil {
 					return // the server answered early; CloseAndRecv reports it
 				}

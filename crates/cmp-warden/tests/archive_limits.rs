@@ -1,0 +1,124 @@
+//! Every archive limit of a custom policy is enforced by every command that extracts an archive
+//! from its policy: `serve` (through the grpc-go client, as the repo-server sends) and `render`
+//! here, `appset serve` in `appset.rs`. One repository per limit, each over exactly that limit
+//! and under every other; the refusal names the limit with the policy's value. A command that
+//! took one of these limits from anywhere but the policy (as `render` once used the built-in
+//! defaults) fails here.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::archive_cases::{WALL_LIMITS, cases, incompressible};
+use common::{Server, bin, go, plugin, write_policy};
+
+/// Why these tests need root (printed when one skips).
+const NEEDS_ROOT: &str = "archive limit tests start the confined server, which needs root";
+
+const CAT: &str = "  generate:\n    command: [sh, -c, 'cat *.yaml']\n";
+
+fn serve_with(edits: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
+    let d = tempfile::tempdir().expect("tmp");
+    let policy = d.path().join("policy/policy.yaml");
+    write_policy(&policy, edits);
+    let s = Server::start(&plugin(CAT), &["--policy", policy.to_str().expect("utf8")]);
+    (s, d)
+}
+
+#[test]
+fn serve_enforces_every_archive_limit_of_its_policy() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    for case in cases() {
+        let (s, _d) = serve_with(case.policy);
+        let repo = tempfile::tempdir().expect("tmp");
+        (case.fill)(repo.path());
+        let got = go(
+            &s,
+            "generate",
+            &["-dir", repo.path().to_str().expect("utf8")],
+        );
+        let (_, msg) = got.expect_err(case.name);
+        assert!(
+            msg.contains(case.expect),
+            "{}: {msg}\n{}",
+            case.name,
+            s.logs()
+        );
+        // An honest repository passes under the same policy.
+        let ok = common::repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+        go(&s, "generate", &["-dir", ok.path().to_str().expect("utf8")])
+            .unwrap_or_else(|e| panic!("{}: honest request failed: {e:?}", case.name));
+    }
+}
+
+#[test]
+fn serve_enforces_the_archive_wall_clock_of_its_policy() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    let (s, _d) = serve_with(WALL_LIMITS);
+    let repo = tempfile::tempdir().expect("tmp");
+    std::fs::write(repo.path().join("noise.bin"), incompressible(40 << 10)).expect("write");
+    // 40 chunks, 60 ms apart: the extraction outlives the policy's one second.
+    let got = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            repo.path().to_str().expect("utf8"),
+            "-chunk-delay",
+            "60ms",
+        ],
+    );
+    let (_, msg) = got.expect_err("a slow archive");
+    assert!(
+        msg.contains("extraction wall clock limit of 1 exceeded"),
+        "{msg}\n{}",
+        s.logs()
+    );
+    let ok = common::repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    go(&s, "generate", &["-dir", ok.path().to_str().expect("utf8")]).expect("honest request");
+}
+
+fn render(repo: &Path, policy: &Path) -> std::process::Output {
+    let cfg = tempfile::tempdir().expect("tmp");
+    std::fs::write(cfg.path().join("plugin.yaml"), plugin(CAT)).expect("plugin");
+    Command::new(bin())
+        .arg("render")
+        .arg(repo)
+        .arg("--config-dir-path")
+        .arg(cfg.path())
+        .arg("--policy")
+        .arg(policy)
+        .output()
+        .expect("render")
+}
+
+#[test]
+fn render_enforces_every_archive_limit_of_its_policy() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    for case in cases() {
+        let d = tempfile::tempdir().expect("tmp");
+        let policy = d.path().join("policy/policy.yaml");
+        write_policy(&policy, case.policy);
+        let repo = tempfile::tempdir().expect("tmp");
+        (case.fill)(repo.path());
+        let out = render(repo.path(), &policy);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: rendered anyway", case.name);
+        assert!(stderr.contains(case.expect), "{}: {stderr}", case.name);
+        let ok = common::repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+        let out = render(ok.path(), &policy);
+        assert!(
+            out.status.success(),
+            "{}: honest render failed: {}",
+            case.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
