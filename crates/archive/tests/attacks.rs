@@ -1354,7 +1354,7 @@ impl Read for Slow<'_> {
 fn f56_slow_stream() {
     let s = Sentinel::new();
     let data = tgz(|t| {
-        t.file("a", &rand_bytes(20_000, 5));
+        t.file("a", &testkit::incompressible(20_000, 5));
     });
     let opts = Options {
         limits: Limits {
@@ -1382,7 +1382,7 @@ fn f57_disk_fill() {
         |_| {
             tgz(|t| {
                 for i in 0..5 {
-                    t.file(&format!("f{i}"), &rand_bytes(300_000, i));
+                    t.file(&format!("f{i}"), &testkit::incompressible(300_000, i));
                 }
             })
         },
@@ -1399,25 +1399,12 @@ fn f57_disk_fill() {
     refuse_with(
         |_| {
             tgz(|t| {
-                t.file("f", &rand_bytes(50_000, 9));
+                t.file("f", &testkit::incompressible(50_000, 9));
             })
         },
         opts,
         limit(LimitKind::CompressedBytes),
     );
-}
-
-/// Incompressible bytes without a RNG dependency.
-fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------- G. protocol and process

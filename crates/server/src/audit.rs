@@ -285,6 +285,74 @@ pub fn rfc3339(secs: i64, millis: u32) -> String {
 mod tests {
     use super::*;
 
+    /// The event as log pipelines read it: field names, order, and how each typed value is
+    /// written. A change here is a schema change (bump `SCHEMA`).
+    #[test]
+    fn the_event_format_is_pinned() {
+        use jail::record::{CommandRecord, Limit, SeccompAction, SeccompEvent};
+        let record = RunRecord {
+            uid: Some(20001),
+            gid: Some(20001),
+            cgroup: Some("j20001-7-3".into()),
+            archive: Some(jail::record::ArchiveRecord {
+                entries: 4,
+                file_bytes: 321,
+            }),
+            commands: vec![CommandRecord {
+                phase: "generate".into(),
+                argv: vec!["sh".into(), "-c".into(), "yes".into()],
+                exit_code: None,
+                signal: Some("SIGKILL".into()),
+                duration_ms: 1500,
+                peak_rss_bytes: Some(4096),
+                stdout_bytes: 1024,
+                stderr_bytes: 0,
+                ended_by: Some(Limit::Output),
+            }],
+            peak_memory_bytes: Some(8192),
+            oom_kills: Some(0),
+            limit: None,
+            seccomp_audit: vec![SeccompEvent {
+                syscall: "unshare".into(),
+                action: SeccompAction::Denied,
+                count: 2,
+                comm: "sh".into(),
+            }],
+        };
+        let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
+        let mut e = AuditEvent::finished(
+            jail::Operation::Generate,
+            Seen {
+                request_id: "r-1".into(),
+                app: "guestbook".into(),
+                app_rel_path: "apps/web".into(),
+                env_names: vec!["ARGOCD_APP_NAME".into()],
+                archive: ArchiveInfo {
+                    sha256: Some("ab".into()),
+                    bytes: 99,
+                    ..Default::default()
+                },
+                limit: None,
+            },
+            Err(&status),
+            std::time::Duration::from_millis(1600),
+            PolicyRef {
+                name: "default".into(),
+                sha256: "cd".into(),
+            },
+            record,
+        );
+        e.time = "2026-11-23T01:01:01.999Z".into();
+        e.limit = Some(Limit::Output);
+        assert_eq!(
+            serde_json::to_string(&e).expect("json"),
+            PINNED_EVENT,
+            "the audit event's format changed"
+        );
+    }
+
+    const PINNED_EVENT: &str = r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"2026-11-23T01:01:01.999Z","requestId":"r-1","rpc":"GenerateManifest","app":"guestbook","appRelPath":"apps/web","envNames":["ARGOCD_APP_NAME"],"archive":{"sha256":"ab","bytes":99,"entries":4,"fileBytes":321},"uid":20001,"gid":20001,"cgroup":"j20001-7-3","commands":[{"phase":"generate","argv":["sh","-c","yes"],"exitCode":null,"signal":"SIGKILL","durationMs":1500,"peakRssBytes":4096,"stdoutBytes":1024,"stderrBytes":0,"endedBy":"output"}],"peakMemoryBytes":8192,"oomKills":0,"outcome":"error","code":"ResourceExhausted","error":"stdout exceeds 1024 bytes","limit":"output","seccompAudit":[{"syscall":"unshare","action":"denied","count":2,"comm":"sh"}],"policy":{"name":"default","sha256":"cd"},"durationMs":1600}"#;
+
     #[test]
     fn rfc3339_dates() {
         assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");

@@ -314,6 +314,122 @@ pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: Arc<Metri
 mod tests {
     use super::*;
 
+    /// The exposition scrapers read, for requests ended by typed limits and seccomp actions:
+    /// names, labels and values. A change here breaks dashboards and alerts.
+    #[test]
+    fn the_exposition_format_is_pinned() {
+        use jail::Limit;
+        use jail::record::SeccompAction;
+        let m = Arc::new(Metrics::default());
+        m.finished(&Finished {
+            rpc: jail::Operation::Generate.rpc_name(),
+            code: "OK",
+            duration: Duration::from_millis(40),
+            bytes_in: 10,
+            bytes_out: 20,
+            ..Default::default()
+        });
+        m.finished(&Finished {
+            rpc: jail::Operation::Match.rpc_name(),
+            code: "ResourceExhausted",
+            duration: Duration::from_secs(2),
+            kill: kill_reason(Some(Limit::Pids)),
+            rejection: None,
+            seccomp: vec![("unshare", SeccompAction::Denied.as_str(), 3)],
+            ..Default::default()
+        });
+        m.finished(&Finished {
+            rpc: jail::Operation::Parameters.rpc_name(),
+            code: "InvalidArgument",
+            duration: Duration::from_millis(1),
+            kill: kill_reason(Some(Limit::Archive)),
+            rejection: Some("policy"),
+            seccomp: vec![("bpf", SeccompAction::Audited.as_str(), 1)],
+            ..Default::default()
+        });
+        m.set_pool_source(|| Some((2, 16)));
+        assert_eq!(m.render(), PINNED, "the metrics exposition changed");
+    }
+
+    const PINNED: &str = r#"# HELP cmp_warden_requests_total Requests by RPC and gRPC code.
+# TYPE cmp_warden_requests_total counter
+cmp_warden_requests_total{rpc="GenerateManifest",code="OK"} 1
+cmp_warden_requests_total{rpc="GetParametersAnnouncement",code="InvalidArgument"} 1
+cmp_warden_requests_total{rpc="MatchRepository",code="ResourceExhausted"} 1
+# HELP cmp_warden_request_duration_seconds Request duration by RPC.
+# TYPE cmp_warden_request_duration_seconds histogram
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.05"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.1"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.25"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="1"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="2.5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="10"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="30"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="60"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="120"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="300"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="+Inf"} 1
+cmp_warden_request_duration_seconds_sum{rpc="GenerateManifest"} 0.04
+cmp_warden_request_duration_seconds_count{rpc="GenerateManifest"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="0.05"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="0.1"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="0.25"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="0.5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="1"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="2.5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="10"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="30"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="60"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="120"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="300"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="+Inf"} 1
+cmp_warden_request_duration_seconds_sum{rpc="GetParametersAnnouncement"} 0.001
+cmp_warden_request_duration_seconds_count{rpc="GetParametersAnnouncement"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="0.05"} 0
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="0.1"} 0
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="0.25"} 0
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="0.5"} 0
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="1"} 0
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="2.5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="5"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="10"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="30"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="60"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="120"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="300"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="MatchRepository",le="+Inf"} 1
+cmp_warden_request_duration_seconds_sum{rpc="MatchRepository"} 2
+cmp_warden_request_duration_seconds_count{rpc="MatchRepository"} 1
+# HELP cmp_warden_received_bytes_total Compressed archive bytes received.
+# TYPE cmp_warden_received_bytes_total counter
+cmp_warden_received_bytes_total 10
+# HELP cmp_warden_sent_bytes_total Manifest bytes returned.
+# TYPE cmp_warden_sent_bytes_total counter
+cmp_warden_sent_bytes_total 20
+# HELP cmp_warden_sandbox_kills_total Requests ended by a sandbox limit, by reason.
+# TYPE cmp_warden_sandbox_kills_total counter
+cmp_warden_sandbox_kills_total{reason="pids"} 1
+# HELP cmp_warden_archive_rejections_total Archives refused, by class.
+# TYPE cmp_warden_archive_rejections_total counter
+cmp_warden_archive_rejections_total{class="policy"} 1
+# HELP cmp_warden_seccomp_events_total System calls the seccomp profile denied (enforce) or would have denied (audit).
+# TYPE cmp_warden_seccomp_events_total counter
+cmp_warden_seccomp_events_total{syscall="bpf",action="audited"} 1
+cmp_warden_seccomp_events_total{syscall="unshare",action="denied"} 3
+# HELP cmp_warden_active_requests Requests in flight.
+# TYPE cmp_warden_active_requests gauge
+cmp_warden_active_requests 0
+# HELP cmp_warden_uid_pool_in_use Leased UIDs.
+# TYPE cmp_warden_uid_pool_in_use gauge
+cmp_warden_uid_pool_in_use 2
+# HELP cmp_warden_uid_pool_capacity UIDs in the pool.
+# TYPE cmp_warden_uid_pool_capacity gauge
+cmp_warden_uid_pool_capacity 16
+"#;
+
     #[test]
     fn exposition_counts_and_buckets() {
         let m = Arc::new(Metrics::default());

@@ -15,3 +15,16 @@ mod oracle;
 
 pub use builder::{Hdr, Magic, TarBuilder, argo_tgz, argo_tgz_with, gzip, pax_record};
 pub use oracle::{Node, Sentinel, check_contained, describe_paths, describe_tree};
+
+/// `n` bytes deflate cannot shrink (xorshift from `seed`; no RNG dependency).
+pub fn incompressible(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

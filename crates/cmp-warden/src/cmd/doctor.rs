@@ -771,3 +771,120 @@ pub fn render_text(r: &DoctorReport) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use jail::supervisor::NamespaceReport;
+
+    use super::*;
+
+    /// What a start-up on a root node with cgroup v1 and every namespace finds.
+    fn found() -> Enforcement {
+        Enforcement {
+            policy_name: "default".into(),
+            policy_sha256: "00".into(),
+            privileges: Privileges {
+                model: PrivilegeModel::MinimalCapsRoot,
+                euid: 0,
+                effective: vec!["CAP_SETGID".into(), "CAP_SETUID".into()],
+                in_user_namespace: false,
+                uid_map: vec!["0 0 4294967295".into()],
+            },
+            capabilities_kept: vec!["CAP_SETGID".into(), "CAP_SETUID".into()],
+            unique_uid: true,
+            seccomp_instructions: 321,
+            cgroups: Some(Layout::V1 {
+                controllers: vec![("memory".into(), PathBuf::from("/sys/fs/cgroup/memory/x"))],
+            }),
+            cgroup_controllers: vec!["memory".into()],
+            unavailable: Vec::new(),
+            probe: Report {
+                uid: 20001,
+                gid: 20001,
+                unique_uid: true,
+                bounding_cleared: true,
+                capabilities_cleared: true,
+                no_new_privs: true,
+                landlock: LandlockStatus::Full,
+                landlock_abi: Some(7),
+                landlock_tcp_denied: true,
+                missing_paths: Vec::new(),
+                seccomp_filters: 2,
+                degraded: Vec::new(),
+                status: vec!["CapEff: 0000000000000000".into()],
+                namespaces: NamespaceReport {
+                    created: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
+                        .map(String::from)
+                        .to_vec(),
+                    failed: Vec::new(),
+                    private_proc: true,
+                    private_tmp: true,
+                    disk_bytes: Some(2 << 30),
+                    notes: vec!["uts: sethostname: EPERM".into()],
+                },
+                request_dir: PathBuf::from("/w/j"),
+                rlimits: vec![("NOFILE".into(), 4096), ("AS".into(), u64::MAX)],
+                landlock_rights: vec!["fs:Execute".into()],
+                self_test: Vec::new(),
+            },
+        }
+    }
+
+    /// The report operators and `doctor --json` consumers read: every check's name, status and
+    /// detail for a known start-up (the root filesystem's line depends on this machine and is
+    /// left out). A change here is a schema change (bump `SCHEMA`).
+    #[test]
+    fn the_report_format_is_pinned() {
+        let policy = Policy::default_policy().expect("default");
+        let mut r = assemble(
+            &policy,
+            &found(),
+            Path::new("/nonexistent/plugins"),
+            Path::new("/nonexistent/work"),
+            None,
+        );
+        r.policy_sha256 = "00".into();
+        r.version = "0.0.0";
+        r.checks.retain(|c| c.name != "readOnlyRootFilesystem");
+        assert_eq!(
+            serde_json::to_string(&r).expect("json"),
+            PINNED_JSON,
+            "the doctor report's JSON changed"
+        );
+        assert_eq!(
+            render_text(&r),
+            PINNED_TEXT,
+            "the doctor report's text changed"
+        );
+    }
+
+    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapEff: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); enforced rights: fs:Execute"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
+    const PINNED_TEXT: &str = r#"cmp-warden 0.0.0 doctor: policy "default" (sha256 00)
+privilege model: minimal-capabilities root (euid 0)
+
+PROTECTION               AVAILABLE REQUIRED STATUS      DETAIL
+uniqueUid                yes       yes      enforced    each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)
+capabilities             yes       yes      enforced    commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapEff: 0000000000000000
+supervisorCapabilities   yes       no       info        held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID
+noNewPrivs               yes       yes      enforced    set before exec: setuid/file-capability binaries gain nothing
+landlock                 yes       yes      enforced    kernel ABI 7 (this build asks for ABI 7); enforced rights: fs:Execute
+landlockNetwork          yes       no       enforced    TCP bind and connect denied (network.mode: none)
+seccomp                  yes       yes      enforced    2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode
+cgroups                  yes       no       enforced    cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory
+rlimits                  yes       yes      enforced    NOFILE=4096 AS=unlimited
+namespace.user           yes       no       enforced    the request's UID/GID is mapped to itself; the jail holds no capability over the host
+namespace.mount          yes       no       enforced    private mounts (/ made private); the request tree and /tmp on the request's tmpfs
+namespace.pid            yes       no       enforced    commands see only their own processes; private /proc
+namespace.net            yes       no       enforced    empty network namespace: loopback only
+namespace.ipc            yes       no       enforced    private System V IPC and POSIX message queues
+namespace.uts            yes       no       partial     private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM
+namespace.cgroup         yes       no       enforced    commands see their own cgroup as the root
+diskLimit                yes       no       enforced    the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)
+socketDirectory          no        no       unavailable /nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)
+workDirectory            yes       no       info        /nonexistent/work: No such file or directory (os error 2)
+
+verdict: serve would START
+"#;
+}

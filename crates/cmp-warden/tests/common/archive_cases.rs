@@ -39,17 +39,9 @@ fn write(dir: &Path, rel: &str, data: &[u8]) {
     std::fs::write(p, data).expect("write");
 }
 
-/// Bytes deflate cannot shrink (xorshift).
+/// Bytes deflate cannot shrink.
 pub fn incompressible(n: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    testkit::incompressible(n, 1)
 }
 
 /// Every size and count limit; the wall clock is [`WALL_LIMITS`], driven by a slow client.
