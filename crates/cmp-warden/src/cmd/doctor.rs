@@ -139,12 +139,10 @@ fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorRep
         }
     };
     let enforcement = started.map(|(supervisor, enforcement)| {
-        // The spare jail prepared after the probe lives in the work dir and the cgroup
-        // instance.
+        // Retires the spare jail and removes the work dir and the cgroup instance.
         supervisor.shutdown();
         enforcement
     });
-    let _ = std::fs::remove_dir_all(&work);
     assemble_as(
         policy,
         &held,

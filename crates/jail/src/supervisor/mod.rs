@@ -189,10 +189,24 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Start up, in this order, failing closed on whatever `policy` requires and this node
-    /// cannot give. Steps 1–10 run while the process has a single thread: capabilities are
-    /// per thread, so the drop must precede every thread.
+    /// Start up, in the order of [`Supervisor::start_steps`], failing closed on whatever
+    /// `policy` requires and this node cannot give.
     pub fn start(
+        policy: &Policy,
+        opts: StartOptions<'_>,
+    ) -> Result<(Supervisor, Enforcement), StartError> {
+        let (owner, work_root) = (opts.owner, opts.work_root.clone());
+        let started = Self::start_steps(policy, opts);
+        if started.is_err() && owner == Owner::OneShot {
+            // A one-shot run's own work root (empty once its runner is gone).
+            let _ = std::fs::remove_dir(&work_root);
+        }
+        started
+    }
+
+    /// The start-up sequence. Steps 1–10 run while the process has a single thread:
+    /// capabilities are per thread, so the drop must precede every thread.
+    fn start_steps(
         policy: &Policy,
         opts: StartOptions<'_>,
     ) -> Result<(Supervisor, Enforcement), StartError> {
@@ -367,12 +381,18 @@ impl Supervisor {
         move || r.pool_usage()
     }
 
-    /// Retire the spare jail and reclaim it; a one-shot run also removes its work root and
-    /// its cgroup directories.
+    /// Retire the spare jail and reclaim it; a one-shot run also removes its work root (what a
+    /// jail left in it through the reclaim helper, as its owner: the supervisor no longer holds
+    /// the capabilities to do it itself) and its cgroup directories.
     pub fn shutdown(&self) {
         crate::Runner::shutdown(self.runner.as_ref());
         if self.owner == Owner::OneShot {
-            let _ = std::fs::remove_dir_all(&self.work_root);
+            if let Err(e) = self.runner.remove_leftover_dirs() {
+                tracing::warn!(error = %e, "work root not emptied");
+            }
+            if let Err(e) = std::fs::remove_dir(&self.work_root) {
+                tracing::warn!(dir = %self.work_root.display(), error = %e, "work root not removed");
+            }
             if let Some(layout) = &self.cgroups {
                 cgroup::remove_instance(layout);
             }

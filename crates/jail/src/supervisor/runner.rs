@@ -156,7 +156,14 @@ impl Confined {
     /// Start-up: kill leftover processes in the UID range and remove leftover jail
     /// directories, each as its owner. Returns how many directories were removed.
     pub fn sweep(&self) -> Result<usize, String> {
-        self.inner.sweep()
+        self.inner.kill_leftover_processes()?;
+        self.inner.remove_leftover_dirs()
+    }
+
+    /// Remove what is left in the work root (each entry as its owner, through the reclaim
+    /// helper): a one-shot run's last step, which holds no capability to do it itself.
+    pub fn remove_leftover_dirs(&self) -> Result<usize, String> {
+        self.inner.remove_leftover_dirs()
     }
 
     /// Confine a jail, run the extractor self-test in it, and return what it could enforce
@@ -563,7 +570,8 @@ impl Inner {
         }
     }
 
-    fn sweep(&self) -> Result<usize, String> {
+    /// Kill every process in the UID range (a previous run's; the server owns its range).
+    fn kill_leftover_processes(&self) -> Result<(), String> {
         if let Some(pool) = &self.pool {
             let (first, count) = {
                 let p = lock(pool);
@@ -585,6 +593,12 @@ impl Inner {
                 })?;
             }
         }
+        Ok(())
+    }
+
+    /// Remove every entry of the work root, each as its owner through the reclaim helper
+    /// (which first kills that UID's processes). Returns how many were removed.
+    fn remove_leftover_dirs(&self) -> Result<usize, String> {
         let mut removed = 0;
         let entries = match std::fs::read_dir(&self.cfg.work_root) {
             Ok(rd) => rd,
