@@ -683,6 +683,18 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
         .expect("go client");
     let v = parse_client_output(&out).expect("generate in the shared-UID model");
     let d = data(&v, 0);
+    // A client of the same UID that is not one of the server's commands (the repo-server's
+    // place when both run as 999) is served: only the peer check's descendant rule refused
+    // the command (`--allowed-uids any` turns the UID rule off).
+    let same_uid = Command::new("setpriv")
+        .args(["--reuid=65000", "--regid=65000", "--clear-groups"])
+        .arg(go_client())
+        .arg("-socket")
+        .arg(&sock)
+        .args(["-rpc", "check"])
+        .output()
+        .expect("go client as 65000");
+    parse_client_output(&same_uid).expect("a same-UID client outside the jail is served");
     rustix::process::kill_process(
         rustix::process::Pid::from_child(&child),
         rustix::process::Signal::TERM,
@@ -711,6 +723,20 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     // Same UID, but Landlock's signal scoping (ABI 6) and seccomp (ptrace) stop these.
     assert_eq!(d["supervisor.signal"], "denied:EPERM");
     assert_eq!(d["supervisor.ptrace"], "denied:EPERM");
+    // Same UID and an allow list of `any`: the server's own socket still refuses its command,
+    // because the peer is below the server in the process tree (the supervisor is the
+    // subreaper of everything it starts).
+    assert_eq!(d["server_socket"], "denied:closed");
+    assert!(
+        logs.contains("connection refused: the peer is one of this server's own jailed processes"),
+        "{logs}"
+    );
+    // The start-up log says what this mode cannot give here (no PID namespace: namespaces are
+    // off in this policy).
+    assert!(
+        logs.contains("SHARED UID on this node") && logs.contains("no PID namespace"),
+        "{logs}"
+    );
     assert!(!root.path().join("plugins").join(&mark).exists());
     assert!(!work_root.join("planted").exists());
 }

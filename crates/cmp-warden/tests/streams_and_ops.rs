@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -365,8 +366,7 @@ fn grpcio_python_client() {
         &[],
     );
     let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/interop/grpcio_client.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/grpcio_client.py");
     let out = std::process::Command::new("/usr/bin/python3")
         .arg(&script)
         .arg(&s.sock)
@@ -395,22 +395,41 @@ fn grpcio_python_client() {
     s.assert_work_dir_empties();
 }
 
+/// Zombie children of `parent` (host view).
+fn zombies_of(parent: i32) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|st| {
+            let rest = st
+                .rsplit_once(')')
+                .map(|(_, r)| r.to_owned())
+                .unwrap_or_default();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f.first() == Some(&"Z") && f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent)
+        })
+        .collect()
+}
+
+/// The plugin leaves a background process behind; without per-request namespaces (so nothing
+/// but the server can take it) it is reparented to the server — PID 1 of its namespace, or, as
+/// a normal process, the subreaper of everything below it — and killed with the request's UID:
+/// a zombie only the server's reaper collects. Without the reaper the zombies stay (checked
+/// once by disabling `start_orphan_reaper`).
 #[test]
-fn reaps_orphans_when_pid_1() {
-    if !is_root("reaps_orphans_when_pid_1 needs a new PID namespace") {
+fn reaps_orphans_as_pid_1_and_as_subreaper() {
+    if !is_root("reaps_orphans_… needs a new PID namespace and leased UIDs") {
         return;
     }
-    // The server is PID 1 of a fresh PID namespace. The plugin leaves a background process that
-    // is reparented to it (and killed with the group): a zombie the server must reap.
     let d = tempfile::tempdir().expect("tmp");
     let (cfg, socks) = (d.path().join("config"), d.path().join("plugins"));
     std::fs::create_dir_all(&cfg).expect("mkdir");
     std::fs::create_dir_all(&socks).expect("mkdir");
-    std::fs::write(
-        cfg.join("plugin.yaml"),
-        plugin("  generate:\n    command: [sh, -c, 'sleep 60 & echo \"a: 1\"']\n"),
-    )
-    .expect("write");
+    let spec = "  generate:\n    command: [sh, -c, 'sleep 60 & sleep 61 & echo \"a: 1\"']\n";
+    std::fs::write(cfg.join("plugin.yaml"), plugin(spec)).expect("write");
+    let policy = d.path().join("policy/policy.yaml");
+    write_policy(&policy, &[NO_NAMESPACES]);
     let mut unshare = std::process::Command::new("unshare")
         .args([
             "--pid",
@@ -420,6 +439,8 @@ fn reaps_orphans_when_pid_1() {
             "--config-dir-path",
         ])
         .arg(&cfg)
+        .arg("--policy")
+        .arg(&policy)
         .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
         .env("ARGOCD_CMP_WORKDIR", d.path())
         .stderr(std::process::Stdio::null())
@@ -444,40 +465,38 @@ fn reaps_orphans_when_pid_1() {
         .parse()
         .expect("pid");
     let r = repo(&[("x", "y")]);
-    let out = std::process::Command::new(go_client())
-        .arg("-socket")
-        .arg(&sock)
-        .args(["-rpc", "generate", "-dir"])
-        .arg(r.path())
-        .output()
-        .expect("go");
-    assert_eq!(
-        parse_client_output(&out).expect("generate")["manifests"],
-        serde_json::json!([r#"{"a":1}"#])
-    );
-    // Zombie children of the server (host view), after the reaper's 1 s cadence.
-    let zombies = || -> Vec<String> {
-        std::fs::read_dir("/proc")
-            .expect("proc")
-            .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-            .filter(|st| {
-                let rest = st
-                    .rsplit_once(')')
-                    .map(|(_, r)| r.to_owned())
-                    .unwrap_or_default();
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                f.first() == Some(&"Z")
-                    && f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(server_pid)
-            })
-            .collect()
+    let generate = |sock: &Path| {
+        let out = std::process::Command::new(go_client())
+            .arg("-socket")
+            .arg(sock)
+            .args(["-rpc", "generate", "-dir"])
+            .arg(r.path())
+            .output()
+            .expect("go");
+        assert_eq!(
+            parse_client_output(&out).expect("generate")["manifests"],
+            serde_json::json!([r#"{"a":1}"#])
+        );
     };
+    generate(&sock);
+    // The reaper's cadence is 1 s.
     std::thread::sleep(Duration::from_millis(2500));
-    let z = zombies();
+    let as_init = zombies_of(server_pid);
     let _ = rustix::process::kill_process(
         rustix::process::Pid::from_raw(server_pid).expect("pid"),
         rustix::process::Signal::TERM,
     );
     let _ = unshare.wait();
-    assert!(z.is_empty(), "zombies left under PID 1: {z:?}");
+    assert!(as_init.is_empty(), "zombies left under PID 1: {as_init:?}");
+
+    // The same server as an ordinary process: its orphans are still its own to reap.
+    let s = Server::start(&plugin(spec), &["--policy", policy.to_str().expect("utf8")]);
+    generate(&s.sock);
+    std::thread::sleep(Duration::from_millis(2500));
+    let server_pid = s.child.as_ref().expect("running").id() as i32;
+    let as_subreaper = zombies_of(server_pid);
+    assert!(
+        as_subreaper.is_empty(),
+        "zombies left under the server: {as_subreaper:?}"
+    );
 }

@@ -109,6 +109,9 @@ pub struct Sandbox {
     pub rlimits: Rlimits,
     /// Protections whose failure aborts the request.
     pub require: Vec<policy::Protection>,
+    /// What a required Landlock must provide (`spec.landlock`).
+    #[serde(default)]
+    pub landlock: policy::LandlockRequirement,
     /// Namespaces to create per request (best effort unless `namespaces` is required).
     pub namespaces: policy::Namespaces,
     /// The request's tmpfs (with a mount namespace).
@@ -230,6 +233,9 @@ pub struct Report {
     /// Landlock access rights the kernel enforces for this jail (filesystem, TCP, scopes).
     #[serde(default)]
     pub landlock_rights: Vec<String>,
+    /// The Landlock features in effect for this jail.
+    #[serde(default)]
+    pub landlock_features: Vec<policy::LandlockFeature>,
     /// Probe only: the extractor run, confined, into each directory (path, outcome).
     #[serde(default)]
     pub self_test: Vec<(String, SelfTestOutcome)>,

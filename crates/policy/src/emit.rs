@@ -115,6 +115,18 @@ spec:
         ar = a.max_ratio,
         aw = a.wall_seconds,
     );
+    let ll = &p.landlock;
+    if p.require.contains(&crate::Protection::Landlock)
+        && (ll.min_abi > 1 || !ll.features.is_empty())
+    {
+        let features: Vec<&str> = ll.features.iter().map(|f| f.as_str()).collect();
+        let _ = writeln!(
+            o,
+            "  landlock: {{minAbi: {}, features: [{}]}}",
+            ll.min_abi,
+            features.join(", ")
+        );
+    }
     o
 }
 

@@ -7,6 +7,9 @@ pub mod policy;
 pub mod quantity;
 pub mod seccomp;
 
-pub use policy::{Namespaces, NetworkMode, Policy, PolicyError, Protection, SeccompMode};
+pub use policy::{
+    LandlockFeature, LandlockRequirement, Namespaces, NetworkMode, Policy, PolicyError, Protection,
+    SeccompMode,
+};
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;

@@ -51,6 +51,88 @@ impl std::fmt::Display for Protection {
     }
 }
 
+/// A Landlock feature, by the kernel ABI that brought it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LandlockFeature {
+    /// Filesystem access rights (ABI 1): the request directory writable, system paths
+    /// read-only, everything else denied.
+    Filesystem,
+    /// Linking and renaming across directories (ABI 2).
+    Refer,
+    /// Truncating files (ABI 3).
+    Truncate,
+    /// TCP bind and connect (ABI 4; denied with `network: none`).
+    Tcp,
+    /// ioctl on devices (ABI 5).
+    IoctlDev,
+    /// Abstract unix sockets created outside the jail are unreachable (ABI 6).
+    AbstractUnixSocketScope,
+    /// Processes outside the jail cannot be signalled (ABI 6).
+    SignalScope,
+}
+
+impl LandlockFeature {
+    /// Every feature, oldest first.
+    pub const ALL: [LandlockFeature; 7] = [
+        LandlockFeature::Filesystem,
+        LandlockFeature::Refer,
+        LandlockFeature::Truncate,
+        LandlockFeature::Tcp,
+        LandlockFeature::IoctlDev,
+        LandlockFeature::AbstractUnixSocketScope,
+        LandlockFeature::SignalScope,
+    ];
+
+    /// The Landlock ABI version that brought it.
+    pub fn abi(self) -> u8 {
+        match self {
+            LandlockFeature::Filesystem => 1,
+            LandlockFeature::Refer => 2,
+            LandlockFeature::Truncate => 3,
+            LandlockFeature::Tcp => 4,
+            LandlockFeature::IoctlDev => 5,
+            LandlockFeature::AbstractUnixSocketScope | LandlockFeature::SignalScope => 6,
+        }
+    }
+
+    /// The name used in policy files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LandlockFeature::Filesystem => "filesystem",
+            LandlockFeature::Refer => "refer",
+            LandlockFeature::Truncate => "truncate",
+            LandlockFeature::Tcp => "tcp",
+            LandlockFeature::IoctlDev => "ioctlDev",
+            LandlockFeature::AbstractUnixSocketScope => "abstractUnixSocketScope",
+            LandlockFeature::SignalScope => "signalScope",
+        }
+    }
+}
+
+/// What the policy requires of Landlock beyond its presence (`spec.landlock`; needs `landlock`
+/// in `spec.require`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LandlockRequirement {
+    /// The lowest kernel Landlock ABI start-up accepts (1 without a `landlock` section).
+    pub min_abi: u8,
+    /// Features that must be in effect (each implies its ABI).
+    pub features: Vec<LandlockFeature>,
+}
+
+impl LandlockRequirement {
+    /// The ABI the requirement amounts to.
+    pub fn abi(&self) -> u8 {
+        self.features
+            .iter()
+            .map(|f| f.abi())
+            .chain([self.min_abi])
+            .max()
+            .unwrap_or(1)
+    }
+}
+
 /// Network access for plugin commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -120,6 +202,17 @@ struct RawSpec {
     archive: RawArchive,
     #[serde(default)]
     env: RawEnv,
+    #[serde(default)]
+    landlock: Option<RawLandlock>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawLandlock {
+    #[serde(default)]
+    min_abi: Option<u8>,
+    #[serde(default)]
+    features: Vec<LandlockFeature>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -294,6 +387,8 @@ pub struct Policy {
     /// Names of the server's environment variables passed to commands (`PREFIX_*` globs
     /// allowed); nothing else of the server's environment reaches them.
     pub env_pass: Vec<String>,
+    /// What Landlock must provide (when `landlock` is required).
+    pub landlock: LandlockRequirement,
     /// SHA-256 of the policy text, for the audit log.
     pub sha256: String,
 }
@@ -410,6 +505,7 @@ impl Policy {
         let namespaces = check_namespaces(s.namespaces.as_deref(), &require)?;
         let archive = check_archive(&s.archive)?;
         let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
+        let landlock = check_landlock(s.landlock.as_ref(), &require)?;
         Ok(Policy {
             name: raw.metadata.name,
             require,
@@ -425,6 +521,7 @@ impl Policy {
             limits,
             archive,
             env_pass,
+            landlock,
             sha256: sha256_hex(text),
         })
     }
@@ -458,6 +555,39 @@ fn check_require(raw: &[Protection]) -> Result<Vec<Protection>, PolicyError> {
         return Err(invalid("spec.require", "lists a protection twice"));
     }
     Ok(require)
+}
+
+/// `spec.landlock`: an ABI from 1 to the newest this build knows, each feature once, and only
+/// with `landlock` required (a requirement nothing enforces would be a false promise).
+fn check_landlock(
+    raw: Option<&RawLandlock>,
+    require: &[Protection],
+) -> Result<LandlockRequirement, PolicyError> {
+    let Some(raw) = raw else {
+        return Ok(LandlockRequirement {
+            min_abi: 1,
+            features: Vec::new(),
+        });
+    };
+    if !require.contains(&Protection::Landlock) {
+        return Err(invalid(
+            "spec.landlock",
+            "needs landlock in spec.require (it says what a required Landlock must provide)",
+        ));
+    }
+    let min_abi = raw.min_abi.unwrap_or(1);
+    if !(1..=7).contains(&min_abi) {
+        return Err(invalid(
+            "spec.landlock.minAbi",
+            format!("must be between 1 and 7, got {min_abi}"),
+        ));
+    }
+    let mut features = raw.features.clone();
+    features.sort();
+    if features.windows(2).any(|w| w[0] == w[1]) {
+        return Err(invalid("spec.landlock.features", "lists a feature twice"));
+    }
+    Ok(LandlockRequirement { min_abi, features })
 }
 
 /// `spec.uidRange`: above the system IDs, below 2^31, without the overflow ID.

@@ -277,6 +277,14 @@ pub async fn serve(
                                     continue;
                                 }
                             }
+                            // Our own commands may share an allowed UID (the shared-UID model,
+                            // or a sidecar running as the repo-server's UID): never serve them.
+                            if let Some(pid) = cred.and_then(|c| c.pid()).filter(|p| *p > 0)
+                                && own_descendant(pid) != Some(false)
+                            {
+                                tracing::warn!(peer_uid = ?cred.map(|c| c.uid()), peer_pid = pid, "connection refused: the peer is one of this server's own jailed processes (or exited before it could be told apart)");
+                                continue;
+                            }
                             if conn_tx.send(Ok(Conn::Unix(Box::new(AuthorityFix::new(stream))))).await.is_err() {
                                 break;
                             }
@@ -341,4 +349,58 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// Whether `pid` (as our PID namespace sees it) is this process or one of its descendants:
+/// a jail, or a command of one. The supervisor is the subreaper of everything below it, so even
+/// a daemon that left its jail's process tree stays a descendant. `None` when the chain cannot
+/// be read (the process is gone): the caller refuses, as it cannot tell.
+pub fn own_descendant(pid: i32) -> Option<bool> {
+    let me = i32::try_from(std::process::id()).ok()?;
+    let mut cur = pid;
+    // A chain longer than any real process tree is refused as unknown.
+    for _ in 0..4096 {
+        if cur == me {
+            return Some(true);
+        }
+        if cur <= 1 {
+            return Some(false);
+        }
+        cur = parent_of(cur)?;
+    }
+    None
+}
+
+/// The parent PID from `/proc/<pid>/stat` (the field after the parenthesised command name,
+/// which may itself contain parentheses and spaces).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_our_own_descendants_apart() {
+        let me = std::process::id() as i32;
+        assert_eq!(own_descendant(me), Some(true));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        assert_eq!(own_descendant(child.id() as i32), Some(true));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Our parent (the test harness) and init are not below us.
+        assert_eq!(
+            own_descendant(rustix::process::getppid().map_or(1, |p| p.as_raw_nonzero().get())),
+            Some(false)
+        );
+        assert_eq!(own_descendant(1), Some(false));
+        // A process that is gone cannot be told apart.
+        assert_eq!(own_descendant(i32::MAX - 1), None);
+    }
 }

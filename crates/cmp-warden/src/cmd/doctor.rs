@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Args;
 use jail::supervisor::{LandlockStatus, Layout, PrivilegeModel, Privileges, Report};
 use jail::{Enforcement, Owner, StartOptions, Supervisor};
-use policy::{NetworkMode, Policy, Protection, SeccompMode};
+use policy::{LandlockFeature, NetworkMode, Policy, Protection, SeccompMode};
 use serde::Serialize;
 
 /// Schema identifier of the JSON report; bumped on any incompatible change.
@@ -230,13 +230,14 @@ fn assemble_as(
     let kept = enforcement
         .map(|e| e.capabilities_kept.clone())
         .unwrap_or_default();
-    let mut checks = vec![
-        unique_uid_check(&f),
+    let mut checks = vec![unique_uid_check(&f)];
+    checks.extend(shared_uid_check(&f));
+    checks.extend([
         capabilities_check(&f),
         supervisor_capabilities_check(held, &kept),
         no_new_privs_check(&f),
         landlock_check(&f),
-    ];
+    ]);
     checks.extend(landlock_network_check(&f));
     checks.push(seccomp_check(&f));
     checks.push(cgroups_check(&f));
@@ -281,17 +282,50 @@ fn unique_uid_check(f: &Found<'_>) -> Check {
     )
 }
 
+/// Only in the shared-UID model: what it cannot give on this node.
+fn shared_uid_check(f: &Found<'_>) -> Option<Check> {
+    let e = f.enforcement.filter(|e| !e.unique_uid)?;
+    let gaps = e.shared_uid_gaps();
+    Some(check(
+        "sharedUid",
+        true,
+        false,
+        if gaps.is_empty() { "info" } else { "partial" },
+        if gaps.is_empty() {
+            "commands share the server's UID; on this node the PID namespace, cgroups and Landlock scoping still give each request its own processes and bounds".to_owned()
+        } else {
+            format!(
+                "commands share the server's UID; on this node: {}",
+                gaps.join("; ")
+            )
+        },
+    ))
+}
+
 fn capabilities_check(f: &Found<'_>) -> Check {
-    let cleared = f.report.is_some_and(|r| r.capabilities_cleared);
+    // Read back from the probe jail's own /proc status, not from what it meant to do.
+    let zero = |set: &str| {
+        f.report
+            .and_then(|r| status_value(&r.status, set))
+            .is_some_and(|v| v.trim_start_matches('0').is_empty())
+    };
+    let cleared = ["CapInh", "CapPrm", "CapEff", "CapAmb"]
+        .iter()
+        .all(|c| zero(c));
+    let bounding = zero("CapBnd");
     check(
         "capabilities",
         cleared,
         true,
-        yes(cleared),
+        match (cleared, bounding) {
+            (true, true) => "enforced",
+            (true, false) => "partial",
+            _ => "unavailable",
+        },
         match f.report {
             Some(r) => format!(
                 "commands hold none (effective, permitted, inheritable, ambient empty; bounding set {}); {}",
-                if r.bounding_cleared {
+                if bounding {
                     "empty"
                 } else {
                     "NOT empty: no CAP_SETPCAP"
@@ -318,7 +352,9 @@ fn supervisor_capabilities_check(held: &Privileges, kept: &[String]) -> Check {
 }
 
 fn no_new_privs_check(f: &Found<'_>) -> Check {
-    let nnp = f.report.is_some_and(|r| r.no_new_privs);
+    let nnp = f
+        .report
+        .is_some_and(|r| r.no_new_privs && status_value(&r.status, "NoNewPrivs") == Some("1"));
     check(
         "noNewPrivs",
         nnp,
@@ -334,24 +370,49 @@ fn no_new_privs_check(f: &Found<'_>) -> Check {
 
 fn landlock_check(f: &Found<'_>) -> Check {
     let (status, detail) = match f.report {
-        Some(r) => (
-            match r.landlock {
-                LandlockStatus::Full => "enforced",
-                LandlockStatus::Partial => "partial",
-                LandlockStatus::None => "unavailable",
-            },
-            format!(
-                "kernel ABI {} (this build asks for ABI {}); enforced rights: {}{}",
-                r.landlock_abi.map_or("none".into(), |a| a.to_string()),
-                jail::supervisor::TESTED_LANDLOCK_ABI as i32,
-                list(&r.landlock_rights),
-                if r.missing_paths.is_empty() {
-                    String::new()
-                } else {
-                    format!("; policy paths missing here: {:?}", r.missing_paths)
-                }
-            ),
-        ),
+        Some(r) => {
+            // Every feature this build asks for (TCP only with `network: none`) that the
+            // kernel does not put in effect here.
+            let missing: Vec<&str> = LandlockFeature::ALL
+                .into_iter()
+                .filter(|x| *x != LandlockFeature::Tcp || f.policy.network == NetworkMode::None)
+                .filter(|x| !r.landlock_features.contains(x))
+                .map(LandlockFeature::as_str)
+                .collect();
+            let in_effect: Vec<&str> = r.landlock_features.iter().map(|x| x.as_str()).collect();
+            (
+                match r.landlock {
+                    LandlockStatus::None => "unavailable",
+                    _ if !missing.is_empty() => "partial",
+                    LandlockStatus::Full => "enforced",
+                    LandlockStatus::Partial => "partial",
+                },
+                format!(
+                    "kernel ABI {} (this build asks for ABI {}); features in effect: {}{}; enforced rights: {}{}",
+                    r.landlock_abi.map_or("none".into(), |a| a.to_string()),
+                    jail::supervisor::TESTED_LANDLOCK_ABI as i32,
+                    if in_effect.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        in_effect.join(", ")
+                    },
+                    if missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; NOT in effect here: {} (require them with spec.landlock.features to refuse such a node)",
+                            missing.join(", ")
+                        )
+                    },
+                    list(&r.landlock_rights),
+                    if r.missing_paths.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; policy paths missing here: {:?}", r.missing_paths)
+                    }
+                ),
+            )
+        }
         None => ("unavailable", NO_PROBE.to_owned()),
     };
     check(
@@ -383,7 +444,18 @@ fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
 }
 
 fn seccomp_check(f: &Found<'_>) -> Check {
-    let filters = f.report.map_or(0, |r| r.seccomp_filters);
+    // What the kernel says is installed (the probe's /proc status), not what was meant.
+    let filters = f.report.map_or(0, |r| {
+        let installed = status_value(&r.status, "Seccomp_filters")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let filtering = status_value(&r.status, "Seccomp") == Some("2");
+        if filtering {
+            installed.min(r.seccomp_filters)
+        } else {
+            0
+        }
+    });
     let mode = f.policy.seccomp_mode;
     check(
         "seccomp",
@@ -446,23 +518,44 @@ fn cgroups_check(f: &Found<'_>) -> Check {
 
 fn rlimits_check(f: &Found<'_>) -> Check {
     let rl = f.report.map(|r| &r.rlimits);
+    // RLIMIT_NPROC counts a UID's processes: a bound per request only when the UID is the
+    // request's own (with a pids cgroup, the cgroup is the bound).
+    let unique = f.report.is_some_and(|r| r.unique_uid);
+    let pids_cgroup = f
+        .enforcement
+        .is_some_and(|e| e.cgroup_controllers.iter().any(|c| c == "pids"));
     check(
         "rlimits",
         rl.is_some(),
         true,
-        yes(rl.is_some()),
         match rl {
-            Some(v) => v
-                .iter()
-                .map(|(n, x)| {
-                    if *x == u64::MAX {
-                        format!("{n}=unlimited")
+            None => "unavailable",
+            Some(_) if unique || pids_cgroup => "enforced",
+            Some(_) => "partial",
+        },
+        match rl {
+            Some(v) => {
+                let mut d = v
+                    .iter()
+                    .filter(|(n, _)| unique || n != "NPROC")
+                    .map(|(n, x)| {
+                        if *x == u64::MAX {
+                            format!("{n}=unlimited")
+                        } else {
+                            format!("{n}={x}")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                if !unique {
+                    d.push_str(if pids_cgroup {
+                        "; NPROC not applied (the UID is shared): the pids cgroup bounds each request"
                     } else {
-                        format!("{n}={x}")
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" "),
+                        "; NPROC not applied (the UID is shared) and no pids cgroup: NO per-request process bound"
+                    });
+                }
+                d
+            }
             None => NO_PROBE.to_owned(),
         },
     )
@@ -596,6 +689,15 @@ fn list(v: &[String]) -> String {
     } else {
         v.join(", ")
     }
+}
+
+/// The value of `key` in the probe's `/proc/self/status` lines (`Key: value`).
+fn status_value<'a>(status: &'a [String], key: &str) -> Option<&'a str> {
+    status.iter().find_map(|l| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(str::trim)
+    })
 }
 
 fn status_caps(status: &[String]) -> String {
@@ -811,7 +913,18 @@ mod tests {
                 missing_paths: Vec::new(),
                 seccomp_filters: 2,
                 degraded: Vec::new(),
-                status: vec!["CapEff: 0000000000000000".into()],
+                status: [
+                    "CapInh: 0000000000000000",
+                    "CapPrm: 0000000000000000",
+                    "CapEff: 0000000000000000",
+                    "CapBnd: 0000000000000000",
+                    "CapAmb: 0000000000000000",
+                    "NoNewPrivs: 1",
+                    "Seccomp: 2",
+                    "Seccomp_filters: 2",
+                ]
+                .map(String::from)
+                .to_vec(),
                 namespaces: NamespaceReport {
                     created: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
                         .map(String::from)
@@ -825,6 +938,7 @@ mod tests {
                 request_dir: PathBuf::from("/w/j"),
                 rlimits: vec![("NOFILE".into(), 4096), ("AS".into(), u64::MAX)],
                 landlock_rights: vec!["fs:Execute".into()],
+                landlock_features: LandlockFeature::ALL.to_vec(),
                 self_test: Vec::new(),
             },
         }
@@ -858,16 +972,16 @@ mod tests {
         );
     }
 
-    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapEff: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); enforced rights: fs:Execute"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
+    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
     const PINNED_TEXT: &str = r#"cmp-warden 0.0.0 doctor: policy "default" (sha256 00)
 privilege model: minimal-capabilities root (euid 0)
 
 PROTECTION               AVAILABLE REQUIRED STATUS      DETAIL
 uniqueUid                yes       yes      enforced    each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)
-capabilities             yes       yes      enforced    commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapEff: 0000000000000000
+capabilities             yes       yes      enforced    commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000
 supervisorCapabilities   yes       no       info        held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID
 noNewPrivs               yes       yes      enforced    set before exec: setuid/file-capability binaries gain nothing
-landlock                 yes       yes      enforced    kernel ABI 7 (this build asks for ABI 7); enforced rights: fs:Execute
+landlock                 yes       yes      enforced    kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute
 landlockNetwork          yes       no       enforced    TCP bind and connect denied (network.mode: none)
 seccomp                  yes       yes      enforced    2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode
 cgroups                  yes       no       enforced    cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory

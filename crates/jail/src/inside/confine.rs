@@ -27,7 +27,7 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
-use policy::{NetworkMode, Protection};
+use policy::{LandlockFeature, NetworkMode, Protection};
 use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
@@ -289,6 +289,7 @@ pub fn confine(
         landlock_abi: ll.abi,
         landlock_tcp_denied: ll.tcp_denied,
         landlock_rights: ll.rights,
+        landlock_features: ll.features,
         rlimits,
         missing_paths: ll.missing,
         seccomp_filters,
@@ -376,6 +377,65 @@ fn clear_capabilities() -> Result<(), ConfineError> {
     Ok(())
 }
 
+/// The features this jail's ruleset has in effect on a kernel of `abi` (TCP only when the
+/// ruleset handles it, with `network: none`).
+fn features_in_effect(abi: Option<i32>, status: LandlockStatus, tcp: bool) -> Vec<LandlockFeature> {
+    let Some(abi) = abi.filter(|_| status != LandlockStatus::None) else {
+        return Vec::new();
+    };
+    let abi = abi.min(TESTED_LANDLOCK_ABI as i32);
+    LandlockFeature::ALL
+        .into_iter()
+        .filter(|f| i32::from(f.abi()) <= abi)
+        .filter(|f| tcp || *f != LandlockFeature::Tcp)
+        .collect()
+}
+
+/// Fail closed on what a required Landlock must provide: the policy's minimum ABI and named
+/// features, and — whatever the policy names — every feature this kernel offers (a kernel at
+/// the tested ABI must enforce the whole ruleset).
+fn check_landlock_requirement(
+    req: &policy::LandlockRequirement,
+    abi: Option<i32>,
+    status: LandlockStatus,
+    features: &[LandlockFeature],
+) -> Result<(), ConfineError> {
+    let have = abi.unwrap_or(0);
+    if have < i32::from(req.min_abi) {
+        return Err(fail(
+            "landlock",
+            format!(
+                "the policy requires Landlock ABI {} (spec.landlock.minAbi), this kernel offers ABI {have}",
+                req.min_abi
+            ),
+        ));
+    }
+    let missing: Vec<&str> = req
+        .features
+        .iter()
+        .filter(|f| !features.contains(f))
+        .map(|f| f.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(fail(
+            "landlock",
+            format!(
+                "the policy requires {missing:?} (spec.landlock.features), not in effect on this kernel (Landlock ABI {have})"
+            ),
+        ));
+    }
+    if have >= TESTED_LANDLOCK_ABI as i32 && status != LandlockStatus::Full {
+        return Err(fail(
+            "landlock",
+            format!(
+                "this kernel offers Landlock ABI {have}, but the ruleset is only {}",
+                status.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The access rights a kernel of `abi` enforces for the ruleset built here (what this build
 /// asks for, capped at the kernel's ABI).
 fn enforced_rights(abi: Option<i32>, tcp_denied: bool, status: LandlockStatus) -> Vec<String> {
@@ -399,6 +459,7 @@ fn enforced_rights(abi: Option<i32>, tcp_denied: bool, status: LandlockStatus) -
 }
 
 struct LandlockResult {
+    features: Vec<LandlockFeature>,
     status: LandlockStatus,
     abi: Option<i32>,
     tcp_denied: bool,
@@ -478,10 +539,18 @@ fn landlock(
         RulesetStatus::NotEnforced => LandlockStatus::None,
     };
     if required && s == LandlockStatus::None {
-        return Err(fail("landlock", "required but not enforced by this kernel"));
+        return Err(fail(
+            "landlock",
+            "required (spec.require) but not enforced by this kernel",
+        ));
     }
     let tcp_denied = deny_tcp && kernel_abi.is_some_and(|a| a >= 4);
+    let features = features_in_effect(kernel_abi, s, deny_tcp);
+    if required {
+        check_landlock_requirement(&sb.landlock, kernel_abi, s, &features)?;
+    }
     Ok(LandlockResult {
+        features,
         status: s,
         abi: kernel_abi,
         tcp_denied,

@@ -102,7 +102,7 @@ impl std::fmt::Debug for StartOptions<'_> {
 /// The start-up step that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// 1. Not dumpable.
+    /// 1. Not dumpable, subreaper.
     Dumpable,
     /// 2. Privilege model and unique UIDs.
     UniqueUid,
@@ -169,6 +169,45 @@ pub struct Enforcement {
 }
 
 impl Enforcement {
+    /// What the shared-UID model cannot give on this node, in words (empty with unique UIDs).
+    /// Logged at start-up and shown by `doctor`: a reviewer must not have to infer it.
+    pub fn shared_uid_gaps(&self) -> Vec<&'static str> {
+        if self.unique_uid {
+            return Vec::new();
+        }
+        let p = &self.probe;
+        let pid_ns = p.namespaces.has("pid");
+        let has = |c: &str| self.cgroup_controllers.iter().any(|x| x == c);
+        let cgroup_kill = matches!(self.cgroups, Some(Layout::V2 { .. }));
+        let mut gaps = Vec::new();
+        if !pid_ns {
+            gaps.push("commands can list this PID namespace's processes and read their command lines (no PID namespace)");
+        }
+        if !has("pids") {
+            gaps.push("no per-request process bound (RLIMIT_NPROC would count the server's own processes; no pids cgroup)");
+        }
+        if !has("memory") {
+            gaps.push("no per-request memory bound beyond RLIMIT_DATA and RLIMIT_AS per process (no memory cgroup)");
+        }
+        if !pid_ns && !cgroup_kill {
+            gaps.push("a daemon that leaves its process group outlives its request (nothing may kill by a shared UID; no PID namespace, no cgroup.kill)");
+        }
+        if !p
+            .landlock_features
+            .contains(&policy::LandlockFeature::SignalScope)
+        {
+            gaps.push("commands can signal the server's processes (Landlock signal scoping, ABI 6, is not in effect)");
+        }
+        if !p
+            .landlock_features
+            .contains(&policy::LandlockFeature::AbstractUnixSocketScope)
+            && !p.namespaces.has("net")
+        {
+            gaps.push("commands can reach abstract unix sockets outside the jail (no Landlock scoping, ABI 6; no network namespace)");
+        }
+        gaps
+    }
+
     /// Why `p` is unavailable here, if it is.
     pub fn unavailable(&self, p: Protection) -> Option<&str> {
         self.unavailable
@@ -225,8 +264,17 @@ impl Supervisor {
 
         // 1. Not dumpable: /proc/<pid>/{environ,mem,fd} of the supervisor stay closed even to
         //    a process of the same UID (the shared-UID model) — they hold the sidecar's secrets.
+        //    And the subreaper of everything below us: a command that daemonizes stays our
+        //    descendant, so the server can tell it from the repo-server even when they share a
+        //    UID (the peer check), and its zombie is ours to reap.
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
             .map_err(|e| stop(Step::Dumpable, format!("prctl(PR_SET_DUMPABLE, 0): {e}")))?;
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(|e| {
+            stop(
+                Step::Dumpable,
+                format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"),
+            )
+        })?;
 
         // 2. The privilege model: unique UIDs need CAP_SETUID/CAP_SETGID and, in a user
         //    namespace, the policy's range mapped.
@@ -331,7 +379,7 @@ impl Supervisor {
             ));
         }
 
-        // 12. Say exactly what is enforced, once; reap orphans when we are PID 1.
+        // 12. Say exactly what is enforced, once; reap the orphans we are the subreaper of.
         let enforcement = Enforcement {
             policy_name: policy.name.clone(),
             policy_sha256: policy.sha256.clone(),
@@ -345,9 +393,15 @@ impl Supervisor {
             probe,
         };
         log_enforced(policy, &enforcement);
-        if rustix::process::getpid().is_init() {
-            crate::reaper::start_orphan_reaper();
+        let gaps = enforcement.shared_uid_gaps();
+        if !gaps.is_empty() {
+            tracing::warn!(
+                gaps = ?gaps,
+                "SHARED UID on this node: {} (what still holds: the socket refuses this server's own commands, the supervisor is not dumpable, Landlock keeps each request in its directory)",
+                gaps.join("; ")
+            );
         }
+        crate::reaper::start_orphan_reaper();
         Ok((
             Supervisor {
                 runner,
@@ -581,14 +635,25 @@ pub fn missing_required(report: &Report, policy: &Policy) -> Vec<Protection> {
             Protection::Landlock,
             report.landlock == LandlockStatus::None,
         ),
+        (
+            Protection::Landlock,
+            policy
+                .landlock
+                .features
+                .iter()
+                .any(|f| !report.landlock_features.contains(f))
+                || report.landlock_abi.unwrap_or(0) < i32::from(policy.landlock.min_abi),
+        ),
         (Protection::Seccomp, report.seccomp_filters == 0),
         (Protection::Namespaces, !report.namespaces.failed.is_empty()),
     ];
-    checks
+    let mut missing: Vec<Protection> = checks
         .into_iter()
         .filter(|(p, missing)| required(*p) && *missing)
         .map(|(p, _)| p)
-        .collect()
+        .collect();
+    missing.dedup();
+    missing
 }
 
 /// Step 12: log exactly what is enforced (once).

@@ -221,6 +221,7 @@ fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
             address_space_bytes: p.limits.address_space_bytes,
         },
         require: p.require.clone(),
+        landlock: p.landlock.clone(),
         namespaces,
         disk: DiskLimit {
             bytes: p.limits.disk_bytes,

@@ -109,10 +109,16 @@ impl Privileges {
     }
 }
 
-/// The effective capabilities of the calling thread, read from the kernel.
+/// The effective capabilities of the calling thread, as the kernel reports them in
+/// `/proc/thread-self/status` (`CapEff`): what the supervisor really holds, not what it asked
+/// for.
 pub fn effective_now() -> Vec<String> {
-    rustix::thread::capabilities(None)
-        .map(|c| cap_names(c.effective))
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .map(|bits| cap_names(CapabilitySet::from_bits_retain(bits)))
         .unwrap_or_default()
 }
 

@@ -701,13 +701,16 @@ impl Inner {
                         && let Some(k) = kill
                     {
                         tracing::warn!("jail did not stop after cancellation: killing its UID");
-                        let _ = Command::new(&exe)
-                            .arg(RECLAIM_ARG)
+                        let mut cmd = Command::new(&exe);
+                        cmd.arg(RECLAIM_ARG)
                             .args(k.to_args())
                             .env_clear()
                             .stdin(Stdio::null())
-                            .stdout(Stdio::null())
-                            .status();
+                            .stdout(Stdio::null());
+                        // Tracked: the orphan reaper must not take its exit status.
+                        if let Ok(mut helper) = crate::reaper::spawn_tracked(&mut cmd) {
+                            let _ = wait(&mut helper);
+                        }
                     }
                 })
                 .ok()
