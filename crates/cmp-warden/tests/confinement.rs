@@ -669,6 +669,9 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
         "ARGOCD_ENV_TCP_PORT=9".to_owned(),
         "ARGOCD_ENV_SUID_BIN=/usr/bin/mount".to_owned(),
         format!("ARGOCD_ENV_MARK={mark}"),
+        // A daemon that outlives the request (nothing kills a shared UID's processes when
+        // there is no PID namespace) tries the socket 2 s later.
+        "ARGOCD_ENV_ESCAPEE_DELAY=2".to_owned(),
     ];
     let mut args: Vec<&str> = vec!["-dir", r.path().to_str().expect("utf8")];
     for e in &env {
@@ -683,6 +686,29 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
         .expect("go client");
     let v = parse_client_output(&out).expect("generate in the shared-UID model");
     let d = data(&v, 0);
+    assert_eq!(d["escapee"], "started");
+    // The escapee is now the server's child (its subreaper), not init's.
+    let escapee_parent = || {
+        std::fs::read_dir("/proc")
+            .expect("proc")
+            .flatten()
+            .filter_map(|e| {
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                let text = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                text.contains("attack.py").then(|| {
+                    stat.rsplit_once(')')
+                        .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok())
+                })?
+            })
+            .collect::<Vec<u32>>()
+    };
+    assert_eq!(escapee_parent(), [child.id()], "the escapee's parent");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !escapee_parent().is_empty() {
+        assert!(Instant::now() < deadline, "the escapee never finished");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // A client of the same UID that is not one of the server's commands (the repo-server's
     // place when both run as 999) is served: only the peer check's descendant rule refused
     // the command (`--allowed-uids any` turns the UID rule off).
@@ -727,8 +753,11 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     // because the peer is below the server in the process tree (the supervisor is the
     // subreaper of everything it starts).
     assert_eq!(d["server_socket"], "denied:closed");
-    assert!(
-        logs.contains("connection refused: the peer is one of this server's own jailed processes"),
+    // Twice: the command during its request, the escapee after it.
+    assert_eq!(
+        logs.matches("connection refused: the peer is one of this server's own jailed processes")
+            .count(),
+        2,
         "{logs}"
     );
     // The start-up log says what this mode cannot give here (no PID namespace: namespaces are
