@@ -865,30 +865,43 @@ fn real_tools_work_under_the_default_sandbox() {
     s.assert_work_dir_empties();
 }
 
+/// Without namespaces (as a Kubernetes sidecar under RuntimeDefault runs), only the kill by
+/// UID stands between a daemon and the next request of the same UID: one UID in the pool, so
+/// every request reuses it. Each request counts its UID's `sleep` processes when it starts
+/// (must be none: the previous request's daemon is gone before the UID is reused) and after
+/// leaving its own daemon (must be one: it did start).
 #[test]
 fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
     if !is_root(NEEDS_ROOT) {
         return;
     }
-    // A generator that leaves a daemon behind: double fork, new session, TERM ignored, stdio
-    // detached — what a process-group kill alone misses.
-    let spec = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        setsid sh -c 'trap \"\" TERM; exec sleep 300' </dev/null >/dev/null 2>&1 &\n        echo '{\"kind\": \"Done\"}'\n";
+    // Double fork, new session, TERM ignored, stdio detached: what a process-group kill misses.
+    let spec = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        before=$(pgrep -c -u \"$(id -u)\" -x sleep)\n        setsid sh -c 'trap \"\" TERM; exec sleep 300' </dev/null >/dev/null 2>&1 &\n        sleep 0.3\n        after=$(pgrep -c -u \"$(id -u)\" -x sleep)\n        echo \"{\\\"kind\\\": \\\"Done\\\", \\\"uid\\\": $(id -u), \\\"before\\\": $before, \\\"after\\\": $after}\"\n";
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
-    let (first, count) = write_policy(&pol_file, &[]);
+    let (first, count) = write_policy(&pol_file, &[NO_NAMESPACES]);
+    let text = std::fs::read_to_string(&pol_file).expect("policy");
+    let one = text.replacen(&format!("count: {count}}}"), "count: 1}", 1);
+    assert_ne!(text, one);
+    std::fs::write(&pol_file, one).expect("policy");
     let s = Server::start(
         &plugin(spec),
         &["--policy", pol_file.to_str().expect("utf8")],
     );
     let r = repo(&[("a.yaml", "a: 1\n")]);
-    for _ in 0..3 {
-        let v = go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("generate");
-        assert_eq!(v["manifests"][0], r#"{"kind": "Done"}"#);
+    for i in 0..3 {
+        let v = go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")])
+            .unwrap_or_else(|e| panic!("request {i}: {e:?}\n{}", s.logs()));
+        let m: serde_json::Value =
+            serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+        assert_eq!(m["uid"], first, "request {i} reuses the one UID");
+        assert_eq!(m["before"], 0, "request {i}: a daemon of the UID's last request was alive");
+        assert_eq!(m["after"], 1, "request {i}: the daemon did not start");
     }
     s.assert_work_dir_empties();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let left = s.leftover_processes(first, count);
+        let left = s.leftover_processes(first, 1);
         if left.is_empty() {
             break;
         }

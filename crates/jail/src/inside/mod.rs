@@ -47,9 +47,30 @@ fn reply(r: &Reply) -> i32 {
 /// more CPU than extracting it took, competing with the next request.
 fn clean_up(dir: &std::os::fd::OwnedFd, unique_uid: bool, private_tree: bool) -> bool {
     let own_pid_ns = rustix::process::getpid().is_init();
-    let killed = !(unique_uid || own_pid_ns) || crate::sys::kill_all_of_my_uid().is_ok();
+    let can_kill = unique_uid || own_pid_ns;
+    let killed = !can_kill || crate::sys::kill_all_of_my_uid().is_ok();
+    reap_children(can_kill);
     let emptied = (private_tree && own_pid_ns) || archive::remove_contents(dir.as_fd()).is_ok();
     killed && emptied
+}
+
+/// Reap the jail's children (its commands' orphans, of which it is the subreaper), so no zombie
+/// of the request counts against the UID's next lease. After the kill, wait until none is left
+/// (they die asynchronously; bounded); otherwise take only those already dead (the rest, in the
+/// shared-UID model without a PID namespace, go on to the supervisor).
+fn reap_children(killed: bool) {
+    use rustix::process::{WaitOptions, wait};
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match wait(WaitOptions::NOHANG) {
+            Ok(Some(_)) => continue,
+            Ok(None) if killed && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // ECHILD (none left), or live children we may not kill.
+            _ => return,
+        }
+    }
 }
 
 fn internal(message: String) -> Reply {
@@ -94,6 +115,12 @@ pub fn jail_main() -> i32 {
         }
     };
     tracing::debug!(?report, us = t0.elapsed().as_micros() as u64, "confined");
+    // The subreaper of its commands: a daemon that leaves its process tree stays below the
+    // jail (and so below the supervisor, which tells its own commands from clients that way),
+    // and its zombie is the jail's to reap before the UID goes back to the pool.
+    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        return reply(&internal(format!("sandbox: PR_SET_CHILD_SUBREAPER: {e}")));
+    }
     if rustix::process::getpid().is_init() {
         // PID 1 of the jail's namespace: orphans of the commands are ours to reap.
         crate::reaper::start_orphan_reaper();
