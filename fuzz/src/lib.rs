@@ -1,9 +1,12 @@
-//! Shared oracle for the archive fuzz targets.
+//! Shared oracles for the fuzz targets.
 //!
-//! Every input is extracted into a root nested in a sentinel directory. Whatever the verdict:
-//! no panic, the sentinel holds only the root and nothing around it changed. Accepted: the tree
-//! passes the containment oracle (no special files, policy modes, every symlink resolves beneath
-//! the root). Refused: the root is empty.
+//! Archives: every input is extracted into a root nested in a sentinel directory. Whatever the
+//! verdict: no panic, the sentinel holds only the root and nothing around it changed, and
+//! `check` (which writes nothing) reaches the same verdict with the same reason. Accepted: the
+//! tree passes the containment oracle (no special files, policy modes, every symlink resolves
+//! beneath the root) and holds exactly what the archive says — every file's bytes, every
+//! link's target, every directory — as an independent reader (the `tar` crate) sees it.
+//! Refused: the root is empty.
 
 use archive::{Limits, Options, Resolver};
 use testkit::{Sentinel, check_contained};
@@ -28,19 +31,128 @@ pub fn run_tgz(tgz: &[u8]) {
     let s = Sentinel::new();
     let fd = archive::DirWriter::open_root(&s.root).expect("open root");
     let mut w = archive::DirWriter::new(fd, Resolver::Auto).expect("read root").expect("empty root");
-    match archive::extract(tgz, &mut w, &options()) {
-        Ok(_) => {
+    let extracted = archive::extract(tgz, &mut w, &options());
+    let checked = archive::check(tgz, &options());
+    match (&extracted, &checked) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(
+                (a.entries, a.file_bytes, a.sha256_hex()),
+                (b.entries, b.file_bytes, b.sha256_hex()),
+                "check and extract disagree on what was accepted"
+            );
             if let Err(e) = check_contained(&s.root) {
                 panic!("accepted archive escaped: {e}");
             }
+            same_content(tgz, &s.root);
         }
-        Err(e) => {
-            // Only a cleanup failure could leave anything behind; that must not happen.
-            let _ = e.to_string();
+        (Err(a), Err(b)) => {
+            assert_eq!(a.to_string(), b.to_string(), "check and extract refuse differently");
             s.assert_root_empty();
         }
+        (a, b) => panic!("check and extract disagree: extract {a:?}, check {b:?}"),
     }
     s.assert_outside_untouched();
+}
+
+/// The extracted tree holds what an independent reader finds in the archive.
+fn same_content(tgz: &[u8], root: &std::path::Path) {
+    use std::io::Read;
+    let gz = flate2::read::GzDecoder::new(tgz);
+    let mut ar = tar::Archive::new(gz);
+    let entries = ar.entries().expect("an accepted archive is readable");
+    for e in entries {
+        let mut e = e.expect("an accepted archive's entries are readable");
+        let path = e.path().expect("path").into_owned();
+        let rel: std::path::PathBuf = path
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect();
+        let on_disk = root.join(&rel);
+        match e.header().entry_type() {
+            tar::EntryType::Regular => {
+                let mut want = Vec::new();
+                e.read_to_end(&mut want).expect("data");
+                let got = std::fs::read(&on_disk)
+                    .unwrap_or_else(|err| panic!("{}: not extracted: {err}", rel.display()));
+                assert!(got == want, "{}: content differs", rel.display());
+            }
+            tar::EntryType::Directory if rel.as_os_str().is_empty() => {}
+            tar::EntryType::Directory => {
+                assert!(on_disk.is_dir(), "{}: directory missing", rel.display());
+            }
+            tar::EntryType::Symlink => {
+                let want = e.link_name().expect("link").expect("target").into_owned();
+                let got = std::fs::read_link(&on_disk)
+                    .unwrap_or_else(|err| panic!("{}: link missing: {err}", rel.display()));
+                assert_eq!(got, want, "{}: link target differs", rel.display());
+            }
+            // PAX records are metadata of the next entry.
+            _ => {}
+        }
+    }
+}
+
+/// A `PluginConfig` written back as plugin.yaml (a YAML flow mapping, every string
+/// double-quoted with YAML escapes), for the round-trip oracle.
+pub fn plugin_yaml(c: &plugin::PluginConfig) -> String {
+    fn q(s: &str) -> String {
+        let mut o = String::from("\"");
+        for ch in s.chars() {
+            match ch {
+                '"' => o.push_str("\\\""),
+                '\\' => o.push_str("\\\\"),
+                ' '..='~' => o.push(ch),
+                c if (c as u32) <= 0xffff => o.push_str(&format!("\\u{:04x}", c as u32)),
+                c => o.push_str(&format!("\\U{:08x}", c as u32)),
+            }
+        }
+        o.push('"');
+        o
+    }
+    fn list(v: &[String]) -> String {
+        format!("[{}]", v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
+    }
+    fn cmd(c: &plugin::config::Command) -> String {
+        format!("{{\"command\": {}, \"args\": {}}}", list(&c.command), list(&c.args))
+    }
+    let s = &c.spec;
+    let statics: Vec<String> = s
+        .parameters
+        .static_
+        .iter()
+        .map(|p| {
+            let map: Vec<String> = p.map.iter().map(|(k, v)| format!("{}: {}", q(k), q(v))).collect();
+            format!(
+                "{{\"name\": {}, \"title\": {}, \"tooltip\": {}, \"required\": {}, \"itemType\": {}, \"collectionType\": {}, \"string\": {}, \"array\": {}, \"map\": {{{}}}}}",
+                q(&p.name),
+                q(&p.title),
+                q(&p.tooltip),
+                p.required,
+                q(&p.item_type),
+                q(&p.collection_type),
+                q(&p.string),
+                list(&p.array),
+                map.join(", ")
+            )
+        })
+        .collect();
+    format!(
+        "{{\"apiVersion\": {}, \"kind\": {}, \"metadata\": {{\"name\": {}}}, \"spec\": {{\"version\": {}, \"init\": {}, \"generate\": {}, \"discover\": {{\"fileName\": {}, \"find\": {{\"command\": {}, \"args\": {}, \"glob\": {}}}}}, \"parameters\": {{\"static\": [{}], \"dynamic\": {}}}, \"preserveFileMode\": {}, \"provideGitCreds\": {}}}}}",
+        q(&c.api_version),
+        q(&c.kind),
+        q(&c.name),
+        q(&s.version),
+        cmd(&s.init),
+        cmd(&s.generate),
+        q(&s.discover.file_name),
+        list(&s.discover.find.command.command),
+        list(&s.discover.find.command.args),
+        q(&s.discover.find.glob),
+        statics.join(", "),
+        cmd(&s.parameters.dynamic),
+        s.preserve_file_mode,
+        s.provide_git_creds
+    )
 }
 
 /// gzip with the fastest level (the compressed form is not what is under test here).

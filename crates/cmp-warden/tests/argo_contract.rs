@@ -179,34 +179,72 @@ fn generate_manifest_cases() {
     s.assert_work_dir_empties();
 }
 
+/// The deadline kills the command's whole group — the foreground command and what it started
+/// in the background — whichever deadline it is: the client's (`grpc-timeout`, as Argo CD's own
+/// test) or the policy's wall clock. Each run's processes carry a marker of their own, so the
+/// check is exact; the request's audit event says the command was ended by the timeout.
 #[test]
 fn generate_deadline_kills_the_group() {
     let r = kustomize_repo();
-    let s = Server::start(
-        &plugin("  generate:\n    command: [sh, -c, 'sleep 30 & sleep 30']\n"),
-        &[],
-    );
-    go_client(); // built once per test binary: not part of the measured time
-    let t = std::time::Instant::now();
-    let (code, _) = go(
-        &s,
-        "generate",
-        &["-dir", r.path().to_str().expect("utf8"), "-timeout", "1s"],
-    )
-    .expect_err("deadline");
-    assert_eq!(code, DEADLINE_EXCEEDED);
-    assert!(
-        t.elapsed() < std::time::Duration::from_secs(8),
-        "took {:?}",
-        t.elapsed()
-    );
-    s.assert_work_dir_empties();
-    // No `sleep 30` survives the request.
-    let leftover = std::process::Command::new("pgrep")
-        .args(["-f", "sleep 30"])
-        .output()
-        .expect("pgrep");
-    let _ = leftover; // other tests may run sleeps; checked precisely in the jail tests
+    for (case, timeout, wall) in [("client", "1s", None), ("policy", "60s", Some("1"))] {
+        let marker = format!("3{}.{}", std::process::id() % 1000, case.len());
+        let spec =
+            format!("  generate:\n    command: [sh, -c, 'sleep {marker} & sleep {marker}']\n");
+        let d = tempfile::tempdir().expect("tmp");
+        let pol = d.path().join("policy/policy.yaml");
+        let edit = wall.map(|w| ("wallSeconds: 300", format!("wallSeconds: {w}")));
+        let edits: Vec<(&str, &str)> = edit.iter().map(|(a, b)| (*a, b.as_str())).collect();
+        write_policy(&pol, &edits);
+        let s = Server::start(&plugin(&spec), &["--policy", pol.to_str().expect("utf8")]);
+        go_client(); // built once per test binary: not part of the measured time
+        let t = std::time::Instant::now();
+        let (code, msg) = go(
+            &s,
+            "generate",
+            &[
+                "-dir",
+                r.path().to_str().expect("utf8"),
+                "-timeout",
+                timeout,
+            ],
+        )
+        .expect_err("deadline");
+        assert_eq!(code, DEADLINE_EXCEEDED, "{case}: {msg}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(12),
+            "{case}: took {:?}",
+            t.elapsed()
+        );
+        s.assert_work_dir_empties();
+        // Neither `sleep` survives the request.
+        let left = std::process::Command::new("pgrep")
+            .args(["-f", &format!("sleep {marker}")])
+            .output()
+            .expect("pgrep");
+        assert!(
+            left.stdout.is_empty(),
+            "{case}: the group survived: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+        let audit = s
+            .logs()
+            .lines()
+            .find(|l| l.contains("\"log\":\"audit\""))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+            .expect("audit event");
+        // Audited once the jail is done, so the event says what ran and who ran it (at the
+        // client's deadline the server answers at once and cancels; at its own wall clock the
+        // jail ends the command and says so).
+        let ended = &audit["commands"][0]["endedBy"];
+        let want: &[&str] = if case == "client" {
+            &["timeout", "cancelled"]
+        } else {
+            &["timeout"]
+        };
+        assert!(want.iter().any(|w| ended == *w), "{case}: {audit}");
+        assert!(audit["uid"].is_u64(), "{case}: {audit}");
+        assert_eq!(audit["limit"], "timeout", "{case}: {audit}");
+    }
 }
 
 #[test]

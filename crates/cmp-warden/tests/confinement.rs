@@ -895,7 +895,10 @@ fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
         let m: serde_json::Value =
             serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
         assert_eq!(m["uid"], first, "request {i} reuses the one UID");
-        assert_eq!(m["before"], 0, "request {i}: a daemon of the UID's last request was alive");
+        assert_eq!(
+            m["before"], 0,
+            "request {i}: a daemon of the UID's last request was alive"
+        );
         assert_eq!(m["after"], 1, "request {i}: the daemon did not start");
     }
     s.assert_work_dir_empties();

@@ -62,6 +62,26 @@ fn failed_with(out: &Output, needle: &str) {
     );
 }
 
+/// The server refused a TLS handshake and logged `reason` (the client's own error text is
+/// generic: the server's log is where the refusal is told apart from any other failure).
+fn refused_for(srv: &Server, reason: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let logs = srv.logs();
+        if logs
+            .lines()
+            .any(|l| l.contains("TLS handshake refused") && l.contains(reason))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no handshake refusal for {reason:?} in:\n{logs}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 struct Pki {
     dir: tempfile::TempDir,
     ca: PathBuf,
@@ -159,8 +179,9 @@ fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
         &call(&addr, "check", None, &["--tls-ca", s(&k.other_ca)]),
         "UnknownIssuer",
     );
-    // Plaintext against the TLS port gets nowhere.
+    // Plaintext against the TLS port gets nowhere, and the server says why.
     failed_with(&call(&addr, "check", None, &["--insecure"]), "error");
+    refused_for(&srv, "InvalidContentType");
     drop(srv);
 
     // A server with an expired certificate is refused by a client that trusts its CA.
@@ -183,6 +204,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
     let ca = ["--tls-ca", s(&k.ca)];
     // No client certificate: the handshake fails (the server logs why).
     failed_with(&call(&addr, "check", None, &ca), "error");
+    refused_for(&srv, "no certificates");
     // A certificate from another CA: refused.
     let rogue = [
         "--tls-ca",
@@ -193,6 +215,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
         s(&k.rogue_client.1),
     ];
     failed_with(&call(&addr, "check", None, &rogue), "error");
+    refused_for(&srv, "UnknownIssuer");
     // The repo-server's certificate: served.
     let good = [
         "--tls-ca",

@@ -173,6 +173,15 @@ fn hostile_archives_are_refused_by_the_server() {
     s.assert_work_dir_empties();
 }
 
+/// Wait (up to 15 s) until `done`; on timeout fail with `context`.
+fn settle_until(done: impl Fn() -> bool, context: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{}", context());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn client_cancel_mid_stream_and_mid_command() {
     let s = Server::start(
@@ -196,7 +205,19 @@ fn client_cancel_mid_stream_and_mid_command() {
         drop(tx);
     });
     s.assert_work_dir_empties();
-    // Mid-command: the request is running `sleep 30`; cancelling must kill it promptly.
+    let abandoned = |s: &Server| s.logs().matches("request abandoned by the client").count();
+    let audits = |s: &Server| -> Vec<serde_json::Value> {
+        s.logs()
+            .lines()
+            .filter(|l| l.contains("\"log\":\"audit\""))
+            .map(|l| serde_json::from_str(l).expect("audit json"))
+            .collect()
+    };
+    settle_until(|| audits(&s).len() == 1, || s.logs());
+    assert_eq!(abandoned(&s), 1, "{}", s.logs());
+    // Mid-stream: no command ran.
+    assert_eq!(audits(&s)[0]["commands"], serde_json::json!([]));
+    // Mid-command: the request is running `sleep 31.5`; cancelling must kill it promptly.
     rt.block_on(async {
         let mut c = client(&s).await;
         let msgs = vec![meta(&sha(&tgz), "."), file(&tgz)];
@@ -205,10 +226,15 @@ fn client_cancel_mid_stream_and_mid_command() {
         call.abort();
     });
     s.assert_work_dir_empties();
+    settle_until(|| audits(&s).len() == 2, || s.logs());
+    assert_eq!(abandoned(&s), 2, "{}", s.logs());
+    // The command was running and the cancellation ended it, well before its 31.5 s.
+    let cmd = &audits(&s)[1]["commands"][0];
+    assert_eq!(cmd["phase"], "generate", "{cmd}");
+    assert_eq!(cmd["endedBy"], "cancelled", "{cmd}");
     assert!(
-        s.logs().contains("request abandoned by the client"),
-        "{}",
-        s.logs()
+        cmd["durationMs"].as_u64().is_some_and(|ms| ms < 10_000),
+        "{cmd}"
     );
     // The tree is removed only after the runner returned, i.e. after the command group was killed.
     let left = std::process::Command::new("pgrep")

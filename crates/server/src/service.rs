@@ -130,11 +130,20 @@ impl CmpService {
             tracing::info_span!("request", %request_id, rpc = ?op, app = tracing::field::Empty);
         let started = Instant::now();
         let _active = self.cfg.metrics.started();
-        let mut ctx = Ctx::default();
+        let mut audit = AuditGuard {
+            svc: self.clone(),
+            op,
+            request_id,
+            started,
+            ctx: Some(Ctx::default()),
+            handoff: None,
+        };
         if let Err(refused) = self.authenticate(&req) {
-            ctx.limit = Some(Limit::Authentication);
+            if let Some(ctx) = audit.ctx.as_mut() {
+                ctx.limit = Some(Limit::Authentication);
+            }
             let out = Err(refused);
-            self.account(op, request_id, ctx, &out, started.elapsed());
+            audit.finish(&out);
             return out;
         }
         let out = self
@@ -144,11 +153,11 @@ impl CmpService {
                 (deadline, limit),
                 id,
                 request_id,
-                &mut ctx,
+                &mut audit,
             )
             .instrument(span)
             .await;
-        self.account(op, request_id, ctx, &out, started.elapsed());
+        audit.finish(&out);
         out
     }
 
@@ -218,8 +227,11 @@ impl CmpService {
         (deadline, limit): (Option<Instant>, TimeLimit),
         id: u64,
         request_id: uuid::Uuid,
-        ctx: &mut Ctx,
+        audit: &mut AuditGuard,
     ) -> Result<Outcome, Status> {
+        let Some(ctx) = audit.ctx.as_mut() else {
+            return Err(Status::internal("request context missing"));
+        };
         let started = Instant::now();
         let first = match with_deadline(deadline, stream.message()).await {
             None => return Err(StreamError::Deadline.to_status()),
@@ -275,6 +287,8 @@ impl CmpService {
         // The result is sent as soon as it exists; the tree is reclaimed right after, off the
         // response's critical path (the work dir is swept at start-up too).
         let (result_tx, result_rx) = tokio::sync::oneshot::channel();
+        let handoff = Arc::new(Mutex::new(Handoff::Running));
+        audit.handoff = Some(handoff.clone());
         tokio::task::spawn_blocking(move || {
             let _e = span.enter();
             let result = runner.execute(
@@ -288,6 +302,18 @@ impl CmpService {
             );
             let _ = result_tx.send(result);
             runner.reclaim(&spec);
+            // The client went away while this ran: its audit event is ours to emit, now that
+            // the record says what really ran.
+            let abandoned = match std::mem::replace(
+                &mut *handoff.lock().unwrap_or_else(|e| e.into_inner()),
+                Handoff::RunnerDone,
+            ) {
+                Handoff::Abandoned(a) => Some(a),
+                _ => None,
+            };
+            if let Some(a) = abandoned {
+                a.emit();
+            }
         });
         let task = result_rx;
 
@@ -406,6 +432,110 @@ impl CmpService {
         }
         let _ = tx.send(Chunk::End).await;
         Ok(())
+    }
+}
+
+/// Who emits a request's audit event when its client goes away mid-request (the handler's
+/// future is dropped): the handler's guard when the runner is done or never started, else the
+/// runner's task once it is done, so the event says what really ran.
+enum Handoff {
+    /// The runner is still working.
+    Running,
+    /// The runner is done (its record is complete).
+    RunnerDone,
+    /// The handler is gone; the runner's task emits this.
+    Abandoned(Box<Abandoned>),
+}
+
+/// A request's audit event waiting for its runner: the client was answered (or went away)
+/// before the runner was done, and the event must say what really ran.
+struct Abandoned {
+    svc: CmpService,
+    op: Operation,
+    request_id: uuid::Uuid,
+    ctx: Ctx,
+    started: Instant,
+    /// What the client was told; `None`: it went away without an answer.
+    answered: Option<Status>,
+}
+
+impl Abandoned {
+    fn emit(self) {
+        let mut ctx = self.ctx;
+        let out = Err(match self.answered {
+            Some(status) => status,
+            None => {
+                if ctx.limit.is_none() {
+                    ctx.limit = Some(Limit::Cancelled);
+                }
+                Status::cancelled("context canceled: the client went away")
+            }
+        });
+        self.svc
+            .account(self.op, self.request_id, ctx, &out, self.started.elapsed());
+    }
+}
+
+/// Exactly one audit event per request: [`AuditGuard::finish`] on every path the handler
+/// returns by, and on drop (the client went away and tonic dropped the handler) either now or,
+/// when a runner still works on the request, by the runner's task.
+struct AuditGuard {
+    svc: CmpService,
+    op: Operation,
+    request_id: uuid::Uuid,
+    started: Instant,
+    /// Taken when the event is emitted.
+    ctx: Option<Ctx>,
+    handoff: Option<Arc<Mutex<Handoff>>>,
+}
+
+impl AuditGuard {
+    /// The handler answered with `out`. An error answered while the runner still works (the
+    /// client's deadline) is audited once the runner is done.
+    fn finish(&mut self, out: &Result<Outcome, Status>) {
+        let Some(ctx) = self.ctx.take() else {
+            return;
+        };
+        if let (Err(status), Some(h)) = (out, &self.handoff) {
+            let mut state = h.lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(*state, Handoff::Running) {
+                *state = Handoff::Abandoned(Box::new(Abandoned {
+                    svc: self.svc.clone(),
+                    op: self.op,
+                    request_id: self.request_id,
+                    ctx,
+                    started: self.started,
+                    answered: Some(status.clone()),
+                }));
+                return;
+            }
+        }
+        self.svc
+            .account(self.op, self.request_id, ctx, out, self.started.elapsed());
+    }
+}
+
+impl Drop for AuditGuard {
+    fn drop(&mut self) {
+        let Some(ctx) = self.ctx.take() else {
+            return;
+        };
+        let abandoned = Abandoned {
+            svc: self.svc.clone(),
+            op: self.op,
+            request_id: self.request_id,
+            ctx,
+            started: self.started,
+            answered: None,
+        };
+        if let Some(h) = &self.handoff {
+            let mut state = h.lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(*state, Handoff::Running) {
+                *state = Handoff::Abandoned(Box::new(abandoned));
+                return;
+            }
+        }
+        abandoned.emit();
     }
 }
 

@@ -107,11 +107,20 @@ impl Server {
     }
 
     /// `<ARGOCD_CMP_WORKDIR>/_cmp_server` entries.
+    /// A work dir that cannot be read is a failure, not an empty directory (only one that does
+    /// not exist yet is empty).
     pub fn work_entries(&self) -> Vec<PathBuf> {
         let w = self.dir.path().join("work/_cmp_server");
-        std::fs::read_dir(&w)
-            .map(|r| r.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default()
+        match std::fs::read_dir(&w) {
+            Ok(r) => r
+                .map(|e| {
+                    e.unwrap_or_else(|err| panic!("{}: {err}", w.display()))
+                        .path()
+                })
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => panic!("cannot read the work dir {}: {e}", w.display()),
+        }
     }
 
     /// The jails the server has prepared and neither handed to a request nor retired, from its
