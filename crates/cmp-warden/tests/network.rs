@@ -65,7 +65,7 @@ fn failed_with(out: &Output, needle: &str) {
 /// The server refused a TLS handshake and logged `reason` (the client's own error text is
 /// generic: the server's log is where the refusal is told apart from any other failure).
 fn refused_for(srv: &Server, reason: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let logs = srv.logs();
         if logs
@@ -75,10 +75,10 @@ fn refused_for(srv: &Server, reason: &str) {
             return;
         }
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "no handshake refusal for {reason:?} in:\n{logs}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
