@@ -170,6 +170,24 @@ fn with(
     v
 }
 
+/// Every call in `calls` appears as `denied` in the `seccompAudit` of the request audit events
+/// in `logs`: the listener, not the kernel, refused it.
+fn assert_seccomp_denied(logs: &str, calls: &[&str]) {
+    let denied: std::collections::BTreeSet<String> = logs
+        .lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|e| e["seccompAudit"].as_array().cloned().unwrap_or_default())
+        .filter(|x| x["action"] == "denied")
+        .filter_map(|x| x["syscall"].as_str().map(str::to_owned))
+        .collect();
+    let missing: Vec<&&str> = calls.iter().filter(|c| !denied.contains(**c)).collect();
+    assert!(
+        missing.is_empty(),
+        "not in the jail's seccomp denial record: {missing:?} (recorded: {denied:?})"
+    );
+}
+
 /// The request saw only its own few processes.
 fn assert_private_pids(d: &BTreeMap<String, String>) {
     let n: usize = d["ns.processes"].parse().expect("count");
@@ -209,6 +227,9 @@ const EXPECTED: &[(&str, &str)] = &[
     ("clone3", "denied:ENOSYS"),
     ("tiocsti", "denied:EPERM"),
     ("process_vm_readv", "denied:EPERM"),
+    ("x32_unshare", "denied:ENOSYS"),
+    ("personality", "denied:EPERM"),
+    ("modify_ldt", "denied:EPERM"),
 ];
 
 #[test]
@@ -425,6 +446,27 @@ fn hostile_generator_through_the_server(namespaces: bool) {
         assert_private_pids(&d);
     }
     assert_denied(&d, &expected);
+    // Seccomp's part shown by the jail's own denial record, not by errnos the kernel would
+    // give anyway (no capability for mount, chroot, bpf, …): each call below went to the
+    // listener and was denied.
+    assert_seccomp_denied(
+        &s.logs(),
+        &[
+            "unshare",
+            "mount",
+            "chroot",
+            "bpf",
+            "io_uring_setup",
+            "userfaultfd",
+            "keyctl",
+            "perf_event_open",
+            "process_vm_readv",
+            "ptrace",
+            "ioctl",
+            "personality",
+            "modify_ldt",
+        ],
+    );
     assert!(
         d["setuid_binary"].starts_with("denied:nnp uid="),
         "setuid binary: {}",

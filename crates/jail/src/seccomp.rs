@@ -126,6 +126,16 @@ impl From<WireFilter> for CompiledFilter {
     }
 }
 
+/// x86_64's x32 ABI: the same calls under numbers with this bit set, in the same architecture
+/// token. seccompiler's architecture check passes them and no rule matches their numbers, so
+/// on a kernel with x32 enabled they would skip every rule: refused before the rules.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+/// SECCOMP_RET_ERRNO | ENOSYS: what a kernel without x32 answers.
+const RET_ERRNO_ENOSYS: u32 = 0x0005_0000 | libc::ENOSYS as u32;
+/// BPF_LD | BPF_W | BPF_ABS and BPF_JMP | BPF_JGE | BPF_K.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JGE_K: u16 = 0x35;
+
 /// SECCOMP_RET_LOG, which seccompiler can emit, and SECCOMP_RET_USER_NOTIF, which it cannot:
 /// the notify program is compiled with the former and its return instructions rewritten.
 const RET_LOG: u32 = 0x7ffc_0000;
@@ -176,7 +186,12 @@ pub fn compile(
     let mut names: Vec<(u32, String)> = Vec::new();
     let mut groups: BTreeMap<Option<RuleAction>, BTreeMap<&str, Vec<Vec<Value>>>> = BTreeMap::new();
     for r in &profile.rules {
-        if r.only_when == Some(Condition::NetworkNone) && network != NetworkMode::None {
+        let applies = match r.only_when {
+            None => true,
+            Some(Condition::NetworkNone) => network == NetworkMode::None,
+            Some(Condition::X86_64) => arch == seccompiler::TargetArch::x86_64,
+        };
+        if !applies {
             continue;
         }
         let conds: Vec<Value> = r
@@ -280,6 +295,11 @@ pub fn compile(
         }
         programs.push(prog);
     }
+    if arch == seccompiler::TargetArch::x86_64
+        && let Some(first) = programs.first_mut()
+    {
+        refuse_x32(first)?;
+    }
     Ok(CompiledFilter {
         programs,
         notify,
@@ -287,6 +307,42 @@ pub fn compile(
         rules,
         audit: mode == SeccompMode::Audit,
     })
+}
+
+/// Put `nr >= X32_SYSCALL_BIT → ENOSYS` right after the program's first load of the syscall
+/// number (seccompiler's prologue: check the architecture, then load the number). Nothing
+/// before that point may jump past it, which is checked, so no jump offset changes.
+fn refuse_x32(prog: &mut BpfProgram) -> Result<(), SeccompError> {
+    let at = prog
+        .iter()
+        .position(|i| i.code == BPF_LD_W_ABS && i.k == 0)
+        .ok_or_else(|| SeccompError::Compile("no syscall-number load in the program".into()))?
+        + 1;
+    let jumps_past = prog[..at].iter().enumerate().any(|(i, ins)| {
+        let is_jump = ins.code & 0x07 == 0x05;
+        is_jump && (i + 1 + usize::from(ins.jt) > at || i + 1 + usize::from(ins.jf) > at)
+    });
+    if jumps_past {
+        return Err(SeccompError::Compile(
+            "unexpected prologue: cannot insert the x32 check".into(),
+        ));
+    }
+    let guard = [
+        seccompiler::sock_filter {
+            code: BPF_JGE_K,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        seccompiler::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: RET_ERRNO_ENOSYS,
+        },
+    ];
+    prog.splice(at..at, guard);
+    Ok(())
 }
 
 impl CompiledFilter {
@@ -469,6 +525,118 @@ mod tests {
         assert_eq!(audit.name_of(272), "unshare");
         assert_eq!(audit.name_of(101), "ptrace");
         assert!(enforce.notify.is_some() && !enforce.audit);
+    }
+
+    /// The kernel's verdict for one call through every installed program (the action of
+    /// highest precedence wins): a small classic-BPF interpreter over `struct seccomp_data`.
+    fn kernel_verdict(f: &CompiledFilter, arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = Vec::new();
+        data.extend_from_slice(&nr.to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0u64.to_ne_bytes()); // instruction pointer
+        for a in args {
+            data.extend_from_slice(&a.to_ne_bytes());
+        }
+        let run = |p: &BpfProgram| -> u32 {
+            let (mut acc, mut pc) = (0u32, 0usize);
+            loop {
+                let i = &p[pc];
+                pc += 1;
+                match i.code {
+                    0x20 => {
+                        let k = i.k as usize;
+                        acc = u32::from_ne_bytes(data[k..k + 4].try_into().expect("word"));
+                    }
+                    0x54 => acc &= i.k,         // alu and k
+                    0x05 => pc += i.k as usize, // ja
+                    0x15 | 0x25 | 0x35 | 0x45 => {
+                        let t = match i.code {
+                            0x15 => acc == i.k,
+                            0x25 => acc > i.k,
+                            0x35 => acc >= i.k,
+                            _ => acc & i.k != 0,
+                        };
+                        pc += usize::from(if t { i.jt } else { i.jf });
+                    }
+                    0x06 => return i.k,
+                    c => panic!("opcode {c:#x} not interpreted"),
+                }
+            }
+        };
+        // Precedence by action (the high 16 bits): KILL_PROCESS, KILL_THREAD, TRAP, ERRNO,
+        // USER_NOTIF, TRACE, LOG, ALLOW.
+        let rank = |v: u32| match v & 0xffff_0000 {
+            0x8000_0000 => 0,
+            0x0000_0000 => 1,
+            0x0003_0000 => 2,
+            0x0005_0000 => 3,
+            0x7fc0_0000 => 4,
+            0x7ff0_0000 => 5,
+            0x7ffc_0000 => 6,
+            _ => 7,
+        };
+        f.programs
+            .iter()
+            .map(run)
+            .min_by_key(|v| rank(*v))
+            .expect("a program")
+    }
+
+    /// x32 numbers (the x32 bit over any call) are refused before any rule, on x86_64, while
+    /// the native numbers go on to their rules; a foreign architecture is killed.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_and_foreign_architectures_are_refused() {
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        let p = SeccompProfile::default_profile().expect("profile");
+        for mode in [SeccompMode::Enforce, SeccompMode::Audit] {
+            let f = compile(&p, mode, NetworkMode::None).expect("compile");
+            let x32 = |nr: u32| kernel_verdict(&f, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | nr, [0; 6]);
+            // unshare, bpf, io_uring_setup, and a call no rule names (getpid).
+            for nr in [272, 321, 425, 39] {
+                assert_eq!(x32(nr), RET_ERRNO_ENOSYS, "x32 call {nr}");
+            }
+            // Native: unshare is the listener's, getpid is allowed.
+            assert_eq!(
+                kernel_verdict(&f, AUDIT_ARCH_X86_64, 272, [0x1000_0000, 0, 0, 0, 0, 0]),
+                RET_USER_NOTIF
+            );
+            assert_eq!(
+                kernel_verdict(&f, AUDIT_ARCH_X86_64, 39, [0; 6]),
+                0x7fff_0000
+            );
+            // personality(135): querying and PER_LINUX pass; ADDR_NO_RANDOMIZE goes to the
+            // listener, which denies it; modify_ldt(154) is the listener's too.
+            assert_eq!(
+                kernel_verdict(&f, AUDIT_ARCH_X86_64, 135, [0xffff_ffff, 0, 0, 0, 0, 0]),
+                0x7fff_0000
+            );
+            assert_eq!(
+                kernel_verdict(&f, AUDIT_ARCH_X86_64, 135, [0; 6]),
+                0x7fff_0000
+            );
+            assert_eq!(
+                kernel_verdict(&f, AUDIT_ARCH_X86_64, 135, [0x0040000, 0, 0, 0, 0, 0]),
+                RET_USER_NOTIF
+            );
+            assert_eq!(
+                kernel_verdict(&f, AUDIT_ARCH_X86_64, 154, [0; 6]),
+                RET_USER_NOTIF
+            );
+            if mode == SeccompMode::Enforce {
+                assert_eq!(
+                    f.verdict(135, &[0x0040000, 0, 0, 0, 0, 0]),
+                    Some(libc::EPERM)
+                );
+                assert_eq!(f.verdict(154, &[0; 6]), Some(libc::EPERM));
+            }
+            // i386 through int 0x80: killed by the architecture check.
+            assert_eq!(
+                kernel_verdict(&f, AUDIT_ARCH_I386, 20, [0; 6]) & 0xffff_0000,
+                0x8000_0000
+            );
+        }
     }
 
     #[test]
