@@ -696,6 +696,14 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     std::fs::set_permissions(r.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let work_root = root.path().join("work/_cmp_server");
     let mark = format!("cmpw-unpriv-{}", std::process::id());
+    // World-readable and world-writable, outside every policy path: DAC lets anyone in, and
+    // with namespaces off nothing but Landlock can refuse.
+    let open_file = root.path().join("world-readable.txt");
+    std::fs::write(&open_file, "secret\n").expect("write");
+    std::fs::set_permissions(&open_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let open_dir = root.path().join("world-writable");
+    std::fs::create_dir_all(&open_dir).expect("mkdir");
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let env = [
         format!(
             "ARGOCD_ENV_CONFIG_DIR={}",
@@ -714,6 +722,8 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
         // A daemon that outlives the request (nothing kills a shared UID's processes when
         // there is no PID namespace) tries the socket 2 s later.
         "ARGOCD_ENV_ESCAPEE_DELAY=2".to_owned(),
+        format!("ARGOCD_ENV_OPEN_FILE={}", open_file.display()),
+        format!("ARGOCD_ENV_OPEN_DIR={}", open_dir.display()),
     ];
     let mut args: Vec<&str> = vec!["-dir", r.path().to_str().expect("utf8")];
     for e in &env {
@@ -776,8 +786,10 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     assert_eq!(d["status.NoNewPrivs"], "1");
     assert_eq!(d["status.Seccomp_filters"], "2");
     assert_legit(&d);
-    // DAC would allow these (same UID owns them): Landlock is what says no.
+    // DAC would allow these (same UID owns them, or everyone may): Landlock is what says no.
     for k in [
+        "landlock_only.read",
+        "landlock_only.write",
         "work_root.list",
         "work_root.write",
         "plugin_config",
@@ -810,6 +822,7 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     );
     assert!(!root.path().join("plugins").join(&mark).exists());
     assert!(!work_root.join("planted").exists());
+    assert!(!open_dir.join("planted").exists());
 }
 
 #[test]
