@@ -32,7 +32,11 @@ const MODES: &str = r#"  generate:
             if os.fork() == 0:
                 os._exit(0)
         ' ;;
-          daemon) setsid sh -c 'sleep 300 & sleep 300' </dev/null >/dev/null 2>&1 & ;;
+          daemon) setsid sh -c 'sleep 300 & sleep 300' </dev/null >/dev/null 2>&1 &
+                  sleep 0.3
+                  echo "kind: Daemons"
+                  echo "running: $(pgrep -c -u "$(id -u)" -x sleep)"
+                  echo "---" ;;
           sleep) sleep 60 ;;
           slow) sleep 1.5 ;;
         esac
@@ -269,19 +273,25 @@ fn a_zombie_factory_is_stopped_by_the_pids_limit() {
     );
 }
 
+/// Without namespaces (the layer that would otherwise take the daemon with the request's PID
+/// namespace), a successful generate leaves two `sleep`s in a new session — proven running by
+/// the request itself — and nothing of them is left once it is answered.
 #[test]
 fn a_daemon_left_by_a_successful_generate_dies_with_its_request() {
     if !is_root(NEEDS_ROOT) {
         return;
     }
-    let b = bed(&[]);
+    let mut limits = LIMITS.to_vec();
+    limits.push(NO_NAMESPACES);
+    let b = bed_with(&limits, &[]);
     let v = go(
         &b.s,
         "generate",
         &["-dir", &b.dir(), "-env", "ARGOCD_ENV_MODE=daemon"],
     )
     .expect("generate succeeds");
-    assert_eq!(v["manifests"][0], CM_JSON);
+    assert_eq!(v["manifests"][0], r#"{"kind":"Daemons","running":2}"#);
+    assert_eq!(v["manifests"][1], CM_JSON);
     b.assert_clean();
 }
 
