@@ -669,6 +669,47 @@ mod tests {
         assert_eq!(prepare(&layout, 7).expect("prepare"), ["memory", "pids"]);
     }
 
+    /// `cgroup.kill` and removal on a real cgroup v2 hierarchy (this CI host mounts an empty
+    /// one at /sys/fs/cgroup/unified: no memory or pids controller there, so `memory.oom.group`
+    /// is only tested on the fake cgroupfs): a process moved into a request cgroup dies with
+    /// the kill, the cgroup is then empty and is removed.
+    #[test]
+    fn v2_kill_on_this_machine_for_real() {
+        let root = Path::new("/sys/fs/cgroup/unified");
+        if !rustix::process::geteuid().is_root() || !root.join("cgroup.procs").exists() {
+            let why = "v2 cgroup test needs root and a cgroup2 mount at /sys/fs/cgroup/unified";
+            assert!(
+                std::env::var_os("CMP_WARDEN_TESTS_MUST_RUN").is_none(),
+                "this test must run here (CMP_WARDEN_TESTS_MUST_RUN): {why}"
+            );
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let dir = root.join(format!("cmp-warden-unit-{}", std::process::id()));
+        std::fs::create_dir(&dir).expect("mkdir");
+        let cg = RequestCgroup {
+            v2: true,
+            dirs: vec![("unified".into(), dir.clone())],
+            controllers: Vec::new(),
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).expect("join");
+        assert!(!cg.is_empty());
+        cg.kill().expect("cgroup.kill");
+        let status = child.wait().expect("wait");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "killed by cgroup.kill"
+        );
+        assert!(cg.is_empty());
+        cg.remove().expect("rmdir");
+        assert!(!dir.exists());
+    }
+
     #[test]
     fn v1_on_this_machine_for_real() {
         // Real cgroup v1 (this project's machines are hybrid); needs root.
