@@ -818,6 +818,10 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     // because the peer is below the server in the process tree (the supervisor is the
     // subreaper of everything it starts).
     assert_eq!(d["server_socket"], "denied:closed");
+    // The server's TCP ports (a listener, metrics) are out of reach with `network: none`:
+    // no inet socket at all (seccomp), and Landlock denies TCP connect.
+    assert_eq!(d["tcp_loopback"], "denied:EACCES");
+    assert_eq!(d["udp_socket"], "denied:EACCES");
     // Twice: the command during its request, the escapee after it.
     assert_eq!(
         logs.matches("connection refused: the peer is one of this server's own jailed processes")
