@@ -9,6 +9,7 @@ pod spec says, like the PodSecurity admission controller, not what a runtime doe
   pss.py helm VALUES RENDERED DIR the argo-helm values agree with the component and pass baseline
   pss.py selftest                 known-bad pods are rejected (the checker can fail)
   pss.py netpol FILE              each network service admits only its Argo CD caller
+  pss.py upstream DIR VERSION     fixtures in pod-security-admission's test/testdata layout agree
 """
 
 import copy
@@ -20,16 +21,20 @@ BASELINE_CAPS = {
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
     "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
 }
+# The "safe" sysctls as of policy version 1.37 (1.27, 1.29, 1.32 and 1.37 each added some).
 SAFE_SYSCTLS = {
     "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
     "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
     "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem", "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat",
 }
 RESTRICTED_VOLUMES = {
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim",
     "projected", "secret",
 }
+SELINUX_TYPES = (None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 LEVELS = ("privileged", "baseline", "restricted")
 
 
@@ -39,7 +44,29 @@ def containers(spec):
             yield c
 
 
-def baseline(spec):
+def user_namespaced(spec):
+    """`hostUsers: false`: since policy 1.35 this relaxes procMount (baseline) and the
+    runAsNonRoot / runAsUser controls (restricted)."""
+    return spec.get("hostUsers") is False
+
+
+def windows(spec):
+    """`os.name: windows` exempts a pod from the Linux-only restricted controls (1.25+)."""
+    return (spec.get("os") or {}).get("name") == "windows"
+
+
+def probe_hosts(c):
+    """Hosts named by a container's probes and lifecycle handlers (forbidden since 1.34)."""
+    handlers = [c.get(k) for k in ("livenessProbe", "readinessProbe", "startupProbe")]
+    handlers += [(c.get("lifecycle") or {}).get(k) for k in ("postStart", "preStop")]
+    for h in handlers:
+        for kind in ("httpGet", "tcpSocket"):
+            host = ((h or {}).get(kind) or {}).get("host")
+            if host:
+                yield host
+
+
+def baseline(spec, meta=None):
     """Violations of the baseline profile, as readable strings."""
     bad = []
     psc = spec.get("securityContext") or {}
@@ -54,14 +81,17 @@ def baseline(spec):
     for s in psc.get("sysctls") or []:
         if s["name"] not in SAFE_SYSCTLS:
             bad.append(f"unsafe sysctl {s['name']}")
+    for key, value in ((meta or {}).get("annotations") or {}).items():
+        if key.startswith(APPARMOR_ANNOTATION) and value and value != "runtime/default" \
+                and not value.startswith("localhost/"):
+            bad.append(f"annotation {key}={value}")
     for ctx_name, ctx in [("pod", psc)] + [(c["name"], c.get("securityContext") or {}) for c in containers(spec)]:
         if (ctx.get("seccompProfile") or {}).get("type") == "Unconfined":
             bad.append(f"{ctx_name}: seccomp Unconfined")
-        if (ctx.get("appArmorProfile") or {}).get("type") == "Unconfined":
-            bad.append(f"{ctx_name}: AppArmor Unconfined")
+        if (ctx.get("appArmorProfile") or {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
+            bad.append(f"{ctx_name}: AppArmor {ctx['appArmorProfile']['type']}")
         se = ctx.get("seLinuxOptions") or {}
-        if se.get("type") not in (None, "", "container_t", "container_init_t", "container_kvm_t",
-                                  "container_engine_t"):
+        if se.get("type") not in SELINUX_TYPES:
             bad.append(f"{ctx_name}: SELinux type {se['type']}")
         if se.get("user") or se.get("role"):
             bad.append(f"{ctx_name}: SELinux user/role set")
@@ -77,31 +107,41 @@ def baseline(spec):
         for p in c.get("ports") or []:
             if p.get("hostPort"):
                 bad.append(f"{c['name']}: hostPort {p['hostPort']}")
-        if sc.get("procMount") not in (None, "Default"):
+        if sc.get("procMount") not in (None, "Default") and not user_namespaced(spec):
             bad.append(f"{c['name']}: procMount {sc['procMount']}")
+        for host in probe_hosts(c):
+            bad.append(f"{c['name']}: probe or lifecycle host {host}")
     return bad
 
 
-def restricted(spec):
+def restricted(spec, meta=None):
     """Violations of the restricted profile (baseline included)."""
-    bad = baseline(spec)
+    bad = baseline(spec, meta)
     psc = spec.get("securityContext") or {}
     for v in spec.get("volumes") or []:
         kinds = set(v) - {"name"}
         if not kinds <= RESTRICTED_VOLUMES:
             bad.append(f"volume {v['name']}: type {sorted(kinds)} not allowed")
-    if psc.get("runAsUser") == 0:
+    userns = user_namespaced(spec)
+    if psc.get("runAsUser") == 0 and not userns:
         bad.append("pod: runAsUser 0")
+    if psc.get("runAsNonRoot") is False and not userns:
+        bad.append("pod: runAsNonRoot false")
     for c in containers(spec):
         sc = c.get("securityContext") or {}
         name = c["name"]
+        if sc.get("procMount") not in (None, "Default") and userns:
+            bad.append(f"{name}: procMount {sc['procMount']}")  # baseline lets it pass
+        if not userns:
+            non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+            if non_root is not True:
+                bad.append(f"{name}: runAsNonRoot not true")
+            if sc.get("runAsUser") == 0:
+                bad.append(f"{name}: runAsUser 0")
+        if windows(spec):
+            continue
         if sc.get("allowPrivilegeEscalation") is not False:
             bad.append(f"{name}: allowPrivilegeEscalation not false")
-        non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
-        if non_root is not True:
-            bad.append(f"{name}: runAsNonRoot not true")
-        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
-            bad.append(f"{name}: runAsUser 0")
         seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
         if seccomp not in ("RuntimeDefault", "Localhost"):
             bad.append(f"{name}: seccompProfile {seccomp!r}, must be RuntimeDefault or Localhost")
@@ -114,19 +154,21 @@ def restricted(spec):
     return bad
 
 
-def check(spec, level):
-    return {"privileged": lambda s: [], "baseline": baseline, "restricted": restricted}[level](spec)
+def check(spec, level, meta=None):
+    return {"privileged": lambda s, m: [], "baseline": baseline, "restricted": restricted}[level](spec, meta)
 
 
 def pod_specs(docs):
+    """(object, pod spec, pod metadata) for every workload in docs."""
     for d in docs:
         kind = d.get("kind")
         if kind == "Pod":
-            yield d, d["spec"]
+            yield d, d["spec"], d.get("metadata")
         elif kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
-            yield d, d["spec"]["template"]["spec"]
+            yield d, d["spec"]["template"]["spec"], d["spec"]["template"].get("metadata")
         elif kind == "CronJob":
-            yield d, d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+            t = d["spec"]["jobTemplate"]["spec"]["template"]
+            yield d, t["spec"], t.get("metadata")
 
 
 def cmd_rendered(path):
@@ -136,7 +178,7 @@ def cmd_rendered(path):
         for d in docs if d["kind"] == "Namespace"
     }
     failed = False
-    for obj, spec in pod_specs(docs):
+    for obj, spec, meta in pod_specs(docs):
         ns = obj["metadata"].get("namespace")
         level = levels.get(ns)
         if level not in LEVELS[1:]:
@@ -144,7 +186,7 @@ def cmd_rendered(path):
                   f"baseline/restricted enforce level")
             failed = True
             continue
-        bad = check(spec, level)
+        bad = check(spec, level, meta)
         host_users = spec.get("hostUsers", True)
         if bad:
             failed = True
@@ -278,6 +320,35 @@ def cmd_netpol(path):
         sys.exit(1)
 
 
+def cmd_upstream(root, version):
+    """Classify fixtures laid out as kubernetes/pod-security-admission's test/testdata
+    (LEVEL/VERSION/{pass,fail}/*.yaml, one Pod each) and fail on any disagreement."""
+    import glob
+    import os
+    counts, wrong = {}, []
+    for level in LEVELS[1:]:
+        for outcome in ("pass", "fail"):
+            files = sorted(glob.glob(os.path.join(root, level, version, outcome, "*.yaml")))
+            counts[(level, outcome)] = len(files)
+            for f in files:
+                pod = yaml.safe_load(open(f))
+                bad = check(pod["spec"], level, pod.get("metadata"))
+                if (outcome == "pass") == bool(bad):
+                    wrong.append(f"{level}/{version}/{outcome}/{os.path.basename(f)}: we say "
+                                 + ("; ".join(bad) if bad else "allowed"))
+    total = sum(counts.values())
+    if not all(counts.values()):
+        print(f"FAIL  {root}: no fixtures for " + ", ".join(
+            f"{lvl} {out}" for (lvl, out), n in counts.items() if not n))
+        sys.exit(1)
+    for w in wrong:
+        print(f"FAIL  {w}")
+    if wrong:
+        sys.exit(1)
+    print(f"ok    {root} {version}: all {total} fixtures classified as the fixture says "
+          + ", ".join(f"{lvl} {out} {n}" for (lvl, out), n in counts.items()))
+
+
 if __name__ == "__main__":
     {"rendered": cmd_rendered, "helm": cmd_helm, "selftest": cmd_selftest,
-     "netpol": cmd_netpol}[sys.argv[1]](*sys.argv[2:])
+     "netpol": cmd_netpol, "upstream": cmd_upstream}[sys.argv[1]](*sys.argv[2:])
