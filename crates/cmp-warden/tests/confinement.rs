@@ -465,6 +465,8 @@ fn hostile_generator_through_the_server(namespaces: bool) {
             "ioctl",
             "personality",
             "modify_ldt",
+            // The inet sockets (`network: none`) and the netlink one.
+            "socket",
         ],
     );
     assert!(
@@ -1102,4 +1104,144 @@ fn a_work_dir_the_sandbox_uids_cannot_reach_is_refused_at_start_up() {
         err.contains("not reachable by the sandbox UIDs") && err.contains("mode 700"),
         "{err}"
     );
+}
+
+/// What a command's network attempts ended with, as the probe prints them.
+fn network_probe(policy: &Path, tcp_port: u16, udp_port: u16) -> BTreeMap<String, String> {
+    const PROBE: &str = r#"
+import errno, json, os, socket
+def attempt(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+out = {}
+out["inet_socket"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
+out["tcp_connect"] = attempt(lambda: socket.create_connection(("127.0.0.1", int(os.environ["ARGOCD_ENV_TCP"])), timeout=5).close())
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"escaped", ("127.0.0.1", int(os.environ["ARGOCD_ENV_UDP"])))
+out["udp_send"] = attempt(udp)
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "net"}, "data": out}))
+"#;
+    let app = repo(&[("probe.py", PROBE)]);
+    std::fs::set_permissions(app.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let cfg = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        cfg.path().join("plugin.yaml"),
+        plugin("  generate: {command: [python3, probe.py]}\n"),
+    )
+    .expect("plugin");
+    let out = Command::new(bin())
+        .arg("render")
+        .arg(app.path())
+        .arg("--config-dir-path")
+        .arg(cfg.path())
+        .arg("--policy")
+        .arg(policy)
+        .args(["--env", &format!("ARGOCD_ENV_TCP={tcp_port}")])
+        .args(["--env", &format!("ARGOCD_ENV_UDP={udp_port}")])
+        .output()
+        .expect("render");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().expect("line"))
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    serde_json::from_value(v["data"].clone()).expect("data map")
+}
+
+/// `network: none` rests on three layers; each one is attacked with the other two removed or
+/// made permissive, against a TCP and a UDP listener of the test's own on the host's loopback.
+/// - seccomp alone refuses inet sockets (the default profile; namespaces off).
+/// - Landlock alone refuses TCP connect: the profile's `networkNone` socket rules are removed
+///   (UDP then goes through, which shows they are gone) and namespaces are off. The control,
+///   `network: egress` with the same profile, connects: only Landlock's TCP rule changed.
+/// - The network namespace alone keeps UDP, which Landlock does not cover, off the host: the
+///   socket rules removed, namespaces on (the control is the Landlock case above, where the
+///   same datagram arrives).
+#[test]
+fn each_network_layer_refuses_alone() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+    tcp.set_nonblocking(true).expect("nonblocking");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_nonblocking(true).expect("nonblocking");
+    let (tp, up) = (
+        tcp.local_addr().expect("addr").port(),
+        udp.local_addr().expect("addr").port(),
+    );
+    let udp_received = || {
+        let mut buf = [0u8; 16];
+        let mut n = 0;
+        while udp.recv_from(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    };
+    let tcp_accepted = || {
+        let mut n = 0;
+        while tcp.accept().is_ok() {
+            n += 1;
+        }
+        n
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let pol = dir.path().join("policy.yaml");
+    let without_socket_rules = || {
+        let path = dir.path().join("seccomp/default.json");
+        let mut profile: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        let rules = profile["rules"].as_array_mut().expect("rules");
+        let before = rules.len();
+        rules.retain(|r| r["onlyWhen"] != "networkNone");
+        assert_eq!(before - rules.len(), 2, "the two networkNone socket rules");
+        std::fs::write(&path, profile.to_string()).expect("write");
+    };
+
+    // seccomp alone.
+    write_policy(&pol, &[NO_NAMESPACES]);
+    let d = network_probe(&pol, tp, up);
+    assert_eq!(d["inet_socket"], "denied:EACCES");
+    assert_eq!(d["udp_send"], "denied:EACCES");
+
+    // Landlock alone (TCP).
+    write_policy(&pol, &[NO_NAMESPACES]);
+    without_socket_rules();
+    let d = network_probe(&pol, tp, up);
+    assert_eq!(d["inet_socket"], "ok", "the socket rules are gone");
+    assert_eq!(d["udp_send"], "ok", "nothing else stops UDP here");
+    assert_eq!(d["tcp_connect"], "denied:EACCES", "Landlock's TCP rule");
+    assert_eq!(tcp_accepted(), 0);
+    assert_eq!(udp_received(), 1);
+    // Control: without Landlock's TCP rule (egress) the same connect goes through.
+    write_policy(
+        &pol,
+        &[
+            NO_NAMESPACES,
+            ("network: {mode: none}", "network: {mode: egress}"),
+        ],
+    );
+    without_socket_rules();
+    let d = network_probe(&pol, tp, up);
+    assert_eq!(d["tcp_connect"], "ok");
+    assert_eq!(tcp_accepted(), 1);
+    assert_eq!(udp_received(), 1);
+
+    // The network namespace alone (UDP, which Landlock does not cover).
+    write_policy(&pol, &[]);
+    without_socket_rules();
+    let d = network_probe(&pol, tp, up);
+    assert_eq!(d["inet_socket"], "ok");
+    // The send itself succeeds: 127.0.0.1 is now the namespace's own loopback, where nobody
+    // listens. The host's listener receives nothing.
+    assert_eq!(d["udp_send"], "ok");
+    assert_eq!(
+        udp_received(),
+        0,
+        "a datagram reached the host from the namespace"
+    );
+    assert_eq!(tcp_accepted(), 0);
 }

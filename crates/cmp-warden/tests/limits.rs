@@ -325,3 +325,66 @@ fn a_pool_of_two_uids_serves_two_overlapping_requests_and_refuses_a_third() {
     assert_nothing_left(&s, first, 2);
     assert!(!s.logs().contains("quarantined"), "{}", s.logs());
 }
+
+/// Render `mode` of `RLIMIT_PROBE` under `policy` in a mount namespace whose /sys/fs/cgroup is
+/// an empty tmpfs: no cgroup can be made, so only the rlimits bound the request.
+fn render_without_cgroups(policy: &Path, mode: &str) -> (bool, String) {
+    const RLIMIT_PROBE: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        case \"$ARGOCD_ENV_MODE\" in\n          heap) /usr/bin/python3 -c 'b = bytearray(256 << 20); print(len(b))' >&2 || exit 3 ;;\n          forks) for i in $(seq 40); do sleep 5 >/dev/null 2>&1 & done ;;\n        esac\n        cat cm.yaml\n";
+    let cfg = tempfile::tempdir().expect("tmp");
+    std::fs::write(cfg.path().join("plugin.yaml"), plugin(RLIMIT_PROBE)).expect("plugin");
+    let r = repo(&[("cm.yaml", CM)]);
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs none /sys/fs/cgroup && exec "$@""#)
+        .arg("sh")
+        .arg(common::bin())
+        .arg("render")
+        .arg(r.path())
+        .arg("--config-dir-path")
+        .arg(cfg.path())
+        .arg("--policy")
+        .arg(policy)
+        .args(["--env", &format!("ARGOCD_ENV_MODE={mode}")])
+        .output()
+        .expect("unshare render");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains("cgroups") && !err.contains("per-request cgroups enabled"),
+        "this must run without cgroups: {err}"
+    );
+    (out.status.success(), err)
+}
+
+/// Without cgroups (a node that delegates none), the rlimits alone bound a request's heap
+/// (`dataBytes` → RLIMIT_DATA) and its processes (`pids` → RLIMIT_NPROC on the leased UID).
+/// Each is attacked with the cgroup layer absent, and each has a control: the same command
+/// under a policy with the limit raised succeeds.
+#[test]
+fn without_cgroups_the_rlimits_alone_bound_heap_and_processes() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let pol = dir.path().join("policy.yaml");
+    write_policy(
+        &pol,
+        &[
+            ("dataBytes: 1Gi", "dataBytes: 64Mi"),
+            ("pids: 512", "pids: 16"),
+        ],
+    );
+    let (ok, err) = render_without_cgroups(&pol, "heap");
+    assert!(!ok && err.contains("MemoryError"), "{err}");
+    let (ok, err) = render_without_cgroups(&pol, "forks");
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("Resource temporarily unavailable") || err.contains("Cannot fork"),
+        "{err}"
+    );
+    // Controls: the limits raised, the same commands succeed.
+    write_policy(&pol, &[]);
+    let (ok, err) = render_without_cgroups(&pol, "heap");
+    assert!(ok, "{err}"); // the command exits 3 unless the allocation succeeded
+    let (ok, err) = render_without_cgroups(&pol, "forks");
+    assert!(ok, "{err}"); // the shell exits at the first fork that fails
+}
