@@ -337,7 +337,7 @@ fn render_without_cgroups(policy: &Path, mode: &str) -> (bool, String) {
         .args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(r#"mount -t tmpfs none /sys/fs/cgroup && exec "$@""#)
         .arg("sh")
-        .arg(common::bin())
+        .arg(bin())
         .arg("render")
         .arg(r.path())
         .arg("--config-dir-path")

@@ -1,0 +1,37 @@
+//! The per-request egress proxy.
+//!
+//! A jail with `network: allowList` has an empty network namespace; the only thing its commands
+//! can reach is a TCP listener on the namespace's loopback, which the jail made and handed to the
+//! supervisor. The supervisor serves it with [`Proxy`]: an HTTP proxy (`CONNECT host:port` for
+//! TLS, absolute-form requests for plain HTTP) that
+//! 1. parses one bounded request head per connection,
+//! 2. decides the destination against the [`AllowList`] (names by exact or `*.suffix` match,
+//!    addresses only by CIDR entries, always with a port),
+//! 3. resolves the name itself and connects to an address it checked (no second resolution;
+//!    loopback, link-local, private and the pod's own addresses only where an entry says so),
+//! 4. relays bytes until either side closes or the request ends, and
+//! 5. records each connection ([`Connection`]) for the request's audit event.
+//!
+//! A denial is answered with `403` whose reason phrase and body name the destination and the
+//! policy field, so the tool's own error carries it. The proxy knows nothing of Argo CD, gRPC
+//! or the jail.
+
+#![forbid(unsafe_code)]
+
+mod head;
+mod proxy;
+mod rules;
+
+pub use proxy::{Connection, Decision, Limits, Proxy, ProxyHandle};
+pub use rules::{AllowList, Cidr, Denial, HostPattern, Rule, Target, is_internal};
+
+/// Errors building an allow list.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A host pattern that is not a DNS name or `*.suffix`.
+    #[error("bad host pattern {0:?}: want a DNS name (letters, digits, '-', '.') or *.suffix")]
+    Host(String),
+    /// A CIDR that does not parse.
+    #[error("bad CIDR {0:?}: want ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8")]
+    Cidr(String),
+}

@@ -1,0 +1,490 @@
+//! The allow list: which destinations a request may reach, and why one is refused.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::Error;
+
+/// A host name pattern: an exact DNS name, or `*.suffix` (one or more labels before the
+/// suffix; not the suffix itself). Lower-case, without a trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    wildcard: bool,
+    name: String,
+}
+
+impl HostPattern {
+    /// Parse `name` or `*.suffix`.
+    pub fn parse(s: &str) -> Result<Self, Error> {
+        let lower = s.trim_end_matches('.').to_ascii_lowercase();
+        let (wildcard, name) = match lower.strip_prefix("*.") {
+            Some(rest) => (true, rest.to_owned()),
+            None => (false, lower),
+        };
+        if !dns_name(&name) {
+            return Err(Error::Host(s.to_owned()));
+        }
+        Ok(Self { wildcard, name })
+    }
+
+    /// Whether `host` (already normalised by [`normalise_name`]) matches.
+    pub fn matches(&self, host: &str) -> bool {
+        if self.wildcard {
+            host.len() > self.name.len() + 1
+                && host.ends_with(&self.name)
+                && host.as_bytes()[host.len() - self.name.len() - 1] == b'.'
+        } else {
+            host == self.name
+        }
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.wildcard {
+            write!(f, "*.{}", self.name)
+        } else {
+            f.write_str(&self.name)
+        }
+    }
+}
+
+/// An address block, `ADDRESS/PREFIX`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parse `10.0.0.0/8`, `fd00::/8`, or a bare address (a /32 or /128).
+    pub fn parse(s: &str) -> Result<Self, Error> {
+        let bad = || Error::Cidr(s.to_owned());
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(Self { addr, prefix })
+    }
+
+    /// Whether `ip` lies in the block (an IPv4-mapped IPv6 address counts as its IPv4 form).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, canonical(ip)) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// What an entry names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A host name (the proxy resolves it).
+    Host(HostPattern),
+    /// Addresses, reached by IP literal or by a name that resolves into the block.
+    Cidr(Cidr),
+}
+
+/// One allow-list entry: a target and the ports it may be reached on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The host pattern or address block.
+    pub target: Target,
+    /// TCP ports (at least one).
+    pub ports: Vec<u16>,
+    /// For a host entry: its names may resolve to internal addresses (loopback, link-local,
+    /// private ranges, the pod's own), which are otherwise refused.
+    pub internal: bool,
+}
+
+/// The allow list of one policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowList {
+    /// The entries, in policy order.
+    pub rules: Vec<Rule>,
+    /// Audit mode: every destination is allowed, and what the list would have decided is
+    /// recorded (for `policy suggest`).
+    pub audit: bool,
+}
+
+/// Why a destination is refused. Each message names the destination and the policy field that
+/// would allow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// The request named neither a DNS name nor an IP address (e.g. `0x7f.1`, `2130706433`).
+    NotAHostName(String),
+    /// No entry names this host on this port.
+    NoEntry { host: String, port: u16 },
+    /// An IP literal no CIDR entry covers on this port.
+    NoEntryForAddress { ip: IpAddr, port: u16 },
+    /// The name resolves only to internal addresses and its entry does not say `internal`.
+    Internal {
+        host: String,
+        port: u16,
+        addresses: Vec<IpAddr>,
+    },
+    /// The name does not resolve (from the supervisor's side).
+    Unresolvable { host: String, error: String },
+    /// Not a proxy request this proxy serves.
+    BadRequest(String),
+    /// The request already holds the policy's number of concurrent connections.
+    TooManyConnections(usize),
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Denial::NotAHostName(h) => write!(
+                f,
+                "egress to {h:?} denied: not a DNS name or IP address (spec.network.allow)"
+            ),
+            Denial::NoEntry { host, port } => write!(
+                f,
+                "egress to {host}:{port} denied: no entry of spec.network.allow names this host and port"
+            ),
+            Denial::NoEntryForAddress { ip, port } => write!(
+                f,
+                "egress to {}:{port} denied: an IP address needs a cidr entry in spec.network.allow with this port",
+                SocketAddrText(*ip)
+            ),
+            Denial::Internal {
+                host,
+                port,
+                addresses,
+            } => {
+                let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "egress to {host}:{port} denied: it resolves only to internal addresses ({}); set internal: true on its spec.network.allow entry or add a cidr entry",
+                    list.join(", ")
+                )
+            }
+            Denial::Unresolvable { host, error } => {
+                write!(
+                    f,
+                    "egress to {host} denied: the name does not resolve ({error})"
+                )
+            }
+            Denial::BadRequest(why) => write!(f, "egress proxy: {why}"),
+            Denial::TooManyConnections(n) => write!(
+                f,
+                "egress denied: the request already has {n} open connections (spec.network.maxConnections)"
+            ),
+        }
+    }
+}
+
+struct SocketAddrText(IpAddr);
+
+impl fmt::Display for SocketAddrText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            IpAddr::V4(a) => write!(f, "{a}"),
+            IpAddr::V6(a) => write!(f, "[{a}]"),
+        }
+    }
+}
+
+/// A destination as the client named it, after normalisation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// A DNS name (lower-case, no trailing dot).
+    Name(String),
+    /// An IP literal.
+    Ip(IpAddr),
+}
+
+/// Normalise a client's host: an IP literal (IPv6 in brackets or bare), or a DNS name whose
+/// last label starts with a letter. Anything else — the numeric and hex spellings resolvers
+/// accept for addresses (`2130706433`, `0x7f.1`, `127.1`) — is refused rather than resolved.
+pub fn normalise_name(host: &str) -> Result<Host, Denial> {
+    let h = host.trim_end_matches('.').to_ascii_lowercase();
+    let unbracketed = h
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .unwrap_or(&h);
+    if let Ok(ip) = unbracketed.parse::<IpAddr>() {
+        return Ok(Host::Ip(canonical(ip)));
+    }
+    if dns_name(&h) {
+        Ok(Host::Name(h))
+    } else {
+        Err(Denial::NotAHostName(host.to_owned()))
+    }
+}
+
+fn dns_name(name: &str) -> bool {
+    let labels: Vec<&str> = name.split('.').collect();
+    name.len() <= 253
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+        && labels
+            .last()
+            .is_some_and(|l| l.as_bytes()[0].is_ascii_alphabetic())
+}
+
+impl AllowList {
+    /// The entries that name `host` on `port` (step 2 of the proxy), or why there are none.
+    pub fn entries_for(&self, host: &Host, port: u16) -> Result<Vec<&Rule>, Denial> {
+        let found: Vec<&Rule> = self
+            .rules
+            .iter()
+            .filter(|r| r.ports.contains(&port))
+            .filter(|r| match (&r.target, host) {
+                (Target::Host(p), Host::Name(n)) => p.matches(n),
+                (Target::Cidr(c), Host::Ip(ip)) => c.contains(*ip),
+                _ => false,
+            })
+            .collect();
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        Err(match host {
+            Host::Name(n) => Denial::NoEntry {
+                host: n.clone(),
+                port,
+            },
+            Host::Ip(ip) => Denial::NoEntryForAddress { ip: *ip, port },
+        })
+    }
+
+    /// Whether a resolved address may be used for a name its `entries` matched: an external
+    /// address always; an internal one (`internal` says so, with `own` for the pod's own
+    /// addresses) only when one of the entries says `internal: true` or a CIDR entry names it
+    /// on this port.
+    pub fn address_allowed(&self, entries: &[&Rule], ip: IpAddr, port: u16, own: bool) -> bool {
+        if !own && !is_internal(ip) {
+            return true;
+        }
+        entries.iter().any(|r| r.internal)
+            || self.rules.iter().any(|r| {
+                r.ports.contains(&port) && matches!(&r.target, Target::Cidr(c) if c.contains(ip))
+            })
+    }
+}
+
+/// IPv4-mapped (`::ffff:a.b.c.d`) addresses as their IPv4 form.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// Addresses that are not the public internet: loopback, link-local (the cloud metadata
+/// address 169.254.169.254 among them), private and shared ranges, unspecified, multicast,
+/// reserved; in IPv6 also unique-local and the NAT64 and mapped forms of internal IPv4.
+pub fn is_internal(ip: IpAddr) -> bool {
+    match canonical(ip) {
+        IpAddr::V4(a) => internal_v4(a),
+        IpAddr::V6(a) => internal_v6(a),
+    }
+}
+
+fn internal_v4(a: Ipv4Addr) -> bool {
+    let [b0, b1, b2, _] = a.octets();
+    a.is_unspecified()
+        || b0 == 0
+        || a.is_loopback()
+        || a.is_private()
+        || a.is_link_local()
+        || (b0 == 100 && (64..128).contains(&b1)) // shared address space (CGNAT)
+        || (b0 == 192 && b1 == 0 && b2 == 0) // IETF protocol assignments
+        || (b0 == 198 && (b1 == 18 || b1 == 19)) // benchmarking
+        || b0 >= 224 // multicast, reserved, broadcast
+}
+
+fn internal_v6(a: Ipv6Addr) -> bool {
+    let s = a.segments();
+    a.is_unspecified()
+        || a.is_loopback()
+        || (s[0] & 0xfe00) == 0xfc00 // unique local
+        || (s[0] & 0xffc0) == 0xfe80 // link-local
+        || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
+        || (s[0] & 0xff00) == 0xff00 // multicast
+        // NAT64 (64:ff9b::/96) of an internal IPv4 address
+        || (s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] && {
+            let [h, l] = [s[6], s[7]];
+            internal_v4(Ipv4Addr::new((h >> 8) as u8, h as u8, (l >> 8) as u8, l as u8))
+        })
+        // IPv4-compatible (deprecated, ::a.b.c.d)
+        || (s[..6] == [0, 0, 0, 0, 0, 0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(t: &str, ports: &[u16], internal: bool) -> Rule {
+        let target = if t.contains('/') || t.parse::<IpAddr>().is_ok() {
+            Target::Cidr(Cidr::parse(t).expect("cidr"))
+        } else {
+            Target::Host(HostPattern::parse(t).expect("host"))
+        };
+        Rule {
+            target,
+            ports: ports.to_vec(),
+            internal,
+        }
+    }
+
+    fn name(h: &str) -> Host {
+        normalise_name(h).expect("host")
+    }
+
+    #[test]
+    fn names_match_exactly_or_by_suffix_and_always_with_a_port() {
+        let list = AllowList {
+            rules: vec![
+                rule("vault.example", &[8200], false),
+                rule("*.charts.example", &[443], false),
+            ],
+            audit: false,
+        };
+        assert!(list.entries_for(&name("vault.example"), 8200).is_ok());
+        assert!(list.entries_for(&name("VAULT.example."), 8200).is_ok());
+        assert!(list.entries_for(&name("a.b.charts.example"), 443).is_ok());
+        for (h, p) in [
+            ("vault.example", 8201),
+            ("evil-vault.example", 8200),
+            ("vault.example.evil", 8200),
+            ("charts.example", 443),
+            ("xcharts.example", 443),
+            ("a.charts.example", 80),
+        ] {
+            assert_eq!(
+                list.entries_for(&name(h), p).map(|_| ()),
+                Err(Denial::NoEntry {
+                    host: h.trim_end_matches('.').to_ascii_lowercase(),
+                    port: p
+                }),
+                "{h}:{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn ip_literals_need_a_cidr_entry_and_odd_spellings_are_not_names() {
+        let list = AllowList {
+            rules: vec![
+                rule("localhost", &[8200], true),
+                rule("10.1.0.0/16", &[443], false),
+            ],
+            audit: false,
+        };
+        // The address a listed name resolves to is not listed by that name.
+        assert!(matches!(
+            list.entries_for(&name("127.0.0.1"), 8200),
+            Err(Denial::NoEntryForAddress { .. })
+        ));
+        assert!(list.entries_for(&name("10.1.2.3"), 443).is_ok());
+        assert!(list.entries_for(&name("[::ffff:10.1.2.3]"), 443).is_ok());
+        assert!(list.entries_for(&name("10.2.0.1"), 443).is_err());
+        for odd in [
+            "2130706433",
+            "0x7f.1",
+            "127.1",
+            "0177.0.0.1",
+            "a..b",
+            "-a.b",
+            "a_b.c",
+            "",
+        ] {
+            assert!(
+                matches!(normalise_name(odd), Err(Denial::NotAHostName(_))),
+                "{odd}"
+            );
+        }
+    }
+
+    #[test]
+    fn internal_addresses_need_an_entry_that_says_so() {
+        let list = AllowList {
+            rules: vec![
+                rule("public.example", &[443], false),
+                rule("local.example", &[80], true),
+                rule("10.9.0.0/16", &[443], false),
+            ],
+            audit: false,
+        };
+        let public = list.entries_for(&name("public.example"), 443).expect("e");
+        for ip in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "10.0.0.1",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "224.0.0.1",
+        ] {
+            let ip: IpAddr = ip.parse().expect("ip");
+            assert!(is_internal(ip), "{ip}");
+            assert!(!list.address_allowed(&public, ip, 443, false), "{ip}");
+        }
+        let ext: IpAddr = "93.184.216.34".parse().expect("ip");
+        assert!(list.address_allowed(&public, ext, 443, false));
+        // The pod's own (public) address counts as internal.
+        assert!(!list.address_allowed(&public, ext, 443, true));
+        // A CIDR entry names an internal block explicitly (on its port).
+        assert!(list.address_allowed(&public, "10.9.1.1".parse().expect("ip"), 443, false));
+        assert!(!list.address_allowed(&public, "10.9.1.1".parse().expect("ip"), 80, false));
+        let local = list.entries_for(&name("local.example"), 80).expect("e");
+        assert!(list.address_allowed(&local, "127.0.0.1".parse().expect("ip"), 80, false));
+    }
+
+    #[test]
+    fn patterns_and_blocks_refuse_what_they_cannot_mean() {
+        for bad in ["*", "*.", "a.*.b", "http://x", "x:80", "1.2.3.4"] {
+            assert!(HostPattern::parse(bad).is_err(), "{bad}");
+        }
+        for bad in ["10.0.0.0/33", "x/8", "::/129", "10.0.0.0/"] {
+            assert!(Cidr::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            Cidr::parse("10.0.0.0/8").expect("c").to_string(),
+            "10.0.0.0/8"
+        );
+        assert!(
+            Cidr::parse("0.0.0.0/0")
+                .expect("c")
+                .contains("8.8.8.8".parse().expect("ip"))
+        );
+    }
+}

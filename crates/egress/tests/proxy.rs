@@ -1,0 +1,371 @@
+//! The proxy against real sockets: allowed tunnels and forwards beside every refusal the allow
+//! list makes, smuggling, the connection cap, and a clean stop.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use egress::{AllowList, Cidr, Decision, HostPattern, Limits, Proxy, Rule, Target};
+
+/// An upstream on 127.0.0.1 that counts connections; for each it reads one request head and
+/// answers `HTTP/1.1 200` with the request line as the body, or echoes when `echo`.
+struct Upstream {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    requests: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn upstream(echo: bool) -> Upstream {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (a, r) = (accepted.clone(), requests.clone());
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            a.fetch_add(1, Ordering::SeqCst);
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                if echo {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf) {
+                        if n == 0 || s.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    return;
+                }
+                // Read everything the proxy sends until it stops, then answer once per
+                // request line seen.
+                let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+                let mut all = Vec::new();
+                let _ = s.read_to_end(&mut all);
+                let text = String::from_utf8_lossy(&all).into_owned();
+                let lines: Vec<String> = text
+                    .lines()
+                    .filter(|l| l.contains(" HTTP/1."))
+                    .map(str::to_owned)
+                    .collect();
+                r.lock().expect("lock").extend(lines.iter().cloned());
+                let body = lines.join("\n");
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    Upstream {
+        port,
+        accepted,
+        requests,
+    }
+}
+
+fn host(h: &str, ports: &[u16], internal: bool) -> Rule {
+    Rule {
+        target: Target::Host(HostPattern::parse(h).expect("host")),
+        ports: ports.to_vec(),
+        internal,
+    }
+}
+
+fn start(rules: Vec<Rule>, limits: Limits) -> (egress::ProxyHandle, u16) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let h = Proxy::new(
+        AllowList {
+            rules,
+            audit: false,
+        },
+        limits,
+    )
+    .start(l)
+    .expect("start");
+    (h, port)
+}
+
+/// Send `req` to the proxy and return its status line, with the stream positioned after the
+/// response head (read byte by byte, so nothing of what follows is consumed).
+fn ask(proxy: u16, req: &str) -> (String, TcpStream) {
+    let mut s = TcpStream::connect(("127.0.0.1", proxy)).expect("connect proxy");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(req.as_bytes()).expect("write");
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    (text.lines().next().unwrap_or_default().to_owned(), s)
+}
+
+#[test]
+fn allowed_destinations_work_and_every_other_one_is_refused_and_named() {
+    let echo = upstream(true);
+    let other = upstream(false);
+    let (proxy, port) = start(
+        vec![
+            host("localhost", &[echo.port], true),
+            host("127.0.0.2.nip.invalid", &[echo.port], false),
+        ],
+        Limits::default(),
+    );
+    // Allowed: a tunnel through which bytes go both ways.
+    let (status, mut s) = ask(
+        port,
+        &format!("CONNECT localhost:{} HTTP/1.1\r\n\r\n", echo.port),
+    );
+    assert_eq!(status, "HTTP/1.1 200 Connection established");
+    s.write_all(b"ping").expect("write");
+    let mut b = [0u8; 4];
+    s.read_exact(&mut b).expect("echo");
+    assert_eq!(&b, b"ping");
+    drop(s);
+
+    let refused = [
+        // A host with no entry.
+        (
+            format!("CONNECT other.invalid:{} HTTP/1.1\r\n\r\n", other.port),
+            "no entry of spec.network.allow names this host and port",
+        ),
+        // A listed host on another port.
+        (
+            format!("CONNECT localhost:{} HTTP/1.1\r\n\r\n", other.port),
+            "no entry of spec.network.allow names this host and port",
+        ),
+        // The IP literal of the listed host's address.
+        (
+            format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port),
+            "needs a cidr entry",
+        ),
+        (
+            format!("CONNECT [::ffff:127.0.0.1]:{} HTTP/1.1\r\n\r\n", echo.port),
+            "needs a cidr entry",
+        ),
+        // Numeric spellings resolvers would take for 127.0.0.1.
+        (
+            format!("CONNECT 2130706433:{} HTTP/1.1\r\n\r\n", echo.port),
+            "not a DNS name or IP address",
+        ),
+        // The cloud metadata address, by literal and through a plain-HTTP request.
+        (
+            "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n".into(),
+            "needs a cidr entry",
+        ),
+        (
+            "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n".into(),
+            "needs a cidr entry",
+        ),
+        // Not a proxy request.
+        (
+            "GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n".into(),
+            "only CONNECT and absolute http://",
+        ),
+    ];
+    for (req, why) in &refused {
+        let (status, mut s) = ask(port, req);
+        assert!(status.starts_with("HTTP/1.1 4"), "{req}: {status}");
+        assert!(status.contains("cmp-warden: egress"), "{status}");
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        assert!(body.contains(why), "{req}: {body}");
+    }
+    assert_eq!(
+        other.accepted.load(Ordering::SeqCst),
+        0,
+        "a refused destination was reached"
+    );
+    let (records, unrecorded) = proxy.finish();
+    assert_eq!(unrecorded, 0);
+    assert_eq!(records.len(), 1 + refused.len());
+    let ok: Vec<_> = records
+        .iter()
+        .filter(|c| c.decision == Decision::Allowed)
+        .collect();
+    assert_eq!(ok.len(), 1);
+    assert_eq!(ok[0].destination, format!("localhost:{}", echo.port));
+    assert_eq!((ok[0].bytes_up, ok[0].bytes_down), (4, 4));
+    assert!(ok[0].address.expect("address").ip().is_loopback());
+}
+
+#[test]
+fn a_name_that_resolves_to_an_internal_address_needs_an_entry_that_says_so() {
+    let up = upstream(false);
+    let (proxy, port) = start(
+        vec![host("localhost", &[up.port], false)],
+        Limits::default(),
+    );
+    let (status, mut s) = ask(
+        port,
+        &format!("GET http://localhost:{}/ HTTP/1.1\r\n\r\n", up.port),
+    );
+    assert!(status.starts_with("HTTP/1.1 403"), "{status}");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    assert!(
+        body.contains("resolves only to internal addresses") && body.contains("internal: true"),
+        "{body}"
+    );
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 0);
+    drop(proxy);
+
+    // A CIDR entry names the block explicitly: the same name is then usable.
+    let (proxy, port) = start(
+        vec![
+            host("localhost", &[up.port], false),
+            Rule {
+                target: Target::Cidr(Cidr::parse("127.0.0.0/8").expect("cidr")),
+                ports: vec![up.port],
+                internal: false,
+            },
+        ],
+        Limits::default(),
+    );
+    let (status, _s) = ask(
+        port,
+        &format!("GET http://localhost:{}/x HTTP/1.1\r\n\r\n", up.port),
+    );
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    drop(proxy);
+}
+
+#[test]
+fn a_request_smuggled_behind_a_forwarded_one_never_leaves() {
+    let allowed = upstream(false);
+    let forbidden = upstream(false);
+    let (proxy, port) = start(
+        vec![host("localhost", &[allowed.port], true)],
+        Limits::default(),
+    );
+    let req = format!(
+        "POST http://localhost:{a}/first HTTP/1.1\r\nContent-Length: 5\r\nConnection: keep-alive\r\nProxy-Authorization: Basic eA==\r\n\r\nhelloGET http://localhost:{f}/second HTTP/1.1\r\n\r\nCONNECT localhost:{f} HTTP/1.1\r\n\r\n",
+        a = allowed.port,
+        f = forbidden.port
+    );
+    let (status, mut s) = ask(port, &req);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    assert_eq!(body, "POST /first HTTP/1.1");
+    let (records, _) = proxy.finish();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].bytes_up as usize, {
+        // The rewritten head (no Connection/Proxy-Authorization, Connection: close) + 5.
+        "POST /first HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\n".len() + 5
+    });
+    assert_eq!(forbidden.accepted.load(Ordering::SeqCst), 0);
+    assert_eq!(allowed.requests.lock().expect("lock").len(), 1);
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").expect("tasks").count()
+}
+
+#[test]
+fn the_connection_cap_holds_and_finishing_cuts_every_tunnel_and_joins_every_thread() {
+    let echo = upstream(true);
+    let limits = Limits {
+        max_connections: 100,
+        ..Limits::default()
+    };
+    let (proxy, port) = start(vec![host("localhost", &[echo.port], true)], limits);
+    let before = threads();
+    let mut open = Vec::new();
+    for _ in 0..100 {
+        let (status, s) = ask(
+            port,
+            &format!("CONNECT localhost:{} HTTP/1.1\r\n\r\n", echo.port),
+        );
+        assert_eq!(status, "HTTP/1.1 200 Connection established");
+        open.push(s);
+    }
+    assert_eq!(proxy.open_connections(), 100);
+    // The 101st is refused at once and named.
+    let (status, _s) = ask(
+        port,
+        &format!("CONNECT localhost:{} HTTP/1.1\r\n\r\n", echo.port),
+    );
+    assert!(
+        status.starts_with("HTTP/1.1 503") && status.contains("maxConnections"),
+        "{status}"
+    );
+    // Two relay threads per tunnel, bounded by the cap.
+    // (The echo upstream in this process holds one more per connection.)
+    assert!(threads() <= before + 3 * 100 + 2, "{} threads", threads());
+    // Finishing while all 100 tunnels are open cuts them and joins everything.
+    let t = std::time::Instant::now();
+    let (records, _) = proxy.finish();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(
+        records
+            .iter()
+            .filter(|c| c.decision == Decision::Allowed)
+            .count(),
+        100
+    );
+    assert_eq!(
+        records
+            .iter()
+            .filter(|c| c.decision == Decision::Denied)
+            .count(),
+        1
+    );
+    for mut s in open {
+        let mut b = [0u8; 1];
+        assert_eq!(
+            s.read(&mut b).unwrap_or(0),
+            0,
+            "a tunnel outlived the request"
+        );
+    }
+    // The echo upstream's threads end with their connections; ours are joined.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while threads() > before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        threads() <= before,
+        "{} threads left, {before} before",
+        threads()
+    );
+}
+
+#[test]
+fn audit_mode_admits_and_records_what_the_list_would_refuse() {
+    let up = upstream(false);
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let proxy = Proxy::new(
+        AllowList {
+            rules: vec![],
+            audit: true,
+        },
+        Limits::default(),
+    )
+    .start(l)
+    .expect("start");
+    let (status, _s) = ask(
+        port,
+        &format!("GET http://localhost:{}/ HTTP/1.1\r\n\r\n", up.port),
+    );
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let (records, _) = proxy.finish();
+    assert_eq!(records[0].decision, Decision::Audited);
+    assert!(
+        records[0]
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("no entry of spec.network.allow"),
+        "{records:?}"
+    );
+}
