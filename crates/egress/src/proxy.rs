@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::head::{Head, read_head, split_authority};
 use crate::rules::{AllowList, Denial, Host, normalise_name};
@@ -39,7 +39,7 @@ impl Default for Limits {
 }
 
 /// What the proxy did with a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Decision {
     /// The allow list admits it.
@@ -62,7 +62,7 @@ impl Decision {
 }
 
 /// One connection, as the request's audit event records it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Connection {
     /// `CONNECT`, or the method of a plain-HTTP request.

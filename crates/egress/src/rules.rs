@@ -3,6 +3,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use serde::Serialize;
+
 use crate::Error;
 
 /// A host name pattern: an exact DNS name, or `*.suffix` (one or more labels before the
@@ -36,6 +38,18 @@ impl HostPattern {
         } else {
             host == self.name
         }
+    }
+}
+
+impl Serialize for HostPattern {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -100,7 +114,8 @@ impl fmt::Display for Cidr {
 }
 
 /// What an entry names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Target {
     /// A host name (the proxy resolves it).
     Host(HostPattern),
@@ -109,7 +124,7 @@ pub enum Target {
 }
 
 /// One allow-list entry: a target and the ports it may be reached on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rule {
     /// The host pattern or address block.
     pub target: Target,
@@ -121,7 +136,7 @@ pub struct Rule {
 }
 
 /// The allow list of one policy.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct AllowList {
     /// The entries, in policy order.
     pub rules: Vec<Rule>,

@@ -201,7 +201,14 @@ impl Drop for Factory {
 
 impl Running {
     fn fork(&mut self) -> std::io::Result<Spawned> {
-        let (in_r, in_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        // The jail's stdin is a stream socket rather than a pipe, so that the jail can hand
+        // the supervisor a descriptor back over it (its egress listener).
+        let (in_r, in_w) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
         let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         // Tracked from the moment it exists: an orphan reaper must never reap a jail that
         // exits before we know its PID.

@@ -239,7 +239,14 @@ pub struct Report {
     /// Probe only: the extractor run, confined, into each directory (path, outcome).
     #[serde(default)]
     pub self_test: Vec<(String, SelfTestOutcome)>,
+    /// `network: allowList`: the port of the egress listener on the jail's loopback, which
+    /// the jail handed to the supervisor (commands get it as `HTTPS_PROXY` and friends).
+    #[serde(default)]
+    pub egress_port: Option<u16>,
 }
+
+/// The one byte that comes with the egress listener over the jail's stdin socket.
+pub const EGRESS_LISTENER: u8 = b'L';
 
 /// The jail's answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -166,6 +166,16 @@ pub struct RunRecord {
     pub limit: Option<Limit>,
     /// Seccomp denials (enforce) or would-be denials (audit), by system call.
     pub seccomp_audit: Vec<SeccompEvent>,
+    /// `network: allowList`: every connection through the egress proxy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<egress::Connection>,
+    /// Connections past the proxy's record limit (counted, not itemised).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_unrecorded: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Shared between the runner (which fills it) and the service (which logs it).

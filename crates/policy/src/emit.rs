@@ -54,8 +54,7 @@ spec:
   filesystem:
     readOnly: [{ro}]
     readWrite: [{rw}]
-  network: {{mode: {net}}}
-  env:
+{net}  env:
     pass: [{pass}]
   seccomp: {{profile: {profile}, mode: {mode}}}
   limits:
@@ -86,10 +85,7 @@ spec:
         count = p.uid_count,
         ro = paths(&p.read_only),
         rw = paths(&p.read_write),
-        net = match p.network {
-            NetworkMode::None => "none",
-            NetworkMode::Egress => "egress",
-        },
+        net = network(p),
         pass = list(&p.env_pass),
         profile = q(profile),
         mode = match p.seccomp_mode {
@@ -128,6 +124,46 @@ spec:
         );
     }
     o
+}
+
+/// The `network:` block (two-space indented under `spec:`), with the allow list.
+fn network(p: &Policy) -> String {
+    let mode = match p.network {
+        NetworkMode::None => "none",
+        NetworkMode::Egress => "egress",
+        NetworkMode::AllowList => "allowList",
+    };
+    if p.network != NetworkMode::AllowList {
+        return format!("  network: {{mode: {mode}}}\n");
+    }
+    let mut o = format!("  network:\n    mode: {mode}\n    allow:\n");
+    if p.egress.rules.is_empty() {
+        o.truncate(o.len() - "    allow:\n".len());
+    }
+    for r in &p.egress.rules {
+        let ports: Vec<String> = r.ports.iter().map(u16::to_string).collect();
+        let target = match &r.target {
+            egress::Target::Host(h) => format!("host: {}", quoted(&h.to_string())),
+            egress::Target::Cidr(c) => format!("cidr: {}", quoted(&c.to_string())),
+        };
+        let internal = if r.internal { ", internal: true" } else { "" };
+        o.push_str(&format!(
+            "      - {{{target}, ports: [{}]{internal}}}\n",
+            ports.join(", ")
+        ));
+    }
+    if p.egress.audit {
+        o.push_str("    audit: true\n");
+    }
+    o.push_str(&format!(
+        "    maxConnections: {}\n",
+        p.egress_max_connections
+    ));
+    o
+}
+
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 #[cfg(test)]

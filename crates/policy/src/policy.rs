@@ -141,6 +141,9 @@ pub enum NetworkMode {
     None,
     /// Outbound connections allowed (e.g. helm dependency fetches).
     Egress,
+    /// Only the destinations of `spec.network.allow`, through the supervisor's proxy (the
+    /// jail keeps its empty network namespace).
+    AllowList,
 }
 
 /// Whether seccomp denies or only logs.
@@ -239,9 +242,27 @@ struct RawFs {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawNetwork {
     mode: NetworkMode,
+    #[serde(default)]
+    allow: Vec<RawDestination>,
+    #[serde(default)]
+    audit: bool,
+    #[serde(default)]
+    max_connections: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDestination {
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    cidr: Option<String>,
+    ports: Vec<u16>,
+    #[serde(default)]
+    internal: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -374,6 +395,10 @@ pub struct Policy {
     pub read_write: Vec<PathBuf>,
     /// Network mode.
     pub network: NetworkMode,
+    /// `allowList` mode: the destinations (and whether the list only audits).
+    pub egress: egress::AllowList,
+    /// `allowList` mode: connections a request may hold open at once.
+    pub egress_max_connections: usize,
     /// Seccomp profile, resolved against the policy file's directory (or `policies/`).
     pub seccomp_profile: PathBuf,
     /// Seccomp mode.
@@ -506,6 +531,7 @@ impl Policy {
         let archive = check_archive(&s.archive)?;
         let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
         let landlock = check_landlock(s.landlock.as_ref(), &require)?;
+        let (egress, egress_max_connections) = check_network(&s.network, &namespaces)?;
         Ok(Policy {
             name: raw.metadata.name,
             require,
@@ -515,6 +541,8 @@ impl Policy {
             read_only,
             read_write,
             network: s.network.mode,
+            egress,
+            egress_max_connections,
             seccomp_profile,
             seccomp_mode: s.seccomp.mode,
             seccomp,
@@ -644,6 +672,86 @@ fn check_env_pass(env: &RawEnv) -> Result<Vec<String>, PolicyError> {
         }
     }
     Ok(env.pass.clone())
+}
+
+/// `spec.network`: `allow`, `audit` and `maxConnections` only with `allowList`, which needs the
+/// per-request network namespace (the proxy must be the jail's only way out) and at least one
+/// entry (or `audit`); each entry names exactly one host pattern or CIDR and at least one port.
+fn check_network(
+    n: &RawNetwork,
+    namespaces: &Namespaces,
+) -> Result<(egress::AllowList, usize), PolicyError> {
+    if n.mode != NetworkMode::AllowList {
+        if !n.allow.is_empty() || n.audit || n.max_connections.is_some() {
+            return Err(invalid(
+                "spec.network",
+                "allow, audit and maxConnections apply only to mode: allowList",
+            ));
+        }
+        return Ok((egress::AllowList::default(), 0));
+    }
+    if !namespaces.net {
+        return Err(invalid(
+            "spec.network.mode",
+            "allowList needs `net` in spec.namespaces: the jail's own empty network namespace is what makes the proxy its only way out",
+        ));
+    }
+    if n.allow.is_empty() && !n.audit {
+        return Err(invalid(
+            "spec.network.allow",
+            "lists no destination (use mode: none, or audit: true to record what a plugin reaches)",
+        ));
+    }
+    let mut rules = Vec::new();
+    for d in &n.allow {
+        let target = match (&d.host, &d.cidr) {
+            (Some(h), None) => egress::Target::Host(
+                egress::HostPattern::parse(h)
+                    .map_err(|e| invalid("spec.network.allow[].host", e.to_string()))?,
+            ),
+            (None, Some(c)) => egress::Target::Cidr(
+                egress::Cidr::parse(c)
+                    .map_err(|e| invalid("spec.network.allow[].cidr", e.to_string()))?,
+            ),
+            _ => {
+                return Err(invalid(
+                    "spec.network.allow[]",
+                    "each entry names exactly one of host or cidr",
+                ));
+            }
+        };
+        if d.ports.is_empty() || d.ports.contains(&0) {
+            return Err(invalid(
+                "spec.network.allow[].ports",
+                "each entry lists at least one port, from 1 to 65535",
+            ));
+        }
+        if d.internal && d.cidr.is_some() {
+            return Err(invalid(
+                "spec.network.allow[].internal",
+                "applies to host entries (a cidr entry names its addresses already)",
+            ));
+        }
+        rules.push(egress::Rule {
+            target,
+            ports: d.ports.clone(),
+            internal: d.internal,
+        });
+    }
+    let max = n.max_connections.unwrap_or(100);
+    if !(1..=1000).contains(&max) {
+        return Err(invalid(
+            "spec.network.maxConnections",
+            format!("{max} is outside 1..=1000"),
+        ));
+    }
+    Ok((
+        egress::AllowList {
+            rules,
+            audit: n.audit,
+        },
+        max as usize,
+    ))
 }
 
 /// `spec.limits`: each quantity at or above its floor; `dataBytes` defaults to the memory
@@ -852,5 +960,79 @@ mod tests {
         );
         assert!(e(Policy::parse("", None)).contains("empty document"));
         assert!(e(Policy::parse("a: [", None)).starts_with("policy: yaml:"));
+    }
+
+    #[test]
+    fn allow_lists_parse_and_refuse_what_they_cannot_mean() {
+        let p = with(
+            "network: {mode: none}",
+            "network: {mode: allowList, allow: [{host: vault.example, ports: [8200]}, {host: '*.charts.example', ports: [443, 8443]}, {cidr: 10.0.0.0/8, ports: [443]}, {host: localhost, ports: [9000], internal: true}], maxConnections: 20}",
+        )
+        .expect("allow list");
+        assert_eq!(p.network, NetworkMode::AllowList);
+        assert_eq!(p.egress.rules.len(), 4);
+        assert_eq!(p.egress_max_connections, 20);
+        assert!(p.egress.rules[3].internal && !p.egress.audit);
+        // What `policy suggest` writes reads back as the same list.
+        let back = Policy::parse(&crate::emit::to_yaml(&p, "seccomp/default.json", &[]), None)
+            .expect("round trip");
+        assert_eq!((back.egress, back.egress_max_connections), (p.egress, 20));
+
+        let e = |to: &str| {
+            with("network: {mode: none}", to)
+                .expect_err("must be refused")
+                .to_string()
+        };
+        for (to, why) in [
+            (
+                "network: {mode: none, allow: [{host: a.example, ports: [1]}]}",
+                "apply only to mode: allowList",
+            ),
+            ("network: {mode: allowList}", "lists no destination"),
+            (
+                "network: {mode: allowList, allow: [{host: a.example, cidr: 10.0.0.0/8, ports: [1]}]}",
+                "exactly one of host or cidr",
+            ),
+            (
+                "network: {mode: allowList, allow: [{host: a.example, ports: []}]}",
+                "at least one port",
+            ),
+            (
+                "network: {mode: allowList, allow: [{host: 'http://a.example', ports: [1]}]}",
+                "spec.network.allow[].host: bad host pattern",
+            ),
+            (
+                "network: {mode: allowList, allow: [{cidr: 10.0.0.0/40, ports: [1]}]}",
+                "spec.network.allow[].cidr",
+            ),
+            (
+                "network: {mode: allowList, allow: [{cidr: 10.0.0.0/8, ports: [1], internal: true}]}",
+                "applies to host entries",
+            ),
+            (
+                "network: {mode: allowList, allow: [{host: a.example, ports: [1]}], maxConnections: 0}",
+                "outside 1..=1000",
+            ),
+        ] {
+            assert!(e(to).contains(why), "{to}: {}", e(to));
+        }
+        // The proxy is the only way out only inside the jail's own network namespace.
+        let no_net = DEFAULT_POLICY_YAML
+            .replacen(
+                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+                "namespaces: [mount, pid]",
+                1,
+            )
+            .replacen(
+                "network: {mode: none}",
+                "network: {mode: allowList, audit: true}",
+                1,
+            );
+        assert!(
+            Policy::parse(&no_net, None)
+                .expect_err("no net namespace")
+                .to_string()
+                .contains("allowList needs `net` in spec.namespaces")
+        );
     }
 }

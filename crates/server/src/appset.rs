@@ -218,6 +218,7 @@ impl AppSetService {
                 .iter()
                 .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
                 .collect(),
+            egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
         });
         self.audit.emit(&event);
     }

@@ -165,6 +165,13 @@ pub struct AuditEvent {
     pub limit: Option<jail::Limit>,
     /// Would-be seccomp denials (audit mode).
     pub seccomp_audit: Vec<jail::record::SeccompEvent>,
+    /// `network: allowList`: each connection through the egress proxy (destination, address,
+    /// decision, reason, bytes each way, duration).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<egress::Connection>,
+    /// Connections past the proxy's record limit (counted only).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub egress_unrecorded: u64,
     /// Policy in force.
     pub policy: PolicyRef,
     /// Wall-clock duration.
@@ -225,6 +232,8 @@ impl AuditEvent {
             error: result.err().map(|s| jail::redact::redact(s.message(), &[])),
             limit: seen.limit,
             seccomp_audit: Vec::new(),
+            egress: Vec::new(),
+            egress_unrecorded: 0,
             policy,
             duration_ms: elapsed.as_millis() as u64,
         }
@@ -243,12 +252,18 @@ impl AuditEvent {
             self.limit = rec.limit;
         }
         self.seccomp_audit = rec.seccomp_audit;
+        self.egress = rec.egress;
+        self.egress_unrecorded = rec.egress_unrecorded;
         if let Some(a) = rec.archive {
             self.archive.entries = Some(a.entries);
             self.archive.file_bytes = Some(a.file_bytes);
         }
         self
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `now` as RFC 3339 UTC with milliseconds.
@@ -318,6 +333,17 @@ mod tests {
                 count: 2,
                 comm: "sh".into(),
             }],
+            egress: vec![egress::Connection {
+                method: "CONNECT".into(),
+                destination: "vault.example:8200".into(),
+                address: Some("10.1.2.3:8200".parse().expect("addr")),
+                decision: egress::Decision::Allowed,
+                reason: None,
+                bytes_up: 517,
+                bytes_down: 4100,
+                duration_ms: 35,
+            }],
+            egress_unrecorded: 3,
         };
         let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
         let mut e = AuditEvent::finished(
@@ -351,7 +377,7 @@ mod tests {
         );
     }
 
-    const PINNED_EVENT: &str = r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"2026-11-23T01:01:01.999Z","requestId":"r-1","rpc":"GenerateManifest","app":"guestbook","appRelPath":"apps/web","envNames":["ARGOCD_APP_NAME"],"archive":{"sha256":"ab","bytes":99,"entries":4,"fileBytes":321},"uid":20001,"gid":20001,"cgroup":"j20001-7-3","commands":[{"phase":"generate","argv":["sh","-c","yes"],"exitCode":null,"signal":"SIGKILL","durationMs":1500,"peakRssBytes":4096,"stdoutBytes":1024,"stderrBytes":0,"endedBy":"output"}],"peakMemoryBytes":8192,"oomKills":0,"outcome":"error","code":"ResourceExhausted","error":"stdout exceeds 1024 bytes","limit":"output","seccompAudit":[{"syscall":"unshare","action":"denied","count":2,"comm":"sh"}],"policy":{"name":"default","sha256":"cd"},"durationMs":1600}"#;
+    const PINNED_EVENT: &str = r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"2026-11-23T01:01:01.999Z","requestId":"r-1","rpc":"GenerateManifest","app":"guestbook","appRelPath":"apps/web","envNames":["ARGOCD_APP_NAME"],"archive":{"sha256":"ab","bytes":99,"entries":4,"fileBytes":321},"uid":20001,"gid":20001,"cgroup":"j20001-7-3","commands":[{"phase":"generate","argv":["sh","-c","yes"],"exitCode":null,"signal":"SIGKILL","durationMs":1500,"peakRssBytes":4096,"stdoutBytes":1024,"stderrBytes":0,"endedBy":"output"}],"peakMemoryBytes":8192,"oomKills":0,"outcome":"error","code":"ResourceExhausted","error":"stdout exceeds 1024 bytes","limit":"output","seccompAudit":[{"syscall":"unshare","action":"denied","count":2,"comm":"sh"}],"egress":[{"method":"CONNECT","destination":"vault.example:8200","address":"10.1.2.3:8200","decision":"allowed","bytesUp":517,"bytesDown":4100,"durationMs":35}],"egressUnrecorded":3,"policy":{"name":"default","sha256":"cd"},"durationMs":1600}"#;
 
     #[test]
     fn rfc3339_dates() {

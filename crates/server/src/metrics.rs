@@ -32,6 +32,7 @@ pub struct Metrics {
     kills: Mutex<BTreeMap<String, u64>>,
     rejections: Mutex<BTreeMap<String, u64>>,
     seccomp: Mutex<BTreeMap<(String, String), u64>>,
+    egress: Mutex<BTreeMap<String, u64>>,
     active: AtomicI64,
     /// (in use, capacity) of the UID pool, read at scrape time.
     pool: Mutex<Option<PoolSource>>,
@@ -70,6 +71,8 @@ pub struct Finished<'a> {
     pub rejection: Option<&'a str>,
     /// Seccomp events (syscall, `denied`/`audited`, count).
     pub seccomp: Vec<(&'a str, &'a str, u64)>,
+    /// Egress connections by decision (`allowed`, `denied`, `audited`).
+    pub egress: Vec<&'a str>,
 }
 
 /// Keeps a request in `cmp_warden_active_requests` while alive.
@@ -127,6 +130,9 @@ impl Metrics {
             *lock(&self.seccomp)
                 .entry(((*s).to_owned(), (*a).to_owned()))
                 .or_default() += n;
+        }
+        for d in &f.egress {
+            *lock(&self.egress).entry((*d).to_owned()).or_default() += 1;
         }
     }
 
@@ -221,6 +227,18 @@ impl Metrics {
             let _ = writeln!(
                 o,
                 "cmp_warden_seccomp_events_total{{syscall=\"{s}\",action=\"{a}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "cmp_warden_egress_connections_total",
+            "counter",
+            "Connections through the egress proxy (network: allowList), by decision.",
+        );
+        for (d, n) in lock(&self.egress).iter() {
+            let _ = writeln!(
+                o,
+                "cmp_warden_egress_connections_total{{decision=\"{d}\"}} {n}"
             );
         }
         head(
@@ -336,6 +354,11 @@ mod tests {
             kill: kill_reason(Some(Limit::Pids)),
             rejection: None,
             seccomp: vec![("unshare", SeccompAction::Denied.as_str(), 3)],
+            egress: vec![
+                egress::Decision::Allowed.as_str(),
+                egress::Decision::Denied.as_str(),
+                egress::Decision::Denied.as_str(),
+            ],
             ..Default::default()
         });
         m.finished(&Finished {
@@ -419,6 +442,10 @@ cmp_warden_archive_rejections_total{class="policy"} 1
 # TYPE cmp_warden_seccomp_events_total counter
 cmp_warden_seccomp_events_total{syscall="bpf",action="audited"} 1
 cmp_warden_seccomp_events_total{syscall="unshare",action="denied"} 3
+# HELP cmp_warden_egress_connections_total Connections through the egress proxy (network: allowList), by decision.
+# TYPE cmp_warden_egress_connections_total counter
+cmp_warden_egress_connections_total{decision="allowed"} 1
+cmp_warden_egress_connections_total{decision="denied"} 2
 # HELP cmp_warden_active_requests Requests in flight.
 # TYPE cmp_warden_active_requests gauge
 cmp_warden_active_requests 0

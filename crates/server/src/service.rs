@@ -216,6 +216,7 @@ impl CmpService {
                 .iter()
                 .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
                 .collect(),
+            egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
         });
         self.cfg.audit.emit(&event);
     }

@@ -371,11 +371,11 @@ fn no_new_privs_check(f: &Found<'_>) -> Check {
 fn landlock_check(f: &Found<'_>) -> Check {
     let (status, detail) = match f.report {
         Some(r) => {
-            // Every feature this build asks for (TCP only with `network: none`) that the
+            // Every feature this build asks for (TCP unless `network: egress`) that the
             // kernel does not put in effect here.
             let missing: Vec<&str> = LandlockFeature::ALL
                 .into_iter()
-                .filter(|x| *x != LandlockFeature::Tcp || f.policy.network == NetworkMode::None)
+                .filter(|x| *x != LandlockFeature::Tcp || f.policy.network != NetworkMode::Egress)
                 .filter(|x| !r.landlock_features.contains(x))
                 .map(LandlockFeature::as_str)
                 .collect();
@@ -424,9 +424,9 @@ fn landlock_check(f: &Found<'_>) -> Check {
     )
 }
 
-/// Only with `network: none`.
+/// Unless `network: egress`.
 fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
-    if f.policy.network != NetworkMode::None {
+    if f.policy.network == NetworkMode::Egress {
         return None;
     }
     let tcp = f.report.is_some_and(|r| r.landlock_tcp_denied);
@@ -437,6 +437,10 @@ fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
         yes(tcp),
         match f.report {
             None => NO_PROBE.to_owned(),
+            Some(_) if tcp && f.policy.network == NetworkMode::AllowList => {
+                "TCP bind and connect denied except to the egress proxy (network.mode: allowList)"
+                    .into()
+            }
             Some(_) if tcp => "TCP bind and connect denied (network.mode: none)".into(),
             Some(_) => "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into(),
         },
@@ -568,7 +572,7 @@ fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
         ("user", true),
         ("mount", ns.mount),
         ("pid", ns.pid),
-        ("net", ns.net && f.policy.network == NetworkMode::None),
+        ("net", ns.net && f.policy.network != NetworkMode::Egress),
         ("ipc", ns.ipc),
         ("uts", ns.uts),
         ("cgroup", ns.cgroup),
@@ -940,6 +944,7 @@ mod tests {
                 landlock_rights: vec!["fs:Execute".into()],
                 landlock_features: LandlockFeature::ALL.to_vec(),
                 self_test: Vec::new(),
+                egress_port: None,
             },
         }
     }

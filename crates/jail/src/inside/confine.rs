@@ -24,8 +24,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use policy::{LandlockFeature, NetworkMode, Protection};
 use rustix::fs::{self as rfs, Mode, OFlags};
@@ -220,6 +220,10 @@ pub fn confine(
         degraded.push("bounding set kept (no CAP_SETPCAP); no_new_privs and empty permitted/ambient sets still prevent regaining capabilities".to_owned());
     }
 
+    // 7b. `network: allowList`: the egress listener, on the new namespace's loopback (the
+    // only place commands can connect to), handed to the supervisor, which proxies it.
+    let egress_port = egress_listener(sb, &namespaces)?;
+
     // 8. Not dumpable: commands of the same UID cannot reach our fds, memory or environ.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| fail("dumpable", e))?;
@@ -237,6 +241,7 @@ pub fn confine(
         &dir,
         namespaces.private_tmp,
         required(Protection::Landlock),
+        egress_port,
     )?;
     if ll.status == LandlockStatus::None {
         degraded.push("landlock: not enforced by this kernel".to_owned());
@@ -298,8 +303,43 @@ pub fn confine(
         self_test: Vec::new(),
         namespaces,
         request_dir: base,
+        egress_port,
     };
     Ok((report, dir))
+}
+
+/// Step 7b: with `network: allowList`, bind the egress listener on 127.0.0.1 of the jail's own
+/// network namespace and send it to the supervisor over stdin (a socket); the jail keeps no
+/// copy. Refused without the namespace: the proxy must be the only way out.
+fn egress_listener(
+    sb: &Sandbox,
+    ns: &crate::protocol::NamespaceReport,
+) -> Result<Option<u16>, ConfineError> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    if sb.network != NetworkMode::AllowList {
+        return Ok(None);
+    }
+    let step = "network";
+    if !ns.has("net") {
+        return Err(fail(
+            step,
+            "spec.network.mode allowList needs the jail's own network namespace, which this node did not give (see doctor's namespace.net); use mode none or egress here",
+        ));
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail(step, e))?;
+    let port = listener.local_addr().map_err(|e| fail(step, e))?.port();
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds = [listener.as_fd()];
+    anc.push(SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(
+        std::io::stdin().as_fd(),
+        &[std::io::IoSlice::new(&[crate::protocol::EGRESS_LISTENER])],
+        &mut anc,
+        SendFlags::NOSIGNAL,
+    )
+    .map_err(|e| fail(step, format!("handing the egress listener over: {e}")))?;
+    Ok(Some(port))
 }
 
 /// The layout under the request directory.
@@ -472,6 +512,7 @@ fn landlock(
     dir: &OwnedFd,
     private_tmp: bool,
     required: bool,
+    egress_port: Option<u16>,
 ) -> Result<LandlockResult, ConfineError> {
     let ll = |e: landlock::RulesetError| fail("landlock", e);
     let abi = TESTED_LANDLOCK_ABI;
@@ -489,7 +530,8 @@ fn landlock(
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
         .map_err(ll)?;
-    let deny_tcp = sb.network == NetworkMode::None;
+    // TCP is denied except, with `allowList`, connecting to the egress listener's port.
+    let deny_tcp = sb.network != NetworkMode::Egress;
     if deny_tcp {
         rs = rs.handle_access(AccessNet::from_all(abi)).map_err(ll)?;
     }
@@ -503,6 +545,11 @@ fn landlock(
         let tmp = PathFd::new("/tmp").map_err(|e| fail("landlock", e))?;
         created = created
             .add_rule(PathBeneath::new(tmp, AccessFs::from_all(abi)))
+            .map_err(ll)?;
+    }
+    if let Some(port) = egress_port {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(ll)?;
     }
     let mut missing = Vec::new();

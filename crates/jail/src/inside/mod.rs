@@ -199,6 +199,23 @@ fn run_confined(
         .push(("HOME".into(), base.join(HOME_DIR).display().to_string()));
     task.env
         .push(("TMPDIR".into(), base.join(TMP_DIR).display().to_string()));
+    if let Some(port) = report.egress_port {
+        // Every common client (curl, git, helm and Go, Python, Node) reads one of these; a
+        // passed NO_PROXY would only send a tool to a direct connection that cannot succeed.
+        let proxy = format!("http://127.0.0.1:{port}");
+        const NAMES: [&str; 6] = [
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ];
+        task.env
+            .retain(|(k, _)| !NAMES.contains(&k.as_str()) && k != "NO_PROXY" && k != "no_proxy");
+        task.env
+            .extend(NAMES.iter().map(|n| ((*n).to_owned(), proxy.clone())));
+    }
     let req = Request {
         task,
         tree: base.join(REPO_DIR),

@@ -51,6 +51,9 @@ pub struct Plan {
     pub cgroup: CgroupLimits,
     /// The server's variables commands get (`spec.env.pass`), read once at start-up.
     pub base_env: Vec<(String, String)>,
+    /// `network: allowList`: the destinations and the proxy's bounds
+    /// (`spec.network.allow`, `audit`, `maxConnections`).
+    pub egress: Option<(egress::AllowList, egress::Limits)>,
     /// What each jail applies to itself, without its lease (`spec.filesystem`, `network`,
     /// `limits`, `namespaces`, `require`, and the compiled `seccomp` profile).
     sandbox: Sandbox,
@@ -85,6 +88,15 @@ impl Plan {
                 cpu_millis: policy.limits.cpu_millis,
             },
             base_env: policy.passed_env(env),
+            egress: (policy.network == NetworkMode::AllowList).then(|| {
+                (
+                    policy.egress.clone(),
+                    egress::Limits {
+                        max_connections: policy.egress_max_connections,
+                        ..egress::Limits::default()
+                    },
+                )
+            }),
             sandbox: sandbox(policy, seccomp),
             seccomp_error,
         }
@@ -121,6 +133,13 @@ impl Plan {
     /// The policy's network mode.
     pub fn network(&self) -> NetworkMode {
         self.sandbox.network
+    }
+
+    /// A proxy for one request (`network: allowList`), not yet serving.
+    pub(crate) fn egress_proxy(&self) -> Option<egress::Proxy> {
+        self.egress
+            .as_ref()
+            .map(|(list, limits)| egress::Proxy::new(list.clone(), *limits))
     }
 
     /// The namespaces each request gets (`net` only without egress).
@@ -205,8 +224,9 @@ fn archive_options(policy: &Policy, overrides: &Overrides) -> archive::Options {
 /// `require`.
 fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
     let mut namespaces = p.namespaces;
-    // Egress needs the host's network.
-    namespaces.net &= p.network == NetworkMode::None;
+    // Egress needs the host's network; allowList keeps the empty namespace (the proxy is its
+    // only way out).
+    namespaces.net &= p.network != NetworkMode::Egress;
     Sandbox {
         creds: None,
         read_only: p.read_only.clone(),

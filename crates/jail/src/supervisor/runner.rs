@@ -643,6 +643,23 @@ impl Inner {
 
         let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
 
+        // `network: allowList`: serve the listener the jail made on its loopback (it came over
+        // its stdin socket while it confined itself).
+        let proxy = match (self.cfg.plan.egress_proxy(), stdin.as_ref()) {
+            (Some(p), Some(sock)) => match receive_listener(sock) {
+                Ok(l) => match p.start(l) {
+                    Ok(h) => Some(h),
+                    Err(e) => return Err(internal(format!("egress proxy: {e}"))),
+                },
+                // The jail stopped before handing it over; its reply says why.
+                Err(e) => {
+                    tracing::warn!(error = %e, "no egress listener from the jail");
+                    None
+                }
+            },
+            _ => None,
+        };
+
         // Feed: header, then the archive as it arrives. A write error means the jail already
         // stopped (it refused the archive, or could not confine itself); its reply says why.
         if let Some(w) = stdin.as_mut() {
@@ -722,6 +739,13 @@ impl Inner {
         };
         let cap = output_bytes.saturating_mul(8).saturating_add(1 << 20);
         let raw = stdout.map(|mut s| read_reply(&mut s, cap));
+        if let Some(p) = proxy {
+            let (connections, unrecorded) = p.finish();
+            crate::record::update(record, |r| {
+                r.egress = connections;
+                r.egress_unrecorded = unrecorded;
+            });
+        }
         // The watcher sees `done` and ends on its own (dropping the jail's stdin, which the jail
         // no longer reads); joining it would put a thread wake-up on the reply's path.
         done.store(true, Ordering::SeqCst);
@@ -749,7 +773,73 @@ impl Inner {
             Some(Ok(None)) | None => None,
             Some(Err(e)) => return Err(e),
         };
-        verdict(raw, stats, &self.cfg.plan, cancel, record)
+        verdict(raw, stats, &self.cfg.plan, cancel, record).map(|r| explain_egress(r, record))
+    }
+}
+
+/// Receive the jail's egress listener (one `L` byte with the descriptor) from its stdin
+/// socket, waiting at most as long as a jail may take to confine itself.
+fn receive_listener(sock: &std::fs::File) -> std::io::Result<std::net::TcpListener> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    use std::os::fd::AsFd;
+    rustix::net::sockopt::set_socket_timeout(
+        sock,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(Duration::from_secs(30)),
+    )?;
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let got = rustix::net::recvmsg(
+        sock.as_fd(),
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut anc,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let fd = anc.drain().find_map(|m| match m {
+        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    });
+    rustix::net::sockopt::set_socket_timeout(sock, rustix::net::sockopt::Timeout::Recv, None)?;
+    match fd {
+        Some(fd) if got.bytes == 1 && byte[0] == crate::protocol::EGRESS_LISTENER => {
+            Ok(std::net::TcpListener::from(fd))
+        }
+        _ => Err(std::io::Error::other("the jail sent no listener")),
+    }
+}
+
+/// A failed request whose commands were refused a destination says so, naming the policy
+/// field, after the tool's own message (which may only say "403").
+fn explain_egress(reply: Reply, record: &Recorder) -> Reply {
+    let Reply::Err {
+        kind,
+        message,
+        report,
+        record: r,
+    } = reply
+    else {
+        return reply;
+    };
+    let denied: Vec<String> = crate::record::snapshot(record)
+        .egress
+        .iter()
+        .filter(|c| c.decision == egress::Decision::Denied)
+        .filter_map(|c| c.reason.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .take(3)
+        .collect();
+    let message = if denied.is_empty() {
+        message
+    } else {
+        format!("{message} (the sandbox refused: {})", denied.join("; "))
+    };
+    Reply::Err {
+        kind,
+        message,
+        report,
+        record: r,
     }
 }
 
