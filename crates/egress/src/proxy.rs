@@ -468,6 +468,10 @@ fn connect(
     };
     let (name, candidates): (String, Vec<IpAddr>) = match &host {
         Host::Ip(ip) => (ip.to_string(), vec![*ip]),
+        Host::Name(n) if list.fixed_addresses(n).is_some() => (
+            n.clone(),
+            list.fixed_addresses(n).unwrap_or_default().to_vec(),
+        ),
         Host::Name(n) => {
             let addrs = (n.as_str(), port).to_socket_addrs().map_err(|e| {
                 (

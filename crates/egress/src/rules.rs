@@ -143,6 +143,9 @@ pub struct AllowList {
     /// Audit mode: every destination is allowed, and what the list would have decided is
     /// recorded (for `policy suggest`).
     pub audit: bool,
+    /// Names resolved to these addresses instead of by DNS (like a pod's `hostAliases`):
+    /// lower-case name, addresses. The addresses are still checked like resolved ones.
+    pub hosts: Vec<(String, Vec<IpAddr>)>,
 }
 
 /// Why a destination is refused. Each message names the destination and the policy field that
@@ -267,6 +270,14 @@ fn dns_name(name: &str) -> bool {
 }
 
 impl AllowList {
+    /// The policy's fixed addresses for `name`, if it lists the name.
+    pub fn fixed_addresses(&self, name: &str) -> Option<&[IpAddr]> {
+        self.hosts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.as_slice())
+    }
+
     /// The entries that name `host` on `port` (step 2 of the proxy), or why there are none.
     pub fn entries_for(&self, host: &Host, port: u16) -> Result<Vec<&Rule>, Denial> {
         let found: Vec<&Rule> = self
@@ -386,6 +397,7 @@ mod tests {
                 rule("*.charts.example", &[443], false),
             ],
             audit: false,
+            hosts: Vec::new(),
         };
         assert!(list.entries_for(&name("vault.example"), 8200).is_ok());
         assert!(list.entries_for(&name("VAULT.example."), 8200).is_ok());
@@ -417,6 +429,7 @@ mod tests {
                 rule("10.1.0.0/16", &[443], false),
             ],
             audit: false,
+            hosts: Vec::new(),
         };
         // The address a listed name resolves to is not listed by that name.
         assert!(matches!(
@@ -452,6 +465,7 @@ mod tests {
                 rule("10.9.0.0/16", &[443], false),
             ],
             audit: false,
+            hosts: Vec::new(),
         };
         let public = list.entries_for(&name("public.example"), 443).expect("e");
         for ip in [

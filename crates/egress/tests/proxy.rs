@@ -81,6 +81,10 @@ fn start(rules: Vec<Rule>, limits: Limits) -> (egress::ProxyHandle, u16) {
         AllowList {
             rules,
             audit: false,
+            hosts: vec![(
+                "charts.example.test".into(),
+                vec!["127.0.0.1".parse().expect("ip")],
+            )],
         },
         limits,
     )
@@ -348,6 +352,7 @@ fn audit_mode_admits_and_records_what_the_list_would_refuse() {
         AllowList {
             rules: vec![],
             audit: true,
+            hosts: Vec::new(),
         },
         Limits::default(),
     )
@@ -368,4 +373,23 @@ fn audit_mode_admits_and_records_what_the_list_would_refuse() {
             .contains("no entry of spec.network.allow"),
         "{records:?}"
     );
+}
+
+#[test]
+fn a_name_pinned_by_the_policy_goes_to_its_address_and_is_still_checked() {
+    let up = upstream(false);
+    let (proxy, port) = start(
+        vec![host("charts.example.test", &[up.port], true)],
+        Limits::default(),
+    );
+    let (status, _s) = ask(
+        port,
+        &format!(
+            "GET http://charts.example.test:{}/index.yaml HTTP/1.1\r\n\r\n",
+            up.port
+        ),
+    );
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+    drop(proxy);
 }

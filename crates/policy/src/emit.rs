@@ -155,6 +155,13 @@ fn network(p: &Policy) -> String {
     if p.egress.audit {
         o.push_str("    audit: true\n");
     }
+    if !p.egress.hosts.is_empty() {
+        o.push_str("    hosts:\n");
+        for (name, ips) in &p.egress.hosts {
+            let ips: Vec<String> = ips.iter().map(|ip| quoted(&ip.to_string())).collect();
+            o.push_str(&format!("      {}: [{}]\n", quoted(name), ips.join(", ")));
+        }
+    }
     o.push_str(&format!(
         "    maxConnections: {}\n",
         p.egress_max_connections

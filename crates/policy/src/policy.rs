@@ -251,6 +251,8 @@ struct RawNetwork {
     audit: bool,
     #[serde(default)]
     max_connections: Option<u64>,
+    #[serde(default)]
+    hosts: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -497,6 +499,50 @@ impl Policy {
             .collect()
     }
 
+    /// Names of the server's variables `spec.env.pass` keeps from commands, sorted, leaving
+    /// out what every process or pod has and no plugin is configured by (the shell's own
+    /// variables, Kubernetes service links).
+    pub fn withheld_env(&self, env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+        const GENERIC: &[&str] = &[
+            "HOME",
+            "PWD",
+            "OLDPWD",
+            "SHLVL",
+            "_",
+            "TERM",
+            "USER",
+            "LOGNAME",
+            "SHELL",
+            "HOSTNAME",
+            "MAIL",
+            "LS_COLORS",
+            "SSH_CLIENT",
+            "SSH_CONNECTION",
+            "SSH_TTY",
+            "XDG_SESSION_ID",
+            "XDG_RUNTIME_DIR",
+            "XDG_SESSION_TYPE",
+            "XDG_SESSION_CLASS",
+            "MOTD_SHOWN",
+        ];
+        let service_link = |k: &str| {
+            k.ends_with("_SERVICE_HOST")
+                || k.contains("_SERVICE_PORT")
+                || (k.contains("_PORT_")
+                    && (k.ends_with("_TCP") || k.contains("_TCP_") || k.contains("_UDP")))
+                || k.ends_with("_PORT")
+        };
+        let mut names: Vec<String> = env
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !GENERIC.contains(&k.as_str()) && !service_link(k))
+            .filter(|k| self.passed_env([(k.clone(), String::new())]).is_empty())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The embedded default.
     pub fn default_policy() -> Result<Policy, PolicyError> {
         Self::parse(DEFAULT_POLICY_YAML, None)
@@ -682,10 +728,10 @@ fn check_network(
     namespaces: &Namespaces,
 ) -> Result<(egress::AllowList, usize), PolicyError> {
     if n.mode != NetworkMode::AllowList {
-        if !n.allow.is_empty() || n.audit || n.max_connections.is_some() {
+        if !n.allow.is_empty() || n.audit || n.max_connections.is_some() || !n.hosts.is_empty() {
             return Err(invalid(
                 "spec.network",
-                "allow, audit and maxConnections apply only to mode: allowList",
+                "allow, audit, hosts and maxConnections apply only to mode: allowList",
             ));
         }
         return Ok((egress::AllowList::default(), 0));
@@ -738,6 +784,24 @@ fn check_network(
             internal: d.internal,
         });
     }
+    let mut hosts = Vec::new();
+    for (name, addresses) in &n.hosts {
+        let bad = |why: String| invalid("spec.network.hosts", why);
+        let pattern = egress::HostPattern::parse(name).map_err(|e| bad(e.to_string()))?;
+        if name.starts_with("*.") || addresses.is_empty() {
+            return Err(bad(format!(
+                "{name:?}: an exact name with at least one address"
+            )));
+        }
+        let ips = addresses
+            .iter()
+            .map(|a| {
+                a.parse::<std::net::IpAddr>()
+                    .map_err(|_| bad(format!("{name:?}: {a:?} is not an IP address")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        hosts.push((pattern.to_string(), ips));
+    }
     let max = n.max_connections.unwrap_or(100);
     if !(1..=1000).contains(&max) {
         return Err(invalid(
@@ -749,6 +813,7 @@ fn check_network(
         egress::AllowList {
             rules,
             audit: n.audit,
+            hosts,
         },
         max as usize,
     ))
@@ -966,7 +1031,7 @@ mod tests {
     fn allow_lists_parse_and_refuse_what_they_cannot_mean() {
         let p = with(
             "network: {mode: none}",
-            "network: {mode: allowList, allow: [{host: vault.example, ports: [8200]}, {host: '*.charts.example', ports: [443, 8443]}, {cidr: 10.0.0.0/8, ports: [443]}, {host: localhost, ports: [9000], internal: true}], maxConnections: 20}",
+            "network: {mode: allowList, allow: [{host: vault.example, ports: [8200]}, {host: '*.charts.example', ports: [443, 8443]}, {cidr: 10.0.0.0/8, ports: [443]}, {host: localhost, ports: [9000], internal: true}], maxConnections: 20, hosts: {vault.example: [10.1.2.3, 'fd00::1']}}",
         )
         .expect("allow list");
         assert_eq!(p.network, NetworkMode::AllowList);
@@ -1034,5 +1099,22 @@ mod tests {
                 .to_string()
                 .contains("allowList needs `net` in spec.namespaces")
         );
+    }
+
+    #[test]
+    fn withheld_variables_are_named_without_the_noise() {
+        let p = with("pass: [PATH, LANG, LC_ALL, TZ]", "pass: [PATH, VAULT_*]").expect("policy");
+        let env = [
+            "PATH",
+            "VAULT_ADDR",
+            "AVP_TYPE",
+            "HOME",
+            "KUBERNETES_SERVICE_HOST",
+            "KUBERNETES_PORT_443_TCP",
+            "ARGOCD_REPO_SERVER_PORT",
+            "HELM_CACHE_HOME",
+        ]
+        .map(|k| (k.to_owned(), "value".to_owned()));
+        assert_eq!(p.withheld_env(env), ["AVP_TYPE", "HELM_CACHE_HOME"]);
     }
 }

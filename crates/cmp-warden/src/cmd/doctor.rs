@@ -147,9 +147,9 @@ fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorRep
         policy,
         &held,
         enforcement.as_ref(),
-        &a.socket_dir,
-        &parent,
+        (&a.socket_dir, &parent),
         refusal,
+        std::env::vars().collect(),
     )
 }
 
@@ -158,20 +158,21 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// The report `serve` logs at start-up, from the same [`Enforcement`] it enforces.
+/// `env` is the server's environment (only its names are reported).
 pub fn assemble(
     policy: &Policy,
     enforcement: &Enforcement,
-    socket_dir: &Path,
-    work_parent: &Path,
+    (socket_dir, work_parent): (&Path, &Path),
     refusal: Option<String>,
+    env: Vec<(String, String)>,
 ) -> DoctorReport {
     assemble_as(
         policy,
         &enforcement.privileges,
         Some(enforcement),
-        socket_dir,
-        work_parent,
+        (socket_dir, work_parent),
         refusal,
+        env,
     )
 }
 
@@ -218,9 +219,9 @@ fn assemble_as(
     policy: &Policy,
     held: &Privileges,
     enforcement: Option<&Enforcement>,
-    socket_dir: &Path,
-    work_parent: &Path,
+    (socket_dir, work_parent): (&Path, &Path),
     refusal: Option<String>,
+    env: Vec<(String, String)>,
 ) -> DoctorReport {
     let f = Found {
         policy,
@@ -232,6 +233,7 @@ fn assemble_as(
         .unwrap_or_default();
     let mut checks = vec![unique_uid_check(&f)];
     checks.extend(shared_uid_check(&f));
+    checks.push(environment_check(policy, env));
     checks.extend([
         capabilities_check(&f),
         supervisor_capabilities_check(held, &kept),
@@ -279,6 +281,36 @@ fn unique_uid_check(f: &Found<'_>) -> Check {
         } else {
             f.why_not(Protection::UniqueUid)
         },
+    )
+}
+
+/// Which of the server's variables commands get (`spec.env.pass`) and which they do not
+/// (names only): a plugin configured by the server's environment shows up here first.
+fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> Check {
+    let passed: Vec<String> = policy
+        .passed_env(env.iter().cloned())
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let withheld = policy.withheld_env(env);
+    check(
+        "environment",
+        true,
+        false,
+        "info",
+        format!(
+            "passed to commands (spec.env.pass): {}; withheld: {}",
+            if passed.is_empty() {
+                "none".to_owned()
+            } else {
+                passed.join(", ")
+            },
+            if withheld.is_empty() {
+                "none".to_owned()
+            } else {
+                withheld.join(", ")
+            }
+        ),
     )
 }
 
@@ -958,9 +990,18 @@ mod tests {
         let mut r = assemble(
             &policy,
             &found(),
-            Path::new("/nonexistent/plugins"),
-            Path::new("/nonexistent/work"),
+            (
+                Path::new("/nonexistent/plugins"),
+                Path::new("/nonexistent/work"),
+            ),
             None,
+            [
+                ("PATH", "/usr/bin"),
+                ("VAULT_ADDR", "http://vault:8200"),
+                ("HOME", "/root"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .to_vec(),
         );
         r.policy_sha256 = "00".into();
         r.version = "0.0.0";
@@ -977,12 +1018,13 @@ mod tests {
         );
     }
 
-    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
+    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
     const PINNED_TEXT: &str = r#"cmp-warden 0.0.0 doctor: policy "default" (sha256 00)
 privilege model: minimal-capabilities root (euid 0)
 
 PROTECTION               AVAILABLE REQUIRED STATUS      DETAIL
 uniqueUid                yes       yes      enforced    each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)
+environment              yes       no       info        passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR
 capabilities             yes       yes      enforced    commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000
 supervisorCapabilities   yes       no       info        held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID
 noNewPrivs               yes       yes      enforced    set before exec: setuid/file-capability binaries gain nothing

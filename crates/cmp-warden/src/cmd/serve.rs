@@ -230,7 +230,13 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         start.bind = Some(Box::new(bind));
         jail::Supervisor::start(&policy, start)?
     };
-    let doctor = super::doctor::assemble(&policy, &enforcement, &a.socket_dir, &work_parent, None);
+    let doctor = super::doctor::assemble(
+        &policy,
+        &enforcement,
+        (&a.socket_dir, &work_parent),
+        None,
+        std::env::vars().collect(),
+    );
     tracing::info!(
         report = %serde_json::to_string(&doctor).unwrap_or_default(),
         schema = super::doctor::SCHEMA,

@@ -284,6 +284,12 @@ impl Supervisor {
         // 3. The policy's one translation, and its seccomp filter compiled for this
         //    architecture.
         let plan = Arc::new(Plan::new(policy, &overrides, std::env::vars()));
+        if !plan.withheld_env.is_empty() {
+            tracing::info!(
+                withheld = %plan.withheld_env.join(", "),
+                "server environment variables withheld from commands (names only; spec.env.pass lists what commands get, NAME_* patterns allowed)"
+            );
+        }
         if let Err(e) = plan.seccomp() {
             if plan.requires(Protection::Seccomp) {
                 return Err(stop(Step::Seccomp, e.to_string()));

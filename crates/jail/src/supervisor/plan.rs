@@ -51,6 +51,9 @@ pub struct Plan {
     pub cgroup: CgroupLimits,
     /// The server's variables commands get (`spec.env.pass`), read once at start-up.
     pub base_env: Vec<(String, String)>,
+    /// Names of the server's variables `spec.env.pass` keeps from commands (logged at
+    /// start-up, listed by doctor, named when a request fails; never their values).
+    pub withheld_env: Vec<String>,
     /// `network: allowList`: the destinations and the proxy's bounds
     /// (`spec.network.allow`, `audit`, `maxConnections`).
     pub egress: Option<(egress::AllowList, egress::Limits)>,
@@ -68,6 +71,7 @@ impl Plan {
         overrides: &Overrides,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Plan {
+        let env: Vec<(String, String)> = env.into_iter().collect();
         let (seccomp, seccomp_error) =
             match crate::seccomp::compile(&policy.seccomp, policy.seccomp_mode, policy.network) {
                 Ok(f) => (Some(f), None),
@@ -87,6 +91,7 @@ impl Plan {
                 pids: policy.limits.pids,
                 cpu_millis: policy.limits.cpu_millis,
             },
+            withheld_env: policy.withheld_env(env.iter().cloned()),
             base_env: policy.passed_env(env),
             egress: (policy.network == NetworkMode::AllowList).then(|| {
                 (

@@ -773,7 +773,8 @@ impl Inner {
             Some(Ok(None)) | None => None,
             Some(Err(e)) => return Err(e),
         };
-        verdict(raw, stats, &self.cfg.plan, cancel, record).map(|r| explain_egress(r, record))
+        verdict(raw, stats, &self.cfg.plan, cancel, record)
+            .map(|r| explain_denials(r, record, &self.cfg.plan))
     }
 }
 
@@ -809,9 +810,12 @@ fn receive_listener(sock: &std::fs::File) -> std::io::Result<std::net::TcpListen
     }
 }
 
-/// A failed request whose commands were refused a destination says so, naming the policy
-/// field, after the tool's own message (which may only say "403").
-fn explain_egress(reply: Reply, record: &Recorder) -> Reply {
+/// A failed request in which the sandbox refused something says what and which policy field
+/// allows it, after the tool's own message (which may only say "403" or "no such host"):
+/// destinations the egress proxy refused, calls the seccomp profile denied (inet sockets under
+/// `network: none` named as such), and the server variables commands did not get.
+fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> Reply {
+    let network = plan.network();
     let Reply::Err {
         kind,
         message,
@@ -821,7 +825,8 @@ fn explain_egress(reply: Reply, record: &Recorder) -> Reply {
     else {
         return reply;
     };
-    let denied: Vec<String> = crate::record::snapshot(record)
+    let rec = crate::record::snapshot(record);
+    let mut refused: Vec<String> = rec
         .egress
         .iter()
         .filter(|c| c.decision == egress::Decision::Denied)
@@ -830,11 +835,48 @@ fn explain_egress(reply: Reply, record: &Recorder) -> Reply {
         .into_iter()
         .take(3)
         .collect();
-    let message = if denied.is_empty() {
+    for e in rec
+        .seccomp_audit
+        .iter()
+        .filter(|e| e.action == crate::record::SeccompAction::Denied)
+        .take(3)
+    {
+        refused.push(if e.syscall == "socket" && network == policy::NetworkMode::None {
+            format!(
+                "network access ({} socket calls by {}): spec.network.mode is none; allowList with spec.network.allow (or egress) allows connections",
+                e.count, e.comm
+            )
+        } else {
+            format!(
+                "system call {} ({} times, by {}), denied by the spec.seccomp profile",
+                e.syscall, e.count, e.comm
+            )
+        });
+    }
+    let mut message = if refused.is_empty() {
         message
     } else {
-        format!("{message} (the sandbox refused: {})", denied.join("; "))
+        format!("{message} (the sandbox refused: {})", refused.join("; "))
     };
+    // A command failed: it may have missed a server variable it is configured by.
+    if !rec.commands.is_empty() && !plan.withheld_env.is_empty() {
+        let shown: Vec<&str> = plan
+            .withheld_env
+            .iter()
+            .take(8)
+            .map(String::as_str)
+            .collect();
+        let more = plan.withheld_env.len() - shown.len();
+        message = format!(
+            "{message} (server variables not passed to commands: {}{}; spec.env.pass allows them)",
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
     Reply::Err {
         kind,
         message,
