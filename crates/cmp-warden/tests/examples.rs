@@ -24,6 +24,10 @@ const EXAMPLES: &[&str] = &[
     "parameters",
 ];
 
+/// Examples that reach a service through `network: allowList` (their `fixtures/` serve it);
+/// `egress.rs` runs them through the server with their own `policy.yaml`.
+const NETWORK_EXAMPLES: &[&str] = &["helm-dependencies", "vault-style"];
+
 /// Why these tests need root (printed when one skips).
 const NEEDS_ROOT: &str = "example tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
@@ -274,10 +278,29 @@ fn every_example_is_tested_and_complete() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     found.sort();
-    assert_eq!(found, EXAMPLES, "examples/ and this test's list differ");
+    let mut listed: Vec<&str> = EXAMPLES.iter().chain(NETWORK_EXAMPLES).copied().collect();
+    listed.sort();
+    assert_eq!(found, listed, "examples/ and this test's lists differ");
     for name in EXAMPLES {
         let dir = examples_dir().join(name);
         for f in ["plugin.yaml", "args", "repo", "README.md"] {
+            assert!(dir.join(f).exists(), "examples/{name}/{f} missing");
+        }
+        assert!(
+            !dir.join("fixtures").exists(),
+            "{name}: an example with fixtures/ is a network example"
+        );
+    }
+    for name in NETWORK_EXAMPLES {
+        let dir = examples_dir().join(name);
+        for f in [
+            "plugin.yaml",
+            "args",
+            "repo",
+            "README.md",
+            "policy.yaml",
+            "fixtures",
+        ] {
             assert!(dir.join(f).exists(), "examples/{name}/{f} missing");
         }
     }

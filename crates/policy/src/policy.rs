@@ -525,6 +525,12 @@ impl Policy {
             "XDG_SESSION_CLASS",
             "MOTD_SHOWN",
         ];
+        // The server's own configuration (Argo CD's sidecar variables, ours).
+        let own = |k: &str| {
+            k.starts_with("ARGOCD_CMP_")
+                || k.starts_with("CMP_WARDEN_")
+                || matches!(k, "ARGOCD_PLUGINSOCKFILEPATH" | "ARGOCD_EXEC_TIMEOUT")
+        };
         let service_link = |k: &str| {
             k.ends_with("_SERVICE_HOST")
                 || k.contains("_SERVICE_PORT")
@@ -535,7 +541,7 @@ impl Policy {
         let mut names: Vec<String> = env
             .into_iter()
             .map(|(k, _)| k)
-            .filter(|k| !GENERIC.contains(&k.as_str()) && !service_link(k))
+            .filter(|k| !GENERIC.contains(&k.as_str()) && !service_link(k) && !own(k))
             .filter(|k| self.passed_env([(k.clone(), String::new())]).is_empty())
             .collect();
         names.sort();

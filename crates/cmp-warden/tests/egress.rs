@@ -1,0 +1,438 @@
+//! `network: allowList` end to end through the real server.
+//! - The network examples (`examples/helm-dependencies`: the real Helm v4 fetching a chart
+//!   dependency over HTTPS; `examples/vault-style`: Vault login with a ServiceAccount token and
+//!   secret substitution, configured by server variables passed by pattern) render with their
+//!   own policy, each reaching only its service, and fail under the default policy with a
+//!   message that names the policy field.
+//! - A hostile command tries every way around the allow list beside an honest connection; each
+//!   is refused, audited and counted, and nothing of the denied connections stays behind.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const NEEDS_ROOT: &str = "egress tests need root (CI runs as root): leased UIDs need CAP_SETUID";
+const TOOLS: &str = "/opt/cmp-warden-tools";
+
+/// A fixture service (a chart repository, a Vault-like API), killed when dropped.
+struct Fixture(Child);
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// `python3 fixtures/SCRIPT PORT` in the example's directory, once it accepts connections.
+fn fixture(example: &str, script: &str, port: u16) -> Fixture {
+    let dir = examples_dir().join(example);
+    let child = Command::new("python3")
+        .arg(dir.join("fixtures").join(script))
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fixture");
+    let f = Fixture(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{script} never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f
+}
+
+/// The example's policy file, copied with a UID range of this test's own (servers of one test
+/// run share the host; each sweeps its range at start-up), and its seccomp profile beside it.
+fn example_policy(example: &str, into: &Path) -> PathBuf {
+    let dir = examples_dir().join(example);
+    let (first, count) = private_uid_range();
+    let text = std::fs::read_to_string(dir.join("policy.yaml"))
+        .expect("policy.yaml")
+        .replacen(
+            "uidRange: {first: 20000, count: 40000}",
+            &format!("uidRange: {{first: {first}, count: {count}}}"),
+            1,
+        );
+    std::fs::create_dir_all(into.join("seccomp")).expect("mkdir");
+    std::fs::write(into.join("policy.yaml"), text).expect("write");
+    std::fs::copy(
+        dir.join("seccomp/default.json"),
+        into.join("seccomp/default.json"),
+    )
+    .expect("profile");
+    into.join("policy.yaml")
+}
+
+fn path_with_tools() -> String {
+    format!(
+        "{TOOLS}/bin:{}",
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+    )
+}
+
+/// A server for `example`: its plugin.yaml, its policy (or the default one), `env` added.
+fn example_server(example: &str, own_policy: bool, env: &[(&str, &str)], pol: &Path) -> Server {
+    let plugin = std::fs::read_to_string(examples_dir().join(example).join("plugin.yaml"))
+        .expect("plugin.yaml");
+    let path = path_with_tools();
+    let mut all = vec![("PATH", path.as_str())];
+    all.extend_from_slice(env);
+    if own_policy {
+        let p = example_policy(example, pol);
+        Server::start_env(
+            &plugin,
+            &[
+                "--policy",
+                p.to_str().expect("utf8"),
+                "--allowed-uids",
+                "any",
+            ],
+            &all,
+        )
+    } else {
+        Server::start_env(&plugin, &["--allowed-uids", "any"], &all)
+    }
+}
+
+/// The example's request through the grpc-go client (Argo CD's own client stack).
+fn generate(s: &Server, example: &str) -> CallResult {
+    let dir = examples_dir().join(example);
+    let mut args = vec![
+        "-dir".to_owned(),
+        dir.join("repo").to_str().expect("utf8").to_owned(),
+    ];
+    let text = std::fs::read_to_string(dir.join("args")).unwrap_or_default();
+    for l in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        match l.split_once(' ') {
+            Some((f, v)) => args.extend([f.to_owned(), v.to_owned()]),
+            None => args.push(l.to_owned()),
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    go(s, "generate", &args)
+}
+
+fn expected(example: &str) -> Vec<String> {
+    std::fs::read_to_string(examples_dir().join(example).join("expected.jsonl"))
+        .expect("expected.jsonl")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn manifests(v: &serde_json::Value) -> Vec<String> {
+    v["manifests"]
+        .as_array()
+        .expect("manifests")
+        .iter()
+        .map(|m| m.as_str().expect("string").to_owned())
+        .collect()
+}
+
+/// The audit events in the server's log.
+fn audit_events(s: &Server) -> Vec<serde_json::Value> {
+    s.logs()
+        .lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn helm_with_chart_dependencies_reaches_only_its_repository() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    assert!(
+        Path::new(TOOLS).join("bin/helm").exists(),
+        "{TOOLS}/bin/helm missing: run scripts/setup"
+    );
+    let _repo = fixture("helm-dependencies", "chart-repo.py", 18443);
+    let pol = tempfile::tempdir().expect("tmp");
+    let s = example_server("helm-dependencies", true, &[], pol.path());
+    let v = generate(&s, "helm-dependencies").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(manifests(&v), expected("helm-dependencies"));
+    let egress: Vec<serde_json::Value> = audit_events(&s)
+        .iter()
+        .flat_map(|e| e["egress"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert!(!egress.is_empty(), "no egress recorded: {}", s.logs());
+    for c in &egress {
+        assert_eq!(c["destination"], "charts.example.test:18443", "{c}");
+        assert_eq!(c["decision"], "allowed", "{c}");
+        assert_eq!(c["address"], "127.0.0.1:18443", "{c}");
+        assert!(c["bytesDown"].as_u64().unwrap_or(0) > 0, "{c}");
+    }
+    s.assert_work_dir_empties();
+
+    // The default policy (network: none): helm's own error only says it has no cached index;
+    // the sandbox's note names the policy field.
+    let d = example_server("helm-dependencies", false, &[], pol.path());
+    let (code, msg) = generate(&d, "helm-dependencies").expect_err("network: none");
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("spec.network.mode is none; allowList with spec.network.allow"),
+        "{msg}"
+    );
+}
+
+const VAULT_ENV: &[(&str, &str)] = &[
+    ("VAULT_ADDR", "http://vault.example.test:18200"),
+    ("AVP_TYPE", "vault"),
+    ("AVP_AUTH_TYPE", "k8s"),
+    ("AVP_K8S_ROLE", "guestbook"),
+    (
+        "AVP_K8S_TOKEN_PATH",
+        "/run/cmp-warden-examples/serviceaccount/token",
+    ),
+];
+
+#[test]
+fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let _vault = fixture("vault-style", "vault.py", 18200);
+    let pol = tempfile::tempdir().expect("tmp");
+    let s = example_server("vault-style", true, VAULT_ENV, pol.path());
+    let v = generate(&s, "vault-style").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(manifests(&v), expected("vault-style"));
+    let event = audit_events(&s).pop().expect("audit event");
+    let egress = event["egress"].as_array().expect("egress");
+    // The login, then one read (the plugin caches by path).
+    assert_eq!(egress.len(), 2, "{event}");
+    assert!(egress.iter().all(|c| c["decision"] == "allowed"));
+    // Secret values never reach the logs; variable names do, values never.
+    for secret in [
+        "hunter2",
+        "example-serviceaccount-jwt",
+        "s.example-client-token",
+    ] {
+        assert!(!s.logs().contains(secret), "log leaks {secret}");
+    }
+
+    // The default policy: the plugin's configuration never reaches it, and the error says
+    // which variables were withheld and which field passes them.
+    let d = example_server("vault-style", false, VAULT_ENV, pol.path());
+    let (_, msg) = generate(&d, "vault-style").expect_err("default policy");
+    assert!(
+        msg.contains("server variables not passed to commands: "),
+        "{msg}"
+    );
+    for name in [
+        "AVP_AUTH_TYPE",
+        "AVP_K8S_ROLE",
+        "AVP_K8S_TOKEN_PATH",
+        "AVP_TYPE",
+    ] {
+        assert!(msg.contains(name), "{name}: {msg}");
+    }
+    assert!(msg.contains("spec.env.pass allows them"), "{msg}");
+    assert!(
+        d.logs()
+            .contains("server environment variables withheld from commands")
+    );
+}
+
+/// Every way around the allow list, from inside a request, beside an honest connection.
+const ATTACK: &str = r#"
+import errno, json, os, socket
+P = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+M = int(os.environ["ARGOCD_ENV_METRICS_PORT"])
+out = {}
+def via_proxy(req, read=4096):
+    s = socket.create_connection(("127.0.0.1", P), timeout=10)
+    s.sendall(req.encode())
+    data = b""
+    while True:
+        chunk = s.recv(read)
+        if not chunk:
+            break
+        data += chunk
+        if b"\r\n\r\n" in data and not req.startswith("CONNECT"):
+            continue
+        if req.startswith("CONNECT") and b"\r\n\r\n" in data:
+            break
+    s.close()
+    return data.decode(errors="replace").split("\r\n", 1)[0]
+def direct(host, port):
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+        return "connected"
+    except OSError as e:
+        return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+out["honest"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
+out["other_host"] = via_proxy("CONNECT other.example.test:443 HTTP/1.1\r\n\r\n")
+out["other_port"] = via_proxy("CONNECT vault.example.test:22 HTTP/1.1\r\n\r\n")
+out["ip_literal"] = via_proxy("CONNECT 127.0.0.1:18210 HTTP/1.1\r\n\r\n")
+out["metrics_port"] = via_proxy("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % M)
+out["metadata"] = via_proxy("GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n")
+out["private_name"] = via_proxy("CONNECT intranet.example.test:18210 HTTP/1.1\r\n\r\n")
+out["numeric_name"] = via_proxy("CONNECT 2130706433:18210 HTTP/1.1\r\n\r\n")
+out["smuggled"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET http://other.example.test/smuggled HTTP/1.1\r\n\r\n")
+out["bypass_vault"] = direct("127.0.0.1", 18210)
+out["bypass_metrics"] = direct("127.0.0.1", M)
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
+"#;
+
+#[test]
+fn every_way_around_the_allow_list_is_refused_and_audited() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let _vault = fixture("vault-style", "vault.py", 18210);
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(
+        &pol_file,
+        &[(
+            "network: {mode: none}",
+            "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18210], internal: true}, {host: intranet.example.test, ports: [18210]}], hosts: {vault.example.test: [127.0.0.1], intranet.example.test: [10.0.0.1]}}",
+        )],
+    );
+    let s = Server::start(
+        &plugin("  generate: {command: [python3, attack.py]}\n"),
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let found = s.logs().lines().find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v["message"].as_str()?.starts_with("metrics on"))
+                .then(|| v["address"].as_str().map(str::to_owned))?
+        });
+        if let Some(a) = found {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "metrics address never logged");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let metrics_port = metrics.rsplit(':').next().expect("port").to_owned();
+    let pid = s.child.as_ref().expect("child").id();
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("tasks")
+            .count()
+    };
+    let r = repo(&[("attack.py", ATTACK)]);
+    // Warm up (the spare jail, the runtime's threads), then count.
+    let _ = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-env",
+            &format!("ARGOCD_ENV_METRICS_PORT={metrics_port}"),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let before = threads();
+    let v = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-env",
+            &format!("ARGOCD_ENV_METRICS_PORT={metrics_port}"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    let doc: serde_json::Value =
+        serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+    let d = &doc["data"];
+    // The honest request reached Vault (its own 403: no token), through the proxy.
+    assert_eq!(d["honest"], "HTTP/1.0 403 Forbidden", "{d}");
+    for (k, why) in [
+        (
+            "other_host",
+            "no entry of spec.network.allow names this host and port",
+        ),
+        (
+            "other_port",
+            "no entry of spec.network.allow names this host and port",
+        ),
+        ("ip_literal", "needs a cidr entry"),
+        ("metrics_port", "needs a cidr entry"),
+        ("metadata", "needs a cidr entry"),
+        ("private_name", "resolves only to internal addresses"),
+        ("numeric_name", "not a DNS name or IP address"),
+    ] {
+        let line = d[k].as_str().unwrap_or_default();
+        assert!(
+            line.starts_with("HTTP/1.1 403 cmp-warden: egress") && line.contains(why),
+            "{k}: {line}"
+        );
+    }
+    // The smuggled second request never left: the first was answered, the connection closed.
+    assert_eq!(d["smuggled"], "HTTP/1.0 403 Forbidden", "{d}");
+    // No way past the proxy: the namespace's loopback has nothing else, and Landlock allows
+    // connecting to the proxy's port only.
+    assert_eq!(d["bypass_vault"], "denied:EACCES", "{d}");
+    assert_eq!(d["bypass_metrics"], "denied:EACCES", "{d}");
+
+    // Audited: one record per connection, with the decision and reason.
+    let event = audit_events(&s).pop().expect("event");
+    let egress = event["egress"].as_array().expect("egress");
+    let denied: Vec<&serde_json::Value> = egress
+        .iter()
+        .filter(|c| c["decision"] == "denied")
+        .collect();
+    let allowed: Vec<&serde_json::Value> = egress
+        .iter()
+        .filter(|c| c["decision"] == "allowed")
+        .collect();
+    assert_eq!((allowed.len(), denied.len()), (2, 7), "{event}");
+    assert!(!egress.iter().any(|c| {
+        c["destination"]
+            .as_str()
+            .unwrap_or("")
+            .contains("other.example.test:80")
+    }));
+    // Counted.
+    let mut body = String::new();
+    let mut c = TcpStream::connect(&metrics).expect("metrics");
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    c.read_to_string(&mut body).expect("read");
+    assert!(
+        body.contains("cmp_warden_egress_connections_total{decision=\"denied\"} 14"),
+        "{body}"
+    );
+    // Nothing of the request's connections stays behind in the server.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while threads() > before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        threads() <= before,
+        "{} threads after, {before} before",
+        threads()
+    );
+    s.assert_work_dir_empties();
+}
