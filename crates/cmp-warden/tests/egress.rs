@@ -56,6 +56,55 @@ fn fixture(example: &str, script: &str, port: u16) -> Fixture {
     f
 }
 
+/// The example README's `sh` block: its first line starts the fixture in the background
+/// (`… PORT &`), its second renders. Returns the fixture, started from that line as written
+/// (without the `&`, so this test owns it), and the render line.
+fn readme(example: &str) -> (Fixture, String) {
+    let dir = examples_dir().join(example);
+    let text = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
+    let block = text
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a ```sh block");
+    let lines: Vec<&str> = block.lines().collect();
+    assert_eq!(lines.len(), 2, "{example}: fixture line, render line");
+    let start = lines[0].strip_suffix(" &").expect("the fixture line ends with &");
+    let port: u16 = start.rsplit(' ').next().and_then(|p| p.parse().ok()).expect("port");
+    let child = Command::new("sh")
+        .args(["-c", &format!("exec {start}")])
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("fixture");
+    let f = Fixture(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{start}: never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (f, lines[1].to_owned())
+}
+
+/// Run the README's render line as written, in the example's directory, with `cmp-warden` on
+/// PATH; its manifests must be `expected.jsonl`.
+fn readme_render(example: &str, line: &str) {
+    let bin_dir = Path::new(bin()).parent().expect("bin dir").to_owned();
+    let out = Command::new("sh")
+        .args(["-c", line])
+        .current_dir(examples_dir().join(example))
+        .env(
+            "PATH",
+            format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default()),
+        )
+        .output()
+        .expect("render");
+    assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(got, expected(example), "{line}");
+}
+
 /// The example's policy file, copied with a UID range of this test's own (servers of one test
 /// run share the host; each sweeps its range at start-up), and its seccomp profile beside it.
 fn example_policy(example: &str, into: &Path) -> PathBuf {
@@ -166,7 +215,8 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
         Path::new(TOOLS).join("bin/helm").exists(),
         "{TOOLS}/bin/helm missing: run scripts/setup"
     );
-    let _repo = fixture("helm-dependencies", "chart-repo.py", 18443);
+    let (_repo, render) = readme("helm-dependencies");
+    readme_render("helm-dependencies", &render);
     let pol = tempfile::tempdir().expect("tmp");
     let s = example_server("helm-dependencies", true, &[], pol.path());
     let v = generate(&s, "helm-dependencies").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
@@ -211,7 +261,8 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     if !is_root(NEEDS_ROOT) {
         return;
     }
-    let _vault = fixture("vault-style", "vault.py", 18200);
+    let (_vault, render) = readme("vault-style");
+    readme_render("vault-style", &render);
     let pol = tempfile::tempdir().expect("tmp");
     let s = example_server("vault-style", true, VAULT_ENV, pol.path());
     let v = generate(&s, "vault-style").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
