@@ -69,8 +69,14 @@ fn readme(example: &str) -> (Fixture, String) {
         .expect("a ```sh block");
     let lines: Vec<&str> = block.lines().collect();
     assert_eq!(lines.len(), 2, "{example}: fixture line, render line");
-    let start = lines[0].strip_suffix(" &").expect("the fixture line ends with &");
-    let port: u16 = start.rsplit(' ').next().and_then(|p| p.parse().ok()).expect("port");
+    let start = lines[0]
+        .strip_suffix(" &")
+        .expect("the fixture line ends with &");
+    let port: u16 = start
+        .rsplit(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
     let child = Command::new("sh")
         .args(["-c", &format!("exec {start}")])
         .current_dir(&dir)
@@ -96,12 +102,23 @@ fn readme_render(example: &str, line: &str) {
         .current_dir(examples_dir().join(example))
         .env(
             "PATH",
-            format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default()),
+            format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
         )
         .output()
         .expect("render");
-    assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
-    let got: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    assert!(
+        out.status.success(),
+        "{line}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(got, expected(example), "{line}");
 }
 
@@ -486,4 +503,115 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         threads()
     );
     s.assert_work_dir_empties();
+}
+
+/// Writing a network policy from what a plugin does: seccomp audit mode shows inet sockets
+/// under `network: none`; `policy suggest` proposes `allowList` in audit mode (keeping the
+/// profile's socket rules); a run under that records the destination; suggesting again turns
+/// it into the allow list, and the plugin runs under the result, reaching only that.
+#[test]
+fn policy_suggest_writes_the_allow_list_from_what_the_plugin_reached() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let _vault = fixture("vault-style", "vault.py", 18230);
+    let t = tempfile::tempdir().expect("tmp");
+    let cfg = t.path().join("plugin");
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    std::fs::write(
+        cfg.join("plugin.yaml"),
+        plugin("  generate:\n    command: [python3, -c]\n    args:\n      - |\n        import urllib.request, urllib.error\n        try:\n            urllib.request.urlopen('http://localhost:18230/v1/sys/health', timeout=5)\n        except urllib.error.HTTPError as e:\n            print('{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"reached\"}, \"data\": {\"status\": \"%d\"}}' % e.code)\n"),
+    )
+    .expect("plugin");
+    let app = repo(&[("app.yaml", "x: 1\n")]);
+    let render = |policy: &Path, log: &Path| {
+        Command::new(bin())
+            .arg("render")
+            .arg(app.path())
+            .arg("--config-dir-path")
+            .arg(&cfg)
+            .arg("--policy")
+            .arg(policy)
+            .arg("--audit-log")
+            .arg(log)
+            .output()
+            .expect("render")
+    };
+    let suggest = |log: &Path, base: &Path, out: &Path| {
+        let s = Command::new(bin())
+            .args(["policy", "suggest", "--audit-log"])
+            .arg(log)
+            .arg("--policy")
+            .arg(base)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .expect("suggest");
+        let notes = String::from_utf8_lossy(&s.stderr).into_owned();
+        assert!(s.status.success(), "{notes}");
+        (
+            std::fs::read_to_string(out.join("policy.yaml")).expect("policy"),
+            notes,
+        )
+    };
+    // 1. seccomp audit mode, network none: the connection fails, the sockets are recorded.
+    let p1 = t.path().join("p1/policy.yaml");
+    write_policy(&p1, &[("mode: enforce}", "mode: audit}")]);
+    let log1 = t.path().join("1.jsonl");
+    assert!(!render(&p1, &log1).status.success());
+    let (yaml, notes) = suggest(&log1, &p1, &t.path().join("p2"));
+    assert!(
+        yaml.contains("mode: allowList") && yaml.contains("audit: true"),
+        "{yaml}"
+    );
+    assert!(
+        notes.contains("Do not deploy a policy with audit: true"),
+        "{notes}"
+    );
+    let profile = std::fs::read_to_string(t.path().join("p2/seccomp/profile.json")).expect("p");
+    assert!(
+        profile.contains("\"socket\""),
+        "the socket-family rules stay: {profile}"
+    );
+    assert!(
+        yaml.contains("memoryBytes: ") && !yaml.contains("memoryBytes: 1073741824"),
+        "quantities: {yaml}"
+    );
+    // 2. network audit: admitted and recorded.
+    let log2 = t.path().join("2.jsonl");
+    let out = render(&t.path().join("p2/policy.yaml"), &log2);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (yaml, notes) = suggest(
+        &log2,
+        &t.path().join("p2/policy.yaml"),
+        &t.path().join("p3"),
+    );
+    assert!(
+        yaml.contains(r#"- {host: "localhost", ports: [18230], internal: true}"#)
+            && !yaml.contains("audit: true"),
+        "{yaml}\n{notes}"
+    );
+    // 3. The suggested policy runs the plugin, and the connection is allowed, not audited.
+    let log3 = t.path().join("3.jsonl");
+    let out = render(&t.path().join("p3/policy.yaml"), &log3);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(r#""status": "403""#), "{stdout}");
+    let last: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&log3)
+            .expect("log")
+            .lines()
+            .last()
+            .expect("event"),
+    )
+    .expect("json");
+    assert_eq!(last["egress"][0]["decision"], "allowed", "{last}");
 }

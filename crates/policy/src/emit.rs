@@ -93,18 +93,18 @@ spec:
             SeccompMode::Audit => "audit",
         },
         wall = l.wall_seconds,
-        mem = l.memory_bytes,
+        mem = bytes(l.memory_bytes),
         pids = l.pids,
         cpu = l.cpu_millis,
-        out = l.output_bytes,
+        out = bytes(l.output_bytes),
         files = l.open_files,
-        fsize = l.file_size_bytes,
-        disk = l.disk_bytes,
-        data = l.data_bytes,
-        asb = l.address_space_bytes,
-        ac = a.compressed_bytes,
-        ae = a.extracted_bytes,
-        af = a.file_bytes,
+        fsize = bytes(l.file_size_bytes),
+        disk = bytes(l.disk_bytes),
+        data = bytes(l.data_bytes),
+        asb = bytes(l.address_space_bytes),
+        ac = bytes(a.compressed_bytes),
+        ae = bytes(a.extracted_bytes),
+        af = bytes(a.file_bytes),
         an = a.entries,
         asl = a.symlinks,
         ad = a.path_depth,
@@ -124,6 +124,21 @@ spec:
         );
     }
     o
+}
+
+/// A byte count as the policy files write it: `256Mi`, `2Gi`, or the number.
+fn bytes(v: u64) -> String {
+    for (unit, suffix) in [
+        (1u64 << 40, "Ti"),
+        (1 << 30, "Gi"),
+        (1 << 20, "Mi"),
+        (1 << 10, "Ki"),
+    ] {
+        if v >= unit && v % unit == 0 {
+            return format!("{}{suffix}", v / unit);
+        }
+    }
+    v.to_string()
 }
 
 /// The `network:` block (two-space indented under `spec:`), with the allow list.

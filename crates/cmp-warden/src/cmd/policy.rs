@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use policy::{Policy, SeccompMode};
+use policy::{NetworkMode, Policy, SeccompMode};
 use serde_json::Value;
 
 /// Policy subcommands.
@@ -93,6 +93,10 @@ struct Observed {
     duration_ms: u64,
     output: u64,
     limits_hit: Vec<(String, String)>,
+    /// Destinations commands asked the egress proxy for: (host, port) → needed `internal`.
+    egress: std::collections::BTreeMap<(String, u16), bool>,
+    /// Server variables withheld from commands (from the server's start-up log line).
+    withheld: std::collections::BTreeSet<String>,
 }
 
 fn observe(text: &str) -> Observed {
@@ -101,8 +105,32 @@ fn observe(text: &str) -> Observed {
         let Ok(e) = serde_json::from_str::<Value>(line) else {
             continue;
         };
+        if let Some(w) = e["withheld"].as_str()
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("server environment variables withheld"))
+        {
+            o.withheld.extend(w.split(", ").map(str::to_owned));
+        }
         if e["log"] != "audit" {
             continue;
+        }
+        for c in e["egress"].as_array().into_iter().flatten() {
+            let Some((host, port)) = c["destination"]
+                .as_str()
+                .and_then(|d| d.rsplit_once(':'))
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            else {
+                continue;
+            };
+            let internal = c["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("resolves only to internal addresses"))
+                || c["address"]
+                    .as_str()
+                    .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+                    .is_some_and(|a| egress::is_internal(a.ip()));
+            *o.egress.entry((host, port)).or_default() |= internal;
         }
         o.requests += 1;
         for d in e["seccompAudit"].as_array().into_iter().flatten() {
@@ -172,6 +200,67 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
                 .into(),
         );
     }
+    // Sockets under `network: none`: what the plugin needs is a network mode, not a profile
+    // without its socket rules (that would still fail, and would open netlink and the rest).
+    let mut denied = o.denied.clone();
+    if p.network == NetworkMode::None && denied.remove("socket").is_some() {
+        p.network = NetworkMode::AllowList;
+        p.egress = egress::AllowList {
+            audit: true,
+            ..Default::default()
+        };
+        p.egress_max_connections = 100;
+        notes.push(
+            "network: the plugin opened inet sockets under network: none. Suggested: mode allowList with audit: true, which admits and records every destination. Run the plugin once under this policy and run `policy suggest` again: it turns what the plugin reached into spec.network.allow. Do not deploy a policy with audit: true.".into(),
+        );
+    }
+    if p.network == NetworkMode::AllowList && !o.egress.is_empty() {
+        let mut by_target: std::collections::BTreeMap<(String, bool), Vec<u16>> =
+            std::collections::BTreeMap::new();
+        for ((host, port), internal) in &o.egress {
+            by_target
+                .entry((host.clone(), *internal))
+                .or_default()
+                .push(*port);
+        }
+        let mut rules = Vec::new();
+        for ((host, internal), ports) in by_target {
+            let bare = host.trim_start_matches('[').trim_end_matches(']');
+            let target = match bare.parse::<std::net::IpAddr>() {
+                Ok(ip) => egress::Target::Cidr(egress::Cidr::parse(&ip.to_string())?),
+                Err(_) => match egress::HostPattern::parse(&host) {
+                    Ok(h) => egress::Target::Host(h),
+                    Err(_) => {
+                        notes.push(format!("network: {host:?} is not a host name; left out"));
+                        continue;
+                    }
+                },
+            };
+            let is_host = matches!(target, egress::Target::Host(_));
+            notes.push(format!(
+                "network.allow: {host} on {ports:?}{} (the plugin connected to it)",
+                if internal && is_host {
+                    ", internal: true because it resolved to an internal address"
+                } else {
+                    ""
+                }
+            ));
+            rules.push(egress::Rule {
+                target,
+                ports,
+                internal: internal && is_host,
+            });
+        }
+        p.egress.rules = rules;
+        p.egress.audit = false;
+    }
+    if !o.withheld.is_empty() {
+        let names: Vec<&str> = o.withheld.iter().map(String::as_str).collect();
+        notes.push(format!(
+            "env: the server withheld these variables from commands: {}. If the plugin is configured by any of them, add it (or a NAME_* pattern) to spec.env.pass.",
+            names.join(", ")
+        ));
+    }
     if let Some(rules) = profile["rules"].as_array_mut() {
         for r in rules.iter_mut() {
             // The reason of this profile's own rule (a custom profile has its own).
@@ -182,7 +271,7 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
             if let Some(calls) = r["syscalls"].as_array_mut() {
                 calls.retain(|c| {
                     let name = c.as_str().unwrap_or("");
-                    match o.denied.get(name) {
+                    match denied.get(name) {
                         Some((n, comm)) => {
                             notes.push(format!(
                                 "seccomp: {name} is ALLOWED: {comm} called it {n} time(s); the profile denied it because: {reason}"
