@@ -134,7 +134,7 @@ fn bytes(v: u64) -> String {
         (1 << 20, "Mi"),
         (1 << 10, "Ki"),
     ] {
-        if v >= unit && v % unit == 0 {
+        if v >= unit && v.is_multiple_of(unit) {
             return format!("{}{suffix}", v / unit);
         }
     }
