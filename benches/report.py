@@ -77,9 +77,23 @@ def markdown(res, plot_rel):
         _sandbox_md(res["sandbox"], L)
     if "e2e" in res:
         _e2e_md(res["e2e"], L)
+    if "egress" in res:
+        _egress_md(res["egress"], L)
     if plot_rel:
         L += [f"![latency vs repo size and vs concurrency]({plot_rel})", ""]
     return "\n".join(L)
+
+
+def _egress_md(g, L):
+    L += ["", f"### Egress proxy (`network: allowList`) vs direct, same run", "",
+          "| measure | direct | through the proxy | proxy/direct |", "| --- | --- | --- | --- |",
+          f"| fresh connection + 64-byte exchange, median of {g['iterations']} | {g['latency_direct_us']:.0f} µs | "
+          f"{g['latency_proxied_us']:.0f} µs | {g['latency_ratio']:.2f} |",
+          f"| bulk download of {g['bulk_mib']} MiB | {g['throughput_direct_mibs']:.0f} MiB/s | "
+          f"{g['throughput_proxied_mibs']:.0f} MiB/s | {g['throughput_ratio']:.2f} |", "",
+          f"100 tunnels open at once: {g['rss_per_tunnel_kib']:.0f} KiB of resident memory and "
+          f"{g['threads_per_tunnel']:.2f} threads per tunnel in the measuring process (the proxy's two relay "
+          f"threads, plus the test upstream's one); all joined when the request ends.", ""]
 
 
 def _archive_md(archive, L):
