@@ -2,7 +2,11 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = [dir.join("plugin.proto"), dir.join("repository.proto")];
+    let files = [
+        dir.join("plugin.proto"),
+        dir.join("repository.proto"),
+        dir.join("askpass.proto"),
+    ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

@@ -101,6 +101,10 @@ fn main() -> ExitCode {
     if let Some(code) = internal_entry() {
         return code;
     }
+    // Installed as `argocd` and run by git as its askpass helper (`provideGitCreds`).
+    if cmd::askpass::invoked() {
+        return cmd::askpass::run();
+    }
     let cli = Cli::parse_from(with_default_subcommand(std::env::args_os().collect()));
     let Some(command) = cli.command else {
         eprintln!("no subcommand");

@@ -615,3 +615,153 @@ fn policy_suggest_writes_the_allow_list_from_what_the_plugin_reached() {
     .expect("json");
     assert_eq!(last["egress"][0]["decision"], "allowed", "{last}");
 }
+
+/// Argo CD's `AskPassService` as the repo-server runs it: the credentials of one nonce.
+struct AskPass;
+
+#[tonic::async_trait]
+impl proto::askpass::ask_pass_service_server::AskPassService for AskPass {
+    async fn get_credentials(
+        &self,
+        req: tonic::Request<proto::askpass::CredentialsRequest>,
+    ) -> Result<tonic::Response<proto::askpass::CredentialsResponse>, tonic::Status> {
+        if req.into_inner().nonce != "nonce-of-this-request" {
+            return Err(tonic::Status::not_found("unknown nonce"));
+        }
+        Ok(tonic::Response::new(proto::askpass::CredentialsResponse {
+            username: "argo".into(),
+            password: "s3cret".into(),
+        }))
+    }
+}
+
+/// Serve the stand-in on a unix socket at `path` (in a thread of its own runtime).
+fn askpass_service(path: &Path) {
+    let listener = std::os::unix::net::UnixListener::bind(path).expect("bind askpass");
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let l = tokio::net::UnixListener::from_std(listener).expect("tokio listener");
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(l);
+            let _ = tonic::transport::Server::builder()
+                .add_service(
+                    proto::askpass::ask_pass_service_server::AskPassServiceServer::new(AskPass),
+                )
+                .serve_with_incoming(incoming)
+                .await;
+        });
+    });
+}
+
+/// `provideGitCreds`: git inside the jail clones a private repository over HTTPS; its
+/// credentials come from the repo-server's askpass service (a stand-in here) through our
+/// `argocd`-compatible helper and the proxy's relay — the socket itself is never reachable
+/// from the jail. Without `provideGitCreds` the relay is refused and says why.
+#[test]
+fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_relay() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let _git = fixture("git-fetch", "git-server.py", 18444);
+    let t = tempfile::Builder::new()
+        .prefix("cmpw-askpass")
+        .tempdir()
+        .expect("tmp");
+    std::fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let sock = t.path().join("reposerver-ask-pass.sock");
+    askpass_service(&sock);
+    // `argocd` on the commands' PATH is this binary (in the image: a symlink beside it). Not
+    // under /tmp, which is the request's own inside the jail.
+    let bin_dir = Path::new(bin()).parent().expect("bin dir").to_owned();
+    let helper_dir = bin_dir.join("askpass-helper");
+    std::fs::create_dir_all(&helper_dir).expect("mkdir");
+    let link = helper_dir.join("argocd");
+    if std::fs::read_link(&link).ok().as_deref() != Some(Path::new(bin())) {
+        let tmp = helper_dir.join(format!("argocd.{}", std::process::id()));
+        std::os::unix::fs::symlink(bin(), &tmp).expect("symlink");
+        std::fs::rename(&tmp, &link).expect("rename");
+    }
+    let pol = t.path().join("policy");
+    let p = example_policy("git-fetch", &pol);
+    // The test binary lives outside the policy's read-only paths: add its directory.
+    let text = std::fs::read_to_string(&p).expect("policy");
+    assert!(
+        text.contains("/proc]"),
+        "the read-only list ends with /proc"
+    );
+    let text = text.replacen(
+        "/proc]",
+        &format!("/proc, {}, {}]", bin_dir.display(), helper_dir.display()),
+        1,
+    );
+    std::fs::write(&p, text).expect("policy");
+    let path = format!("{}:{}", helper_dir.display(), path_with_tools());
+    let plugin_yaml =
+        std::fs::read_to_string(examples_dir().join("git-fetch/plugin.yaml")).expect("plugin");
+    let start = |plugin_yaml: &str| {
+        Server::start_env(
+            plugin_yaml,
+            &[
+                "--policy",
+                p.to_str().expect("utf8"),
+                "--allowed-uids",
+                "any",
+            ],
+            &[
+                ("PATH", path.as_str()),
+                ("ARGOCD_ASK_PASS_SOCK", sock.to_str().expect("utf8")),
+            ],
+        )
+    };
+    // The repo-server's git credential environment for this request (contract §2.6).
+    let creds_env = [
+        "GIT_ASKPASS=argocd".to_owned(),
+        "ARGOCD_GIT_ASKPASS_NONCE=nonce-of-this-request".to_owned(),
+        "GIT_TERMINAL_PROMPT=0".to_owned(),
+        "ARGOCD_BINARY_NAME=argocd-git-ask-pass".to_owned(),
+        format!("ARGOCD_ASK_PASS_SOCK={}", sock.display()),
+    ];
+    let request = |s: &Server| {
+        let dir = examples_dir().join("git-fetch/repo");
+        let mut args = vec!["-dir".to_owned(), dir.to_str().expect("utf8").to_owned()];
+        args.extend([
+            "-env".to_owned(),
+            "ARGOCD_ENV_MANIFESTS_REPO=https://git.example.test:18444/manifests.git".to_owned(),
+        ]);
+        for e in &creds_env {
+            args.extend(["-env".to_owned(), e.clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        go(s, "generate", &args)
+    };
+    let s = start(&plugin_yaml);
+    let v = request(&s).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(manifests(&v), expected("git-fetch"));
+    let event = audit_events(&s).pop().expect("event");
+    let egress = event["egress"].as_array().expect("egress");
+    assert!(
+        egress
+            .iter()
+            .any(|c| c["destination"] == "askpass.cmp-warden.invalid:1"
+                && c["decision"] == "allowed"),
+        "{event}"
+    );
+    assert!(!s.logs().contains("s3cret"), "the password reached the log");
+    drop(s);
+
+    // The same plugin without provideGitCreds: no relay, and git's failure says why.
+    let s = start(&plugin_yaml.replace("provideGitCreds: true", "provideGitCreds: false"));
+    let (_, msg) = request(&s).expect_err("no credentials");
+    assert!(
+        msg.contains("git credentials are not available to this request: the plugin does not set provideGitCreds"),
+        "{msg}"
+    );
+}

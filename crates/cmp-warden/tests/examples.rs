@@ -26,7 +26,7 @@ const EXAMPLES: &[&str] = &[
 
 /// Examples that reach a service through `network: allowList` (their `fixtures/` serve it);
 /// `egress.rs` runs them through the server with their own `policy.yaml`.
-const NETWORK_EXAMPLES: &[&str] = &["helm-dependencies", "vault-style"];
+const NETWORK_EXAMPLES: &[&str] = &["git-fetch", "helm-dependencies", "vault-style"];
 
 /// Why these tests need root (printed when one skips).
 const NEEDS_ROOT: &str = "example tests need root (CI runs as root): leased UIDs need CAP_SETUID";

@@ -22,7 +22,7 @@ mod head;
 mod proxy;
 mod rules;
 
-pub use proxy::{Connection, Decision, Limits, Proxy, ProxyHandle};
+pub use proxy::{ASKPASS_HOST, Connection, Decision, Limits, Proxy, ProxyHandle};
 pub use rules::{AllowList, Cidr, Denial, HostPattern, Rule, Target, is_internal};
 
 /// Errors building an allow list.

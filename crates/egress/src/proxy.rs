@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -85,16 +87,22 @@ pub struct Connection {
     pub duration_ms: u64,
 }
 
+/// The destination a command's askpass helper asks for: the repo-server's git credential
+/// socket (a reserved name that never resolves).
+pub const ASKPASS_HOST: &str = "askpass.cmp-warden.invalid";
+
 /// A request's proxy, before it serves.
 #[derive(Debug, Clone)]
 pub struct Proxy {
     list: Arc<AllowList>,
     limits: Limits,
+    askpass: Option<PathBuf>,
 }
 
 struct Shared {
     list: Arc<AllowList>,
     limits: Limits,
+    askpass: Option<PathBuf>,
     stopping: AtomicBool,
     /// Live connections' sockets (client, destination), to shut down when the request ends.
     live: Mutex<HashMap<u64, (TcpStream, Option<TcpStream>)>>,
@@ -128,7 +136,15 @@ impl Proxy {
         Self {
             list: Arc::new(list),
             limits,
+            askpass: None,
         }
+    }
+
+    /// Relay `CONNECT askpass.cmp-warden.invalid:1` to the repo-server's askpass socket at
+    /// `path` (a request of a plugin with `provideGitCreds`).
+    pub fn with_askpass(mut self, path: PathBuf) -> Self {
+        self.askpass = Some(path);
+        self
     }
 
     /// Serve `listener` (a socket in the jail's network namespace) until finished.
@@ -138,6 +154,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             list: self.list,
             limits: self.limits,
+            askpass: self.askpass,
             stopping: AtomicBool::new(false),
             live: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
@@ -365,6 +382,41 @@ fn serve(shared: &Shared, id: u64, mut client: TcpStream) -> Connection {
     } else {
         format!("{host}:{port}")
     };
+    // The git credential relay: only by CONNECT, only when the request has it.
+    if host.eq_ignore_ascii_case(ASKPASS_HOST) && forward.is_none() {
+        let Some(path) = &shared.askpass else {
+            let d = Denial::BadRequest(
+                "git credentials are not available to this request: the plugin does not set provideGitCreds, or the repo-server sent no ARGOCD_ASK_PASS_SOCK".into(),
+            );
+            refuse(&mut client, 403, &d);
+            c.reason = Some(d.to_string());
+            return finish(c);
+        };
+        let socket = match UnixStream::connect(path) {
+            Ok(s) => s,
+            Err(e) => {
+                let d = Denial::BadRequest(format!(
+                    "the repo-server's askpass socket {} cannot be reached: {e}",
+                    path.display()
+                ));
+                refuse(&mut client, 502, &d);
+                c.decision = Decision::Allowed;
+                c.reason = Some(d.to_string());
+                return finish(c);
+            }
+        };
+        c.decision = Decision::Allowed;
+        if client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .is_err()
+        {
+            return finish(c);
+        }
+        let (up, down) = tunnel(client, Upstream::Unix(socket), &head.rest);
+        c.bytes_up = up;
+        c.bytes_down = down;
+        return finish(c);
+    }
     // 2–3. Decide, resolve, connect to a checked address.
     let upstream = match connect(shared, &host, port) {
         Ok((stream, addr, audited)) => {
@@ -400,7 +452,7 @@ fn serve(shared: &Shared, id: u64, mut client: TcpStream) -> Connection {
             {
                 return finish(c);
             }
-            tunnel(client, upstream, &head.rest)
+            tunnel(client, Upstream::Tcp(upstream), &head.rest)
         }
         Some(path) => forward_one(client, upstream, &head, &path),
     };
@@ -546,8 +598,65 @@ fn own_address(ip: IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
+/// What a tunnel's far side is: a destination, or the repo-server's askpass socket.
+enum Upstream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Upstream {
+    fn try_clone(&self) -> std::io::Result<Upstream> {
+        Ok(match self {
+            Upstream::Tcp(s) => Upstream::Tcp(s.try_clone()?),
+            Upstream::Unix(s) => Upstream::Unix(s.try_clone()?),
+        })
+    }
+}
+
+/// One side of a relay.
+trait Half: Read + Write {
+    fn shut(&self, how: Shutdown);
+}
+
+impl Half for TcpStream {
+    fn shut(&self, how: Shutdown) {
+        let _ = self.shutdown(how);
+    }
+}
+
+impl Half for Upstream {
+    fn shut(&self, how: Shutdown) {
+        let _ = match self {
+            Upstream::Tcp(s) => s.shutdown(how),
+            Upstream::Unix(s) => s.shutdown(how),
+        };
+    }
+}
+
+impl Read for Upstream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Upstream::Tcp(s) => s.read(buf),
+            Upstream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Upstream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Upstream::Tcp(s) => s.write(buf),
+            Upstream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Relay both ways until both sides are done; returns (bytes up, bytes down).
-fn tunnel(client: TcpStream, upstream: TcpStream, pending: &[u8]) -> (u64, u64) {
+fn tunnel(client: TcpStream, mut upstream: Upstream, pending: &[u8]) -> (u64, u64) {
     let (c2, u2) = match (client.try_clone(), upstream.try_clone()) {
         (Ok(c), Ok(u)) => (c, u),
         _ => return (0, 0),
@@ -557,8 +666,7 @@ fn tunnel(client: TcpStream, upstream: TcpStream, pending: &[u8]) -> (u64, u64) 
         .stack_size(STACK)
         .spawn(move || copy(u2, c2));
     let mut up = 0;
-    let mut upstream_w = &upstream;
-    if !pending.is_empty() && upstream_w.write_all(pending).is_ok() {
+    if !pending.is_empty() && upstream.write_all(pending).is_ok() {
         up += pending.len() as u64;
     }
     up += copy(client, upstream);
@@ -567,23 +675,22 @@ fn tunnel(client: TcpStream, upstream: TcpStream, pending: &[u8]) -> (u64, u64) 
 }
 
 /// Copy until EOF or an error, then pass the EOF on; returns the bytes copied.
-fn copy(mut from: TcpStream, to: TcpStream) -> u64 {
+fn copy(mut from: impl Half, mut to: impl Half) -> u64 {
     let mut buf = vec![0u8; BUF];
     let mut n = 0u64;
-    let mut w = &to;
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(k) => {
-                if w.write_all(&buf[..k]).is_err() {
+                if to.write_all(&buf[..k]).is_err() {
                     break;
                 }
                 n += k as u64;
             }
         }
     }
-    let _ = to.shutdown(Shutdown::Write);
-    let _ = from.shutdown(Shutdown::Read);
+    to.shut(Shutdown::Write);
+    from.shut(Shutdown::Read);
     n
 }
 
@@ -661,7 +768,7 @@ fn forward_one(client: TcpStream, upstream: TcpStream, head: &Head, path: &str) 
         }
     }
     let down = match client.try_clone() {
-        Ok(c) => copy(upstream, c),
+        Ok(c) => copy(Upstream::Tcp(upstream), c),
         Err(_) => 0,
     };
     let _ = client.shutdown(Shutdown::Both);

@@ -13,6 +13,11 @@ pub mod repository {
     tonic::include_proto!("repository");
 }
 
+/// Package `askpass`: Argo CD's git credential service (the askpass helper is its client).
+pub mod askpass {
+    tonic::include_proto!("askpass");
+}
+
 /// Package `plugin`: messages, client and server.
 pub mod plugin {
     tonic::include_proto!("plugin");

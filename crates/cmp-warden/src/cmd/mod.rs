@@ -2,6 +2,7 @@
 
 pub mod appset;
 pub mod archive;
+pub mod askpass;
 pub mod client;
 pub mod doctor;
 pub mod flags;

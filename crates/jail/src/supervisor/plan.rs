@@ -54,6 +54,12 @@ pub struct Plan {
     /// Names of the server's variables `spec.env.pass` keeps from commands (logged at
     /// start-up, listed by doctor, named when a request fails; never their values).
     pub withheld_env: Vec<String>,
+    /// The repo-server's askpass socket as the operator shared it with this container
+    /// (`ARGOCD_ASK_PASS_SOCK` in the server's environment, as Argo CD's docs have it set in
+    /// both containers). The egress proxy relays to it only for a `provideGitCreds` request
+    /// that names the same path: a request never points the supervisor at a socket of its
+    /// choosing.
+    pub askpass_socket: Option<PathBuf>,
     /// `network: allowList`: the destinations and the proxy's bounds
     /// (`spec.network.allow`, `audit`, `maxConnections`).
     pub egress: Option<(egress::AllowList, egress::Limits)>,
@@ -92,6 +98,10 @@ impl Plan {
                 cpu_millis: policy.limits.cpu_millis,
             },
             withheld_env: policy.withheld_env(env.iter().cloned()),
+            askpass_socket: env
+                .iter()
+                .find(|(k, _)| k == "ARGOCD_ASK_PASS_SOCK")
+                .map(|(_, v)| PathBuf::from(v)),
             base_env: policy.passed_env(env),
             egress: (policy.network == NetworkMode::AllowList).then(|| {
                 (
@@ -140,11 +150,21 @@ impl Plan {
         self.sandbox.network
     }
 
-    /// A proxy for one request (`network: allowList`), not yet serving.
-    pub(crate) fn egress_proxy(&self) -> Option<egress::Proxy> {
-        self.egress
-            .as_ref()
-            .map(|(list, limits)| egress::Proxy::new(list.clone(), *limits))
+    /// A proxy for one request (`network: allowList`), not yet serving; with the git
+    /// credential relay when the plugin sets `provideGitCreds` and the request's
+    /// `ARGOCD_ASK_PASS_SOCK` is the one this server was given.
+    pub(crate) fn egress_proxy(&self, task: Option<&Task>) -> Option<egress::Proxy> {
+        let (list, limits) = self.egress.as_ref()?;
+        let proxy = egress::Proxy::new(list.clone(), *limits);
+        let askpass = task
+            .filter(|t| t.config.spec.provide_git_creds)
+            .and_then(|t| t.env.iter().find(|(k, _)| k == "ARGOCD_ASK_PASS_SOCK"))
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|p| self.askpass_socket.as_ref() == Some(p));
+        Some(match askpass {
+            Some(p) => proxy.with_askpass(p),
+            None => proxy,
+        })
     }
 
     /// The namespaces each request gets (`net` only without egress).

@@ -645,7 +645,11 @@ impl Inner {
 
         // `network: allowList`: serve the listener the jail made on its loopback (it came over
         // its stdin socket while it confined itself).
-        let proxy = match (self.cfg.plan.egress_proxy(), stdin.as_ref()) {
+        let task = match header {
+            Header::Request { task, .. } => Some(&**task),
+            Header::Probe { .. } => None,
+        };
+        let proxy = match (self.cfg.plan.egress_proxy(task), stdin.as_ref()) {
             (Some(p), Some(sock)) => match receive_listener(sock) {
                 Ok(l) => match p.start(l) {
                     Ok(h) => Some(h),
