@@ -56,3 +56,48 @@ fn render_reports_plugin_failures() {
         "{err}"
     );
 }
+
+/// A program outside the policy's read-only paths: Go's message, then what the sandbox adds
+/// and which field allows it (upstream would have run it). Needs root (a unique UID).
+#[test]
+fn a_program_outside_the_readable_paths_is_refused_with_the_field_named() {
+    if !common::is_root("render with a leased UID needs root") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    // Under /var/tmp: visible in the jail (its /tmp is its own) but in no policy path.
+    let tool_dir = tempfile::Builder::new()
+        .prefix("cmpw-tool")
+        .tempdir_in("/var/tmp")
+        .expect("tmp");
+    let tool = tool_dir.path().join("tool");
+    std::fs::write(&tool, "#!/bin/sh\necho '{}'\n").expect("tool");
+    for (p, m) in [(tool_dir.path(), 0o755), (tool.as_path(), 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        d.path().join("plugin.yaml"),
+        format!(
+            "kind: ConfigManagementPlugin\nmetadata: {{name: x}}\nspec: {{generate: {{command: [{}]}}}}\n",
+            tool.display()
+        ),
+    )
+    .expect("write");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-app");
+    let out = std::process::Command::new(common::bin())
+        .arg("render")
+        .arg(&root)
+        .arg("--config-dir-path")
+        .arg(d.path())
+        .output()
+        .expect("run render");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("fork/exec {}: permission denied", tool.display()))
+            && err.contains("list its directory there")
+            && err.contains("spec.filesystem.readOnly"),
+        "{err}"
+    );
+}

@@ -524,7 +524,11 @@ fn start_error(program: &str, e: &std::io::Error) -> CmdError {
             ))
         }
     } else if e.kind() == std::io::ErrorKind::PermissionDenied {
-        CmdError::Start(format!("fork/exec {program}: permission denied"))
+        // Go's text first (what Argo CD users know), then what the sandbox adds: outside the
+        // policy's paths, Landlock refuses execution (upstream would have run it).
+        CmdError::Start(format!(
+            "fork/exec {program}: permission denied (the sandbox may refuse it: a program outside spec.filesystem.readOnly cannot be executed; list its directory there)"
+        ))
     } else {
         CmdError::Start(format!("fork/exec {program}: {e}"))
     }
