@@ -1107,7 +1107,11 @@ fn a_work_dir_the_sandbox_uids_cannot_reach_is_refused_at_start_up() {
 }
 
 /// What a command's network attempts ended with, as the probe prints them.
-fn network_probe(policy: &Path, tcp_port: u16, udp_port: u16) -> BTreeMap<String, String> {
+fn network_probe(
+    policy: &Path,
+    tcp_port: u16,
+    udp_port: u16,
+) -> (BTreeMap<String, String>, String) {
     const PROBE: &str = r#"
 import errno, json, os, socket
 def attempt(f):
@@ -1148,7 +1152,10 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
     let v: serde_json::Value =
         serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().expect("line"))
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    serde_json::from_value(v["data"].clone()).expect("data map")
+    (
+        serde_json::from_value(v["data"].clone()).expect("data map"),
+        stderr.into_owned(),
+    )
 }
 
 /// `network: none` rests on three layers; each one is attacked with the other two removed or
@@ -1203,14 +1210,14 @@ fn each_network_layer_refuses_alone() {
 
     // seccomp alone.
     write_policy(&pol, &[NO_NAMESPACES]);
-    let d = network_probe(&pol, tp, up);
+    let (d, _) = network_probe(&pol, tp, up);
     assert_eq!(d["inet_socket"], "denied:EACCES");
     assert_eq!(d["udp_send"], "denied:EACCES");
 
     // Landlock alone (TCP).
     write_policy(&pol, &[NO_NAMESPACES]);
     without_socket_rules();
-    let d = network_probe(&pol, tp, up);
+    let (d, _) = network_probe(&pol, tp, up);
     assert_eq!(d["inet_socket"], "ok", "the socket rules are gone");
     assert_eq!(d["udp_send"], "ok", "nothing else stops UDP here");
     assert_eq!(d["tcp_connect"], "denied:EACCES", "Landlock's TCP rule");
@@ -1225,15 +1232,19 @@ fn each_network_layer_refuses_alone() {
         ],
     );
     without_socket_rules();
-    let d = network_probe(&pol, tp, up);
+    let (d, stderr) = network_probe(&pol, tp, up);
     assert_eq!(d["tcp_connect"], "ok");
+    assert!(
+        stderr.contains("NETWORK EGRESS: commands share the host's network"),
+        "{stderr}"
+    );
     assert_eq!(tcp_accepted(), 1);
     assert_eq!(udp_received(), 1);
 
     // The network namespace alone (UDP, which Landlock does not cover).
     write_policy(&pol, &[]);
     without_socket_rules();
-    let d = network_probe(&pol, tp, up);
+    let (d, _) = network_probe(&pol, tp, up);
     assert_eq!(d["inet_socket"], "ok");
     // The send itself succeeds: 127.0.0.1 is now the namespace's own loopback, where nobody
     // listens. The host's listener receives nothing.

@@ -284,6 +284,17 @@ impl Supervisor {
         // 3. The policy's one translation, and its seccomp filter compiled for this
         //    architecture.
         let plan = Arc::new(Plan::new(policy, &overrides, std::env::vars()));
+        match plan.network() {
+            policy::NetworkMode::Egress => tracing::warn!(
+                "NETWORK EGRESS: commands share the host's network (the pod's own ports, the cloud metadata address, everything the pod reaches); spec.network.mode allowList admits only listed destinations"
+            ),
+            policy::NetworkMode::AllowList => tracing::info!(
+                destinations = plan.egress.as_ref().map_or(0, |(l, _)| l.rules.len()),
+                audit = plan.egress.as_ref().is_some_and(|(l, _)| l.audit),
+                "network allowList: commands reach only spec.network.allow, through the egress proxy; every connection is audited"
+            ),
+            policy::NetworkMode::None => {}
+        }
         if !plan.withheld_env.is_empty() {
             tracing::info!(
                 withheld = %plan.withheld_env.join(", "),
