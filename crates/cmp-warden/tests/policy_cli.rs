@@ -34,8 +34,13 @@ fn refuses_malformed_policies_with_the_field_named() {
     for (from, to, msg) in [
         (
             "network: {mode: none}",
-            "network: {mode: none, allow: all}",
-            "unknown field `allow`",
+            "network: {mode: none, ports: all}",
+            "unknown field `ports`",
+        ),
+        (
+            "network: {mode: none}",
+            "network: {mode: none, allow: [{host: a.example, ports: [443]}]}",
+            "spec.network: allow, audit, hosts and maxConnections apply only to mode: allowList",
         ),
         (
             "wallSeconds: 300",

@@ -581,9 +581,9 @@ impl Policy {
         let limits = check_limits(&s.limits)?;
         let namespaces = check_namespaces(s.namespaces.as_deref(), &require)?;
         let archive = check_archive(&s.archive)?;
+        let (egress, egress_max_connections) = check_network(&s.network, &namespaces)?;
         let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
         let landlock = check_landlock(s.landlock.as_ref(), &require)?;
-        let (egress, egress_max_connections) = check_network(&s.network, &namespaces)?;
         Ok(Policy {
             name: raw.metadata.name,
             require,
