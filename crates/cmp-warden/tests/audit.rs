@@ -31,6 +31,7 @@ const SPEC: &str = r#"  init:
           hang) sleep 60 ;;
           oom) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;
           unshare) unshare -U true || exit 1 ;;
+          landlock) cat /var/lib/cmp-warden-tests/landlock/notes.txt || exit 1 ;;
           flood) /usr/bin/python3 -c 'import ctypes; u = ctypes.CDLL(None, use_errno=True).unshare; print(sum(u(0x10000000) == -1 for _ in range(5000)))' > flood.txt ;;
         esac
         cat cm.yaml
@@ -384,6 +385,111 @@ fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_de
     assert!(
         s.logs()
             .contains("seccomp audit: would be denied in enforce mode"),
+        "{}",
+        s.logs()
+    );
+}
+
+/// Turns the host's kernel audit on for a test and restores what it was (even on a panic).
+struct AuditOn(bool);
+
+impl AuditOn {
+    fn enable() -> std::io::Result<AuditOn> {
+        use jail::supervisor::landlock_log;
+        let was = landlock_log::audit_enabled()?;
+        landlock_log::set_audit_enabled(true)?;
+        Ok(AuditOn(was))
+    }
+}
+
+impl Drop for AuditOn {
+    fn drop(&mut self) {
+        let _ = jail::supervisor::landlock_log::set_audit_enabled(self.0);
+    }
+}
+
+#[test]
+fn a_file_landlock_refused_is_named_from_the_kernels_own_record() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    // World-readable (DAC allows it), outside every readOnly path: only Landlock refuses it.
+    let dir = std::path::Path::new("/var/lib/cmp-warden-tests/landlock");
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let secret = dir.join("notes.txt");
+    std::fs::write(&secret, "not for plugins\n").expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for p in [dir.parent().expect("parent"), dir] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let _audit = match AuditOn::enable() {
+        Ok(a) => a,
+        Err(e) => {
+            panic!("kernel audit cannot be enabled here ({e}): this test needs CAP_AUDIT_CONTROL")
+        }
+    };
+    let pol = tempfile::tempdir().expect("tmp");
+    let file = pol.path().join("policy.yaml");
+    write_policy(&file, &[]);
+    let log = pol.path().join("audit.jsonl");
+    let s = Server::start(
+        &plugin(SPEC),
+        &[
+            "--policy",
+            file.to_str().expect("utf8"),
+            "--audit-log",
+            log.to_str().expect("utf8"),
+        ],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let d = r.path().to_str().expect("utf8");
+    let attack = [
+        "-dir",
+        d,
+        "-env",
+        "ARGOCD_ENV_MODE=landlock",
+        "-app",
+        "reads",
+    ];
+    let honest = ["-dir", d, "-app", "plain"];
+    let (denied, ok) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| go(&s, "generate", &attack));
+        let h = sc.spawn(|| go(&s, "generate", &honest));
+        (a.join().expect("attack"), h.join().expect("honest"))
+    });
+    ok.expect("an honest request at the same time renders");
+    let (code, msg) = denied.expect_err("Landlock refuses the read");
+    assert_eq!(code, UNKNOWN, "{msg}");
+    // The tool's own message, then the kernel's record: what, where, and the field.
+    assert!(msg.contains("notes.txt: Permission denied"), "{msg}");
+    // First among the refusals, though tools probe other paths too.
+    assert!(
+        msg.contains(
+            "(the sandbox refused: fs.read_file on /var/lib/cmp-warden-tests/landlock/notes.txt (Landlock; spec.filesystem.readOnly"
+        ),
+        "{msg}"
+    );
+    let ev = events(&log, 2);
+    let reads = ev.iter().find(|e| e["app"] == "reads").expect("event");
+    let denials = reads["landlockDenials"]
+        .as_array()
+        .expect("landlockDenials");
+    assert!(
+        denials.iter().any(|x| x["blockers"] == "fs.read_file"
+            && x["object"] == "/var/lib/cmp-warden-tests/landlock/notes.txt"
+            && x["allowedBy"]
+                .as_str()
+                .is_some_and(|f| f.contains("readOnly"))),
+        "{denials:#?}"
+    );
+    let plain = ev.iter().find(|e| e["app"] == "plain").expect("event");
+    assert!(plain.get("landlockDenials").is_none(), "{plain}");
+    // Start-up said it reads them.
+    assert!(
+        s.logs().contains("reading Landlock's denial records"),
         "{}",
         s.logs()
     );

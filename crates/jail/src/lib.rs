@@ -40,7 +40,7 @@ pub use spec::{
 };
 pub use supervisor::reclaim::{RECLAIM_ARG, reclaim_main};
 pub use supervisor::uid::{proc_uid, processes_in_range};
-pub use supervisor::{Enforcement, Owner, Plan, StartError, StartOptions, Supervisor};
+pub use supervisor::{DenialLog, Enforcement, Owner, Plan, StartError, StartOptions, Supervisor};
 
 /// For the benchmark harness only: one command run as the jail runs it, to measure the
 /// runner's cost over a bare spawn.

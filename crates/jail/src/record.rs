@@ -144,6 +144,20 @@ pub struct SeccompEvent {
     pub comm: String,
 }
 
+/// Something Landlock refused a command, from the kernel's own audit record (Landlock ABI 7
+/// with audit enabled on the host; see `supervisor::landlock_log`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LandlockDenial {
+    /// What was blocked, as the kernel names it (`fs.read_file`, `net.connect_tcp`, …).
+    pub blockers: String,
+    /// The object: a path, `address:port`, or a process.
+    pub object: String,
+    /// The policy field that allows it (none for what no policy allows, e.g. signals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_by: Option<String>,
+}
+
 /// Everything recorded for one request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -172,6 +186,9 @@ pub struct RunRecord {
     /// Connections past the proxy's record limit (counted, not itemised).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub egress_unrecorded: u64,
+    /// What Landlock refused commands of a failed request, when the kernel reports it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub landlock_denials: Vec<LandlockDenial>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -172,6 +172,10 @@ pub struct AuditEvent {
     /// Connections past the proxy's record limit (counted only).
     #[serde(skip_serializing_if = "is_zero")]
     pub egress_unrecorded: u64,
+    /// A failed request: what Landlock refused its commands (from the kernel's audit records,
+    /// when the host enables audit), with the policy field that allows it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub landlock_denials: Vec<jail::record::LandlockDenial>,
     /// Policy in force.
     pub policy: PolicyRef,
     /// Wall-clock duration.
@@ -234,6 +238,7 @@ impl AuditEvent {
             seccomp_audit: Vec::new(),
             egress: Vec::new(),
             egress_unrecorded: 0,
+            landlock_denials: Vec::new(),
             policy,
             duration_ms: elapsed.as_millis() as u64,
         }
@@ -254,6 +259,7 @@ impl AuditEvent {
         self.seccomp_audit = rec.seccomp_audit;
         self.egress = rec.egress;
         self.egress_unrecorded = rec.egress_unrecorded;
+        self.landlock_denials = rec.landlock_denials;
         if let Some(a) = rec.archive {
             self.archive.entries = Some(a.entries);
             self.archive.file_bytes = Some(a.file_bytes);
@@ -344,6 +350,11 @@ mod tests {
                 duration_ms: 35,
             }],
             egress_unrecorded: 3,
+            landlock_denials: vec![jail::record::LandlockDenial {
+                blockers: "fs.read_file".into(),
+                object: "/opt/secret".into(),
+                allowed_by: Some("spec.filesystem.readOnly".into()),
+            }],
         };
         let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
         let mut e = AuditEvent::finished(
@@ -377,7 +388,7 @@ mod tests {
         );
     }
 
-    const PINNED_EVENT: &str = r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"2026-11-23T01:01:01.999Z","requestId":"r-1","rpc":"GenerateManifest","app":"guestbook","appRelPath":"apps/web","envNames":["ARGOCD_APP_NAME"],"archive":{"sha256":"ab","bytes":99,"entries":4,"fileBytes":321},"uid":20001,"gid":20001,"cgroup":"j20001-7-3","commands":[{"phase":"generate","argv":["sh","-c","yes"],"exitCode":null,"signal":"SIGKILL","durationMs":1500,"peakRssBytes":4096,"stdoutBytes":1024,"stderrBytes":0,"endedBy":"output"}],"peakMemoryBytes":8192,"oomKills":0,"outcome":"error","code":"ResourceExhausted","error":"stdout exceeds 1024 bytes","limit":"output","seccompAudit":[{"syscall":"unshare","action":"denied","count":2,"comm":"sh"}],"egress":[{"method":"CONNECT","destination":"vault.example:8200","address":"10.1.2.3:8200","decision":"allowed","bytesUp":517,"bytesDown":4100,"durationMs":35}],"egressUnrecorded":3,"policy":{"name":"default","sha256":"cd"},"durationMs":1600}"#;
+    const PINNED_EVENT: &str = r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"2026-11-23T01:01:01.999Z","requestId":"r-1","rpc":"GenerateManifest","app":"guestbook","appRelPath":"apps/web","envNames":["ARGOCD_APP_NAME"],"archive":{"sha256":"ab","bytes":99,"entries":4,"fileBytes":321},"uid":20001,"gid":20001,"cgroup":"j20001-7-3","commands":[{"phase":"generate","argv":["sh","-c","yes"],"exitCode":null,"signal":"SIGKILL","durationMs":1500,"peakRssBytes":4096,"stdoutBytes":1024,"stderrBytes":0,"endedBy":"output"}],"peakMemoryBytes":8192,"oomKills":0,"outcome":"error","code":"ResourceExhausted","error":"stdout exceeds 1024 bytes","limit":"output","seccompAudit":[{"syscall":"unshare","action":"denied","count":2,"comm":"sh"}],"egress":[{"method":"CONNECT","destination":"vault.example:8200","address":"10.1.2.3:8200","decision":"allowed","bytesUp":517,"bytesDown":4100,"durationMs":35}],"egressUnrecorded":3,"landlockDenials":[{"blockers":"fs.read_file","object":"/opt/secret","allowedBy":"spec.filesystem.readOnly"}],"policy":{"name":"default","sha256":"cd"},"durationMs":1600}"#;
 
     #[test]
     fn rfc3339_dates() {

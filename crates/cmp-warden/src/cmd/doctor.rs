@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use jail::supervisor::{LandlockStatus, Layout, PrivilegeModel, Privileges, Report};
+use jail::supervisor::{DenialLog, LandlockStatus, Layout, PrivilegeModel, Privileges, Report};
 use jail::{Enforcement, Owner, StartOptions, Supervisor};
 use policy::{LandlockFeature, NetworkMode, Policy, Protection, SeccompMode};
 use serde::Serialize;
@@ -240,6 +240,7 @@ fn assemble_as(
         no_new_privs_check(&f),
         landlock_check(&f),
     ]);
+    checks.extend(denial_log_check(&f));
     checks.extend(landlock_network_check(&f));
     checks.push(seccomp_check(&f));
     checks.push(cgroups_check(&f));
@@ -282,6 +283,25 @@ fn unique_uid_check(f: &Found<'_>) -> Check {
             f.why_not(Protection::UniqueUid)
         },
     )
+}
+
+/// Whether a failed request can be told what Landlock refused it (the kernel's audit records,
+/// ABI 7): informational, nothing depends on it.
+fn denial_log_check(f: &Found<'_>) -> Option<Check> {
+    let e = f.enforcement?;
+    let reading = matches!(
+        e.denial_log,
+        DenialLog::Reading {
+            audit_enabled: Some(true) | None
+        }
+    );
+    Some(check(
+        "landlockDenialLog",
+        reading,
+        false,
+        "info",
+        e.denial_log.describe(),
+    ))
 }
 
 /// Which of the server's variables commands get (`spec.env.pass`) and which they do not
@@ -936,6 +956,7 @@ mod tests {
             }),
             cgroup_controllers: vec!["memory".into()],
             unavailable: Vec::new(),
+            denial_log: DenialLog::Unavailable("not in tests".into()),
             probe: Report {
                 uid: 20001,
                 gid: 20001,
@@ -1018,7 +1039,7 @@ mod tests {
         );
     }
 
-    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
+    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
     const PINNED_TEXT: &str = r#"cmp-warden 0.0.0 doctor: policy "default" (sha256 00)
 privilege model: minimal-capabilities root (euid 0)
 
@@ -1029,6 +1050,7 @@ capabilities             yes       yes      enforced    commands hold none (effe
 supervisorCapabilities   yes       no       info        held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID
 noNewPrivs               yes       yes      enforced    set before exec: setuid/file-capability binaries gain nothing
 landlock                 yes       yes      enforced    kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute
+landlockDenialLog        no        no       info        not available: not in tests
 landlockNetwork          yes       no       enforced    TCP bind and connect denied (network.mode: none)
 seccomp                  yes       yes      enforced    2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode
 cgroups                  yes       no       enforced    cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory

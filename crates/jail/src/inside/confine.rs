@@ -537,6 +537,9 @@ fn landlock(
     }
     rs = rs.scope(Scope::from_all(abi)).map_err(ll)?;
     let mut created = rs.create().map_err(ll)?;
+    // Commands are new executables: without this (ABI 7) the kernel would audit only our own
+    // denials, never theirs, and the supervisor could not explain what was refused.
+    created = created.log_new_exec(true).map_err(ll)?;
     created = created
         .add_rule(PathBeneath::new(dir.as_fd(), AccessFs::from_all(abi)))
         .map_err(ll)?;

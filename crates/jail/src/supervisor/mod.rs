@@ -6,6 +6,7 @@
 //! UID only to kill and remove what the request left.
 
 mod cgroup;
+pub mod landlock_log;
 mod plan;
 mod privilege;
 pub(crate) mod reclaim;
@@ -166,6 +167,38 @@ pub struct Enforcement {
     pub unavailable: Vec<(Protection, String)>,
     /// What the probe jail could enforce on itself.
     pub probe: Report,
+    /// Whether Landlock's own denial records reach us (explaining refused file access).
+    pub denial_log: DenialLog,
+}
+
+/// Whether the supervisor reads Landlock's denial records from the kernel's audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DenialLog {
+    /// Subscribed; whether the host has audit enabled (`None`: not ours to ask).
+    Reading {
+        /// `AUDIT_GET`'s answer, if we may ask.
+        audit_enabled: Option<bool>,
+    },
+    /// Not available, and why.
+    Unavailable(String),
+}
+
+impl DenialLog {
+    /// One line for the log and `doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            DenialLog::Reading {
+                audit_enabled: Some(true),
+            } => "reading Landlock's denial records (kernel audit enabled)".to_owned(),
+            DenialLog::Reading {
+                audit_enabled: Some(false),
+            } => "subscribed, but kernel audit is disabled on this host: Landlock denials are not reported (auditctl -e 1 enables them)".to_owned(),
+            DenialLog::Reading { audit_enabled: None } => {
+                "subscribed to the kernel audit log (whether audit is enabled is not visible to us)".to_owned()
+            }
+            DenialLog::Unavailable(why) => format!("not available: {why}"),
+        }
+    }
 }
 
 impl Enforcement {
@@ -327,6 +360,12 @@ impl Supervisor {
         } else {
             None
         };
+        let pool_range = pool.as_ref().map(|_| {
+            policy.uid_first
+                ..=policy
+                    .uid_first
+                    .saturating_add(policy.uid_count.saturating_sub(1))
+        });
 
         // 6. Per-request cgroups: v2 in our own delegated cgroup, or v1 per controller.
         let layout = if want_cgroups {
@@ -367,6 +406,18 @@ impl Supervisor {
             bind().map_err(|e| stop(Step::Bind, format!("{e:#}")))?;
         }
 
+        // 9b. Landlock's denial records: the audit log's read-only group needs CAP_AUDIT_READ
+        //     at bind time, so the socket is opened before the drop (the reader thread starts
+        //     after step 10). Optional: without it, Landlock denials are not itemised.
+        let denial_sub = match &pool_range {
+            Some(range) => landlock_log::subscribe(range.clone()).map_err(|e| {
+                format!("the kernel audit log's read group ({e}; needs CAP_AUDIT_READ and the host's network namespace)")
+            }),
+            None => Err("the shared-UID model (denials are attributed by leased UID)".to_owned()),
+        };
+        // Asked now: AUDIT_GET needs CAP_AUDIT_CONTROL, which step 10 drops.
+        let audit_enabled = landlock_log::audit_enabled().ok();
+
         // 10. Keep only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, in every set including
         //     bounding; read back from the kernel.
         if drop_capabilities && privileges.holds_any() {
@@ -396,7 +447,15 @@ impl Supervisor {
             ));
         }
 
-        // 12. Say exactly what is enforced, once; reap the orphans we are the subreaper of.
+        // 12. Say exactly what is enforced, once; reap the orphans we are the subreaper of;
+        //     start reading Landlock's denial records.
+        let denial_log = match denial_sub.and_then(|s| s.start().map_err(|e| e.to_string())) {
+            Ok(log) => {
+                runner.set_landlock_log(log);
+                DenialLog::Reading { audit_enabled }
+            }
+            Err(why) => DenialLog::Unavailable(why),
+        };
         let enforcement = Enforcement {
             policy_name: policy.name.clone(),
             policy_sha256: policy.sha256.clone(),
@@ -408,6 +467,7 @@ impl Supervisor {
             cgroup_controllers: controllers,
             unavailable,
             probe,
+            denial_log,
         };
         log_enforced(policy, &enforcement);
         let gaps = enforcement.shared_uid_gaps();
@@ -705,6 +765,7 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
         disk_bytes = ?r.namespaces.disk_bytes,
         missing_paths = ?r.missing_paths,
         degraded = ?r.degraded,
+        landlock_denials = %e.denial_log.describe(),
         self_test = ?r
             .self_test
             .iter()

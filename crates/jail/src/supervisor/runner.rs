@@ -31,6 +31,10 @@ const UID_DRAIN: Duration = Duration::from_secs(3);
 /// commands' TERM→KILL grace included) before its UID is killed from outside.
 const JAIL_CLEANUP: Duration = Duration::from_secs(60);
 
+/// How long a failed request waits for Landlock's first denial record (delivered by the
+/// kernel's audit thread); only failed requests wait, and only when the log is read.
+const LANDLOCK_LOG_WAIT: Duration = Duration::from_millis(50);
+
 /// Configuration of the confined runner.
 #[derive(Debug)]
 pub(crate) struct ConfinedConfig {
@@ -107,6 +111,8 @@ struct Inner {
     factory: Factory,
     /// Numbers jail names (with our PID: unique on this host).
     seq: AtomicU64,
+    /// Landlock's denial records by leased UID, when the kernel reports them to us.
+    landlock_log: std::sync::OnceLock<super::landlock_log::LandlockLog>,
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
@@ -133,6 +139,7 @@ impl Confined {
                 cgroup_remover: super::cgroup::Remover::new(),
                 factory,
                 seq: AtomicU64::new(0),
+                landlock_log: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -151,6 +158,11 @@ impl Confined {
                 p.capacity(),
             )
         })
+    }
+
+    /// Read Landlock's denial records from now on (start-up step 12).
+    pub fn set_landlock_log(&self, log: super::landlock_log::LandlockLog) {
+        let _ = self.inner.landlock_log.set(log);
     }
 
     /// Start-up: kill leftover processes in the UID range and remove leftover jail
@@ -638,6 +650,10 @@ impl Inner {
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
         let mut stdin = jail.stdin.take();
         let stdout = jail.stdout.take();
+        let denial_log = self.landlock_log.get().zip(creds.map(|c| c.uid));
+        if let Some((log, uid)) = denial_log {
+            log.clear(uid);
+        }
         // From here on the request owns the jail: reclaim finds it by the request's name.
         lock(&self.pending).insert(request.to_owned(), jail);
 
@@ -777,8 +793,14 @@ impl Inner {
             Some(Ok(None)) | None => None,
             Some(Err(e)) => return Err(e),
         };
-        verdict(raw, stats, &self.cfg.plan, cancel, record)
-            .map(|r| explain_denials(r, record, &self.cfg.plan))
+        let reply = verdict(raw, stats, &self.cfg.plan, cancel, record)?;
+        // A failed request: what Landlock refused its commands, if the kernel told us (its
+        // records arrive a few milliseconds after the denial).
+        if let (Reply::Err { .. }, Some((log, uid))) = (&reply, denial_log) {
+            let denied = log.take(uid, LANDLOCK_LOG_WAIT);
+            crate::record::update(record, |r| r.landlock_denials = denied);
+        }
+        Ok(explain_denials(reply, record, &self.cfg.plan))
     }
 }
 
@@ -855,6 +877,19 @@ fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> Reply {
                 "system call {} ({} times, by {}), denied by the spec.seccomp profile",
                 e.syscall, e.count, e.comm
             )
+        });
+    }
+    // Tools probe many paths they can do without (locale files, cgroup limits); the ones the
+    // command's own message names come first.
+    let mut landlock: Vec<_> = rec.landlock_denials.iter().collect();
+    landlock.sort_by_key(|d| d.object.is_empty() || !message.contains(d.object.as_str()));
+    for d in landlock.into_iter().take(3) {
+        refused.push(match &d.allowed_by {
+            Some(field) => format!("{} on {} (Landlock; {field})", d.blockers, d.object),
+            None => format!(
+                "{} on {} (Landlock; no policy field allows this)",
+                d.blockers, d.object
+            ),
         });
     }
     let mut message = if refused.is_empty() {
