@@ -25,6 +25,9 @@ RUN cargo build --release --locked -p cmp-warden \
  # Images whose entrypoint hard-codes argocd-cmp-server keep working: both names are links
  # (the sidecar must then NOT mount Argo's var-files volume over /var/run/argocd).
  && ln -s /usr/local/bin/cmp-warden /out/usr/local/bin/argocd-cmp-server \
+ # git's askpass helper for provideGitCreds: the repo-server sets GIT_ASKPASS=argocd
+ # (and ARGOCD_BINARY_NAME=argocd-git-ask-pass), as Argo's own image answers it.
+ && ln -s /usr/local/bin/cmp-warden /out/usr/local/bin/argocd \
  && mkdir -p /out/var/run/argocd \
  && ln -s /usr/local/bin/cmp-warden /out/var/run/argocd/argocd-cmp-server \
  # Argo's layout: plugin.yaml in config/, the socket in plugins/ (mounted, shared with the

@@ -550,6 +550,15 @@ fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
         yaml.contains("limits.memoryBytes"),
         "the notes explain the limits: {yaml}"
     );
+    // The base policy's own comments stay on their fields.
+    assert!(
+        yaml.contains("  # Leased per request; must not overlap the image's passwd/group entries.\n  uidRange:"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("    cpuMillis: 2000   # CPU quota, in millicores"),
+        "{yaml}"
+    );
     let profile = std::fs::read_to_string(dir.join("seccomp/profile.json")).expect("profile");
     assert!(!profile.contains("\"unshare\""), "{profile}");
     for still in ["\"setns\"", "\"ptrace\"", "\"bpf\"", "\"io_uring_setup\""] {

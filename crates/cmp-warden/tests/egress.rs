@@ -750,4 +750,21 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
         msg.contains("git credentials are not available to this request: the plugin does not set provideGitCreds"),
         "{msg}"
     );
+    drop(s);
+
+    // The default policy (network: none): git's own error is about resolving the host; the
+    // sandbox's note names the policy field.
+    let d = Server::start_env(
+        &plugin_yaml,
+        &["--allowed-uids", "any"],
+        &[
+            ("PATH", path.as_str()),
+            ("ARGOCD_ASK_PASS_SOCK", sock.to_str().expect("utf8")),
+        ],
+    );
+    let (_, msg) = request(&d).expect_err("network: none");
+    assert!(
+        msg.contains("spec.network.mode is none; allowList with spec.network.allow"),
+        "{msg}"
+    );
 }

@@ -184,6 +184,122 @@ fn network(p: &Policy) -> String {
     o
 }
 
+/// `output` with the comments of `input` put back on the same keys: comment lines above a key
+/// stay above it, a comment after a key's value stays after it. Both are policy files whose
+/// mapping keys start their lines (as policy files and [`to_yaml`] write them); comments above
+/// `apiVersion` describe the input file itself and are not carried over, nor are those on list
+/// items (their key path is not stable).
+pub fn keep_comments(input: &str, output: &str) -> String {
+    use std::collections::HashMap;
+    let mut above: HashMap<String, Vec<String>> = HashMap::new();
+    let mut after: HashMap<String, String> = HashMap::new();
+    let mut pending: Vec<String> = Vec::new();
+    let mut path = KeyPath::default();
+    for line in input.lines() {
+        let t = line.trim_start();
+        if t.starts_with('#') {
+            pending.push(t.to_owned());
+            continue;
+        }
+        if t.is_empty() {
+            continue;
+        }
+        match path.step(line) {
+            Some(key) => {
+                if !pending.is_empty() && key != "apiVersion" {
+                    above.insert(key.clone(), std::mem::take(&mut pending));
+                }
+                if let Some(c) = trailing_comment(line) {
+                    after.insert(key, c.to_owned());
+                }
+            }
+            None => {
+                // A list item or a continuation line: its comment belongs to the key above.
+                if let (Some(c), Some(key)) = (trailing_comment(line), path.current()) {
+                    after.entry(key).or_insert_with(|| c.to_owned());
+                }
+            }
+        }
+        pending.clear();
+    }
+    let mut out = String::with_capacity(output.len() + input.len());
+    let mut path = KeyPath::default();
+    for line in output.lines() {
+        let t = line.trim_start();
+        let key = if t.starts_with('#') || t.is_empty() {
+            None
+        } else {
+            path.step(line)
+        };
+        if let Some(key) = key {
+            let indent = &line[..line.len() - t.len()];
+            for c in above.get(&key).into_iter().flatten() {
+                let _ = writeln!(out, "{indent}{c}");
+            }
+            if let (Some(c), None) = (after.get(&key), trailing_comment(line)) {
+                let _ = writeln!(out, "{line}   {c}");
+                continue;
+            }
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// The dotted key path of block-mapping lines, by indentation.
+#[derive(Default)]
+struct KeyPath {
+    stack: Vec<(usize, String)>,
+}
+
+impl KeyPath {
+    /// The path of `line`'s key, if it starts with one (not a list item).
+    fn step(&mut self, line: &str) -> Option<String> {
+        let t = line.trim_start();
+        let indent = line.len() - t.len();
+        let (key, _) = t.split_once(':')?;
+        let key = key.trim().trim_matches('"');
+        if t.starts_with('-')
+            || key.is_empty()
+            || !key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-*".contains(c))
+        {
+            return None;
+        }
+        while self.stack.last().is_some_and(|(i, _)| *i >= indent) {
+            self.stack.pop();
+        }
+        self.stack.push((indent, key.to_owned()));
+        self.current()
+    }
+
+    fn current(&self) -> Option<String> {
+        (!self.stack.is_empty()).then(|| {
+            self.stack
+                .iter()
+                .map(|(_, k)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(".")
+        })
+    }
+}
+
+/// The `# …` ending `line`, outside quotes.
+fn trailing_comment(line: &str) -> Option<&str> {
+    let (mut single, mut double, mut prev_space) = (false, false, false);
+    for (i, c) in line.char_indices() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '#' if !single && !double && prev_space => return Some(&line[i..]),
+            _ => {}
+        }
+        prev_space = c.is_whitespace();
+    }
+    None
+}
+
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
@@ -191,6 +307,44 @@ fn quoted(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_input_policys_comments_come_back_on_the_same_keys() {
+        let p = Policy::default_policy().expect("default");
+        let out = keep_comments(
+            crate::policy::DEFAULT_POLICY_YAML,
+            &to_yaml(&p, "seccomp/default.json", &["a note".into()]),
+        );
+        assert!(out.starts_with("# a note\napiVersion"), "{out}");
+        assert!(!out.contains("embedded in the binary"), "{out}");
+        assert!(
+            out.contains(
+                "  # Start-up fails closed unless each of these can be enforced.\n  require: ["
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("    cpuMillis: 2000   # CPU quota, in millicores\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("  network: {mode: none}   # none | allowList"),
+            "{out}"
+        );
+        // Still the same policy.
+        let back = Policy::parse(&out, None).expect("parses back");
+        assert_eq!(back.limits, p.limits);
+        assert_eq!(back.read_only, p.read_only);
+    }
+
+    #[test]
+    fn hashes_inside_quotes_are_not_comments() {
+        assert_eq!(
+            trailing_comment(r#"  name: "a # b"   # real"#),
+            Some("# real")
+        );
+        assert_eq!(trailing_comment("  url: http://x/#frag"), None);
+    }
 
     #[test]
     fn the_default_policy_round_trips() {

@@ -8,8 +8,8 @@ pub mod quantity;
 pub mod seccomp;
 
 pub use policy::{
-    LandlockFeature, LandlockRequirement, Namespaces, NetworkMode, Policy, PolicyError, Protection,
-    SeccompMode,
+    DEFAULT_POLICY_YAML, LandlockFeature, LandlockRequirement, Namespaces, NetworkMode, Policy,
+    PolicyError, Protection, SeccompMode,
 };
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;

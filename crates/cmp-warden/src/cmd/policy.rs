@@ -324,7 +324,15 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
     std::fs::create_dir_all(out.join("seccomp"))?;
     let prof_path = out.join("seccomp/profile.json");
     std::fs::write(&prof_path, serde_json::to_string_pretty(&profile)? + "\n")?;
-    let yaml = policy::emit::to_yaml(&p, "seccomp/profile.json", &notes);
+    // The reviewer's own comments stay on the fields they explain.
+    let input = match base {
+        Some(f) => std::fs::read_to_string(f)?,
+        None => policy::DEFAULT_POLICY_YAML.to_owned(),
+    };
+    let yaml = policy::emit::keep_comments(
+        &input,
+        &policy::emit::to_yaml(&p, "seccomp/profile.json", &notes),
+    );
     let pol_path = out.join("policy.yaml");
     std::fs::write(&pol_path, &yaml)?;
     // What we wrote must pass `policy check`.
