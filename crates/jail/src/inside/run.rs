@@ -516,7 +516,11 @@ fn look_path(program: &str, env: &[(String, String)]) -> Option<PathBuf> {
 
 fn start_error(program: &str, e: &std::io::Error) -> CmdError {
     if e.kind() == std::io::ErrorKind::NotFound {
-        if program.contains('/') {
+        if program.starts_with("/tmp/") {
+            CmdError::Start(format!(
+                "fork/exec {program}: no such file or directory (in the sandbox /tmp is the request's own, empty; install the program under a spec.filesystem.readOnly path)"
+            ))
+        } else if program.contains('/') {
             CmdError::Start(format!("fork/exec {program}: no such file or directory"))
         } else {
             CmdError::Start(format!(
@@ -537,6 +541,22 @@ fn start_error(program: &str, e: &std::io::Error) -> CmdError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_program_keeps_gos_words_and_says_what_the_sandbox_changes() {
+        let nf = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let msg = |p: &str, e: &std::io::Error| match start_error(p, e) {
+            CmdError::Start(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            msg("/opt/x/gen.sh", &nf),
+            "fork/exec /opt/x/gen.sh: no such file or directory"
+        );
+        assert!(msg("/tmp/cfg/gen.sh", &nf).contains("/tmp is the request's own"));
+        let pd = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(msg("/srv/gen.sh", &pd).contains("spec.filesystem.readOnly"));
+    }
 
     fn sh(script: &str) -> Vec<String> {
         vec!["sh".into(), "-c".into(), script.into()]
