@@ -511,3 +511,55 @@ fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn an_environment_flood_and_a_huge_app_rel_path_are_refused_at_once_with_bounded_text() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let b = bed(&[]);
+    let call = |args: Vec<String>| {
+        let sock = b.s.sock.clone();
+        let dir = b.dir();
+        std::thread::spawn(move || {
+            let out = std::process::Command::new(go_client())
+                .arg("-socket")
+                .arg(&sock)
+                .args(["-rpc", "generate", "-dir", &dir])
+                .args(&args)
+                .output()
+                .expect("go client");
+            parse_client_output(&out)
+        })
+    };
+    // 60,000 distinct ARGOCD_ENV_* entries (~1.6 MB): once a worker thread's ~10 s.
+    let flood = call(vec!["-env-flood".into(), "60000".into()]);
+    // A 100,000-character appRelPath: once echoed whole in the status message.
+    let long = call(vec!["-app-rel-path".into(), "a/".repeat(50_000)]);
+    // A missing app directory: said plainly, without the server's own paths.
+    let missing = call(vec!["-app-rel-path".into(), "apps/nope".into()]);
+    b.honest(3);
+    let (code, msg) = flood.join().expect("thread").expect_err("flood refused");
+    assert_eq!(code, INVALID_ARGUMENT, "{msg}");
+    assert!(
+        msg.contains("the request carries 60000 environment entries; at most 4096"),
+        "{msg}"
+    );
+    let (code, msg) = long.join().expect("thread").expect_err("long path refused");
+    assert_eq!(code, INVALID_ARGUMENT, "{msg}");
+    assert!(
+        msg.contains("appRelPath is 100000 bytes long; at most 4096"),
+        "{msg}"
+    );
+    assert!(msg.len() < 1024, "{} bytes", msg.len());
+    let (code, msg) = missing
+        .join()
+        .expect("thread")
+        .expect_err("missing app dir");
+    assert_eq!(code, UNKNOWN, "{msg}");
+    assert_eq!(
+        msg,
+        "error generating manifests: chdir apps/nope: no such file or directory (appRelPath \"apps/nope\" does not exist in the repository)"
+    );
+    b.assert_clean();
+}

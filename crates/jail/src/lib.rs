@@ -36,7 +36,7 @@ pub use inside::run::KILL_GRACE;
 pub use record::{Limit, RunRecord};
 pub use spec::{
     ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, RequestSpec, Task, TimeLimit,
-    parse_generated,
+    bounded, parse_generated,
 };
 pub use supervisor::reclaim::{RECLAIM_ARG, reclaim_main};
 pub use supervisor::uid::{proc_uid, processes_in_range};

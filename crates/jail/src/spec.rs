@@ -168,6 +168,19 @@ impl RequestError {
     }
 }
 
+/// Client-supplied text as an error may echo it: at most `max` bytes (cut at a character
+/// boundary), with how much was left out.
+pub fn bounded(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return s.into();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &s[..end], s.len()).into()
+}
+
 /// The generator command's stdout: a JSON array whose elements are all objects, re-encoded
 /// compactly (an empty output means no parameters). Also the format of a generator's static
 /// file source. The error reads `generator output is not a JSON array of objects: …`.
@@ -203,4 +216,18 @@ fn generated(out: &str) -> Result<String, String> {
         }
     }
     Ok(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_client_text_is_bounded_at_a_character_boundary() {
+        assert_eq!(bounded("apps/web", 256), "apps/web");
+        let long = "é".repeat(100_000);
+        let b = bounded(&long, 255);
+        assert!(b.len() < 300, "{}", b.len());
+        assert!(b.ends_with("… (200000 bytes in all)"), "{b}");
+    }
 }

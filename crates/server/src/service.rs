@@ -243,11 +243,24 @@ impl CmpService {
         let Some(app_stream_request::Request::Metadata(meta)) = first.request else {
             return Err(StreamError::NoMetadata.to_status());
         };
-        tracing::Span::current().record("app", meta.app_name.as_str());
-        ctx.app = meta.app_name.clone();
-        ctx.app_rel_path = meta.app_rel_path.clone();
-        ctx.env_names = meta.env.iter().map(|e| e.name.clone()).collect();
-        tracing::info!(app_rel_path = %meta.app_rel_path, deadline_ms = ?deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64), "request received");
+        tracing::Span::current().record("app", jail::bounded(&meta.app_name, 256).as_ref());
+        ctx.app = jail::bounded(&meta.app_name, 256).into_owned();
+        ctx.app_rel_path = jail::bounded(&meta.app_rel_path, 1024).into_owned();
+        // The audit event names the variables, not a flood of them.
+        ctx.env_names = meta
+            .env
+            .iter()
+            .take(256)
+            .map(|e| jail::bounded(&e.name, 128).into_owned())
+            .collect();
+        // Refused before anything composes or copies them (a flood of entries cost a worker
+        // thread seconds when composition was quadratic).
+        plugin::env::check_request(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
+            .map_err(|e| StreamError::from(e).to_status())?;
+        if meta.app_rel_path.len() > crate::status::MAX_APP_REL_PATH {
+            return Err(StreamError::AppRelPath(meta.app_rel_path.len()).to_status());
+        }
+        tracing::info!(app_rel_path = %ctx.app_rel_path, deadline_ms = ?deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64), "request received");
 
         // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());

@@ -8,9 +8,39 @@ use jail::ErrorKind;
 use jail::RequestError;
 use tonic::{Code, Status};
 
+/// The longest status message sent. Tools' stderr can be long and errors may echo request
+/// fields; the message travels as an HTTP/2 header, which clients refuse past their limit
+/// (then the user sees a transport error instead of ours).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
 /// Map a request error.
 pub fn to_status(e: &RequestError) -> Status {
-    Status::new(code(e.kind()), e.to_string())
+    status(code(e.kind()), e.to_string())
+}
+
+/// A status whose message is at most [`MAX_MESSAGE_BYTES`]: the head and the tail (where
+/// tools print the error that ended them), with what was cut in between said.
+pub fn status(code: Code, message: String) -> Status {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return Status::new(code, message);
+    }
+    let floor = |mut i: usize| {
+        while !message.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let head = floor(MAX_MESSAGE_BYTES / 2);
+    let tail = floor(message.len() - MAX_MESSAGE_BYTES / 4);
+    let cut = tail - head;
+    Status::new(
+        code,
+        format!(
+            "{} … [{cut} bytes cut] … {}",
+            &message[..head],
+            &message[tail..]
+        ),
+    )
 }
 
 /// The gRPC code of an error class.
@@ -56,7 +86,18 @@ pub enum StreamError {
     /// Server-side setup failed.
     #[error("error creating workdir for manifest generation: {0}")]
     Workdir(String),
+    /// The request's environment is beyond what any client sends.
+    #[error("error getting stream metadata: {0}")]
+    Env(#[from] plugin::env::EnvError),
+    /// `appRelPath` longer than any path.
+    #[error(
+        "error getting stream metadata: appRelPath is {0} bytes long; at most {MAX_APP_REL_PATH} are accepted (PATH_MAX)"
+    )]
+    AppRelPath(usize),
 }
+
+/// The longest `appRelPath` accepted (Linux's PATH_MAX).
+pub const MAX_APP_REL_PATH: usize = 4096;
 
 impl StreamError {
     /// Its status.
@@ -69,7 +110,24 @@ impl StreamError {
             Self::Deadline => Code::DeadlineExceeded,
             Self::Cancelled => Code::Cancelled,
             Self::Workdir(_) => Code::Internal,
+            Self::Env(_) | Self::AppRelPath(_) => Code::InvalidArgument,
         };
-        Status::new(code, self.to_string())
+        status(code, self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_message_keeps_its_head_and_tail_within_the_bound() {
+        let msg = format!("error generating manifests: {}FATAL: the end", "é".repeat(40_000));
+        let s = status(Code::Unknown, msg);
+        assert!(s.message().len() <= MAX_MESSAGE_BYTES + 64, "{}", s.message().len());
+        assert!(s.message().starts_with("error generating manifests: "));
+        assert!(s.message().ends_with("FATAL: the end"));
+        assert!(s.message().contains(" bytes cut] "));
+        assert_eq!(status(Code::Unknown, "short".into()).message(), "short");
     }
 }

@@ -110,6 +110,25 @@ pub(crate) fn extract(req: &Request, input: impl Read) -> Result<(), Failure> {
 /// Resolve `appRelPath` and run the operation's commands on the extracted tree.
 pub(crate) fn run_operation(req: &Request, cancel: &CancelToken) -> Result<Outcome, Failure> {
     let app = resolve_app_path(&req.tree, &req.task.app_rel_path)?;
+    // Go's start error would name the request's directory (a path of this server's); say what
+    // the user can act on instead, in the same words.
+    let prefix = match req.task.op {
+        Operation::Generate => Some("error generating manifests"),
+        Operation::Parameters => Some("get parameters announcement error"),
+        Operation::Generator => Some("generator command failed"),
+        Operation::Match => None,
+    };
+    if let Some(prefix) = prefix
+        && !app.is_dir()
+    {
+        let rel = crate::spec::bounded(&req.task.app_rel_path, 256);
+        return Err(Failure::Command {
+            prefix,
+            source: CmdError::Start(format!(
+                "chdir {rel}: no such file or directory (appRelPath {rel:?} does not exist in the repository)"
+            )),
+        });
+    }
     match req.task.op {
         Operation::Generate => generate(req, &app, cancel),
         Operation::Match => discover(req, &app, cancel),

@@ -125,6 +125,7 @@ func main() {
 	checksum := flag.String("checksum", "", "override the checksum sent")
 	var env envList
 	flag.Var(&env, "env", "NAME=VALUE (repeatable)")
+	envFlood := flag.Int("env-flood", 0, "add this many distinct ARGOCD_ENV_FLOOD_<i> entries (an environment flood)")
 	var exclude envList
 	flag.Var(&exclude, "exclude", "glob (repeatable)")
 	address := flag.String("address", "", "dial HOST:PORT over TCP instead of -socket (plugins as services)")
@@ -215,6 +216,9 @@ func main() {
 			if len(kv) == 2 {
 				entries = append(entries, &pb.EnvEntry{Name: kv[0], Value: kv[1]})
 			}
+		}
+		for i := 0; i < *envFlood; i++ {
+			entries = append(entries, &pb.EnvEntry{Name: fmt.Sprintf("ARGOCD_ENV_FLOOD_%d", i), Value: "xxxxxxxx"})
 		}
 		appPath := filepath.Join(*dir, *appRel)
 		name := filepath.Base(appPath)
