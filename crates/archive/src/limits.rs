@@ -36,6 +36,11 @@ pub struct Limits {
     /// Wall clock for the whole extraction, checked on every read (a stalled read needs the
     /// caller's own timeout: the server kills the jail).
     pub wall_clock: Duration,
+    /// Stricter than Argo CD: refuse names and link targets holding `\` or control bytes, and
+    /// absolute link targets. Off by default: Argo CD accepts them, and real repositories
+    /// hold them (links to `/dev/null`, escaped systemd unit names).
+    #[serde(default)]
+    pub strict_names: bool,
 }
 
 const KIB: u64 = 1024;
@@ -60,6 +65,7 @@ impl Default for Limits {
             trailing_bytes: MIB,
             gzip_header_field_bytes: 4 * KIB as usize,
             wall_clock: Duration::from_secs(120),
+            strict_names: false,
         }
     }
 }

@@ -33,12 +33,15 @@ impl EntryPath {
     }
 }
 
-fn check_bytes(raw: &[u8]) -> Result<(), Reason> {
+/// NUL ends a C string: never part of a name. `\` and the other control bytes are ordinary
+/// bytes on Linux (Argo CD accepts them; the writer is fd-relative and errors escape them),
+/// refused only in the strict mode.
+fn check_bytes(raw: &[u8], strict: bool) -> Result<(), Reason> {
     for &b in raw {
-        if b < 0x20 || b == 0x7f {
+        if b == 0 || (strict && (b < 0x20 || b == 0x7f)) {
             return Err(Reason::ControlByte(b));
         }
-        if b == b'\\' {
+        if strict && b == b'\\' {
             return Err(Reason::Backslash);
         }
     }
@@ -50,7 +53,7 @@ pub fn normalize(raw: &[u8], is_dir: bool, limits: &Limits) -> Result<Option<Ent
     if raw.is_empty() {
         return Err(Reason::EmptyName);
     }
-    check_bytes(raw)?;
+    check_bytes(raw, limits.strict_names)?;
     if raw[0] == b'/' {
         return Err(Reason::AbsolutePath);
     }
@@ -101,7 +104,12 @@ pub fn normalize(raw: &[u8], is_dir: bool, limits: &Limits) -> Result<Option<Ent
 /// The symlink rule: a relative, non-empty target whose `..` components form only a leading
 /// run no longer than the number of directories above the link. Sound because links are never
 /// followed during extraction and nothing is ever created beneath a link.
-pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result<(), Reason> {
+///
+/// Returns the target to write. An absolute target is read as Argo CD reads it — beneath the
+/// link's own directory (`Join(Dir(link), target)`, lexically cleaned) — and written relative
+/// to that directory, as Argo CD writes it; the rewritten target must pass the rule too (one
+/// that climbs above the tree is refused, as Argo CD refuses it).
+pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result<Vec<u8>, Reason> {
     if target.is_empty() {
         return Err(Reason::EmptyName);
     }
@@ -111,10 +119,15 @@ pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result
             limits.link_target_bytes as u64,
         ));
     }
-    check_bytes(target)?;
-    if target[0] == b'/' {
-        return Err(Reason::SymlinkAbsolute);
-    }
+    check_bytes(target, limits.strict_names)?;
+    let target = if target[0] == b'/' {
+        if limits.strict_names {
+            return Err(Reason::SymlinkAbsolute);
+        }
+        rebase_absolute(link, target)?
+    } else {
+        target.to_vec()
+    };
     let dirs_above = link.depth() - 1;
     let mut ups = 0usize;
     let mut seen_name = false;
@@ -129,7 +142,41 @@ pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result
     if ups > dirs_above {
         return Err(Reason::SymlinkEscapes);
     }
-    Ok(())
+    Ok(target)
+}
+
+/// `Rel(Dir(link), Clean(Join(Dir(link), target)))` for an absolute `target`, computed on
+/// components from the tree's root; climbing above the root is an escape.
+fn rebase_absolute(link: &EntryPath, target: &[u8]) -> Result<Vec<u8>, Reason> {
+    let (dir, _) = link.split_last();
+    let dir: Vec<&[u8]> = if dir.is_empty() {
+        Vec::new()
+    } else {
+        dir.split(|&b| b == b'/').collect()
+    };
+    let mut resolved: Vec<&[u8]> = dir.clone();
+    for comp in target.split(|&b| b == b'/') {
+        match comp {
+            b"" | b"." => {}
+            b".." => {
+                if resolved.pop().is_none() {
+                    return Err(Reason::SymlinkEscapes);
+                }
+            }
+            c => resolved.push(c),
+        }
+    }
+    let common = dir
+        .iter()
+        .zip(&resolved)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut parts: Vec<&[u8]> = vec![b".."; dir.len() - common];
+    parts.extend_from_slice(&resolved[common..]);
+    if parts.is_empty() {
+        return Ok(b".".to_vec());
+    }
+    Ok(parts.join(&b'/'))
 }
 
 #[cfg(test)]
@@ -155,8 +202,21 @@ mod tests {
         assert!(matches!(n("a/./b"), Err(Reason::DotComponent)));
         assert!(matches!(n("a//b"), Err(Reason::EmptyComponent)));
         assert!(matches!(n("././a"), Err(Reason::DotComponent)));
-        assert!(matches!(n("a\nb"), Err(Reason::ControlByte(b'\n'))));
-        assert!(matches!(n("..\\x"), Err(Reason::Backslash)));
+        // Ordinary bytes on Linux, as Argo CD accepts them; refused in the strict mode.
+        assert_eq!(n("a\nb").unwrap().unwrap().as_bytes(), b"a\nb");
+        assert_eq!(n("..\\x").unwrap().unwrap().as_bytes(), b"..\\x");
+        let strict = Limits {
+            strict_names: true,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            normalize(b"a\nb", false, &strict),
+            Err(Reason::ControlByte(b'\n'))
+        ));
+        assert!(matches!(
+            normalize(b"..\\x", false, &strict),
+            Err(Reason::Backslash)
+        ));
         assert!(matches!(n("."), Err(Reason::RootNotDirectory)));
         assert!(normalize(b".", true, &Limits::default()).unwrap().is_none());
     }
@@ -172,7 +232,26 @@ mod tests {
         assert!(check_symlink(&at("link"), b"..", &l).is_err());
         assert!(check_symlink(&at("a/link"), b"../../x", &l).is_err());
         assert!(check_symlink(&at("a/link"), b"b/../../x", &l).is_err());
-        assert!(check_symlink(&at("a/link"), b"/etc/passwd", &l).is_err());
         assert!(check_symlink(&at("a/link"), b"", &l).is_err());
+        // Absolute targets, as Argo CD reads and writes them.
+        let w = |p: &str, t: &str| check_symlink(&at(p), t.as_bytes(), &l);
+        assert_eq!(w("a/link", "/etc/passwd").unwrap(), b"etc/passwd");
+        assert_eq!(w("a/b/null", "/dev/null").unwrap(), b"dev/null");
+        assert_eq!(w("a/b/up", "/../x").unwrap(), b"../x");
+        assert_eq!(w("a/b/up", "/../../x").unwrap(), b"../../x");
+        assert_eq!(w("a/self", "/").unwrap(), b".");
+        assert!(matches!(
+            w("a/b/up", "/../../../x"),
+            Err(Reason::SymlinkEscapes)
+        ));
+        assert!(matches!(w("top", "/../x"), Err(Reason::SymlinkEscapes)));
+        let strict = Limits {
+            strict_names: true,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            check_symlink(&at("a/link"), b"/etc/passwd", &strict),
+            Err(Reason::SymlinkAbsolute)
+        ));
     }
 }

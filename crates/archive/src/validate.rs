@@ -179,7 +179,7 @@ impl State {
             }
             Kind::Symlink => {
                 let target = pax.linkpath.unwrap_or(hdr.linkname);
-                path::check_symlink(&at.path, &target, &self.limits)?;
+                let target = path::check_symlink(&at.path, &target, &self.limits)?;
                 self.symlinks += 1;
                 if self.symlinks > self.limits.symlinks {
                     return Err(Reason::limit(LimitKind::Symlinks, self.limits.symlinks));

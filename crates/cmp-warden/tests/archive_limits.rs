@@ -122,3 +122,47 @@ fn render_enforces_every_archive_limit_of_its_policy() {
         );
     }
 }
+
+/// What Argo CD's own extractor accepts from a real checkout, through the real server: an
+/// absolute link (rebased into the tree and written relative, as Argo CD writes it) and names
+/// with `\` and a newline (ordinary bytes on Linux). The strict mode refuses the same archive.
+#[test]
+fn serve_accepts_what_argo_cd_accepts_and_strict_names_refuses_it() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    let repo = tempfile::tempdir().expect("tmp");
+    let r = repo.path();
+    std::fs::write(
+        r.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n",
+    )
+    .expect("write");
+    std::fs::create_dir(r.join("conf")).expect("mkdir");
+    std::os::unix::fs::symlink("/dev/null", r.join("conf/null")).expect("symlink");
+    std::fs::write(r.join("conf/dev-x\\x2dy.service"), "unit").expect("write");
+    std::fs::write(r.join("conf/new\nline"), "n").expect("write");
+    let show = "  generate:\n    command: [sh, -c, 'cat cm.yaml; echo \"---\"; printf \"kind: Seen\\nlink: %s\\nfiles: %s\\n\" \"$(readlink conf/null)\" \"$(set -- conf/*; echo $#)\"']\n";
+    let d = tempfile::tempdir().expect("tmp");
+    let policy = d.path().join("policy/policy.yaml");
+    write_policy(&policy, &[]);
+    let s = Server::start(&plugin(show), &["--policy", policy.to_str().expect("utf8")]);
+    let dir = r.to_str().expect("utf8");
+    let v = go(&s, "generate", &["-dir", dir]).expect("accepted as Argo CD accepts it");
+    assert_eq!(
+        v["manifests"][1], r#"{"files":3,"kind":"Seen","link":"dev/null"}"#,
+        "{v}"
+    );
+    drop(s);
+    let strict = d.path().join("strict/policy.yaml");
+    write_policy(
+        &strict,
+        &[(
+            "wallSeconds: 120",
+            "wallSeconds: 120\n    strictNames: true",
+        )],
+    );
+    let s = Server::start(&plugin(show), &["--policy", strict.to_str().expect("utf8")]);
+    let (code, msg) = go(&s, "generate", &["-dir", dir]).expect_err("strict refuses");
+    assert_eq!(code, common::INVALID_ARGUMENT, "{msg}");
+}

@@ -77,7 +77,7 @@ spec:
     pathDepth: {ad}
     maxRatio: {ar}
     wallSeconds: {aw}
-",
+{strict}",
         name = q(&p.name),
         require = list(&require),
         namespaces = namespaces.join(", "),
@@ -110,6 +110,11 @@ spec:
         ad = a.path_depth,
         ar = a.max_ratio,
         aw = a.wall_seconds,
+        strict = if a.strict_names {
+            "    strictNames: true\n"
+        } else {
+            ""
+        },
     );
     let ll = &p.landlock;
     if p.require.contains(&crate::Protection::Landlock)

@@ -302,6 +302,8 @@ struct RawArchive {
     path_depth: RawQty,
     max_ratio: RawQty,
     wall_seconds: RawQty,
+    #[serde(default)]
+    strict_names: bool,
 }
 
 /// Resource limits for one request, validated.
@@ -375,6 +377,9 @@ pub struct ArchiveLimits {
     pub max_ratio: u64,
     /// Extraction wall clock.
     pub wall_seconds: u64,
+    /// Refuse what Argo CD accepts but a reviewer may not want: names with `\` or control
+    /// bytes, absolute link targets.
+    pub strict_names: bool,
 }
 
 /// A validated policy.
@@ -900,6 +905,7 @@ fn check_archive(a: &RawArchive) -> Result<ArchiveLimits, PolicyError> {
         path_depth: qty(&a.path_depth, "spec.archive.pathDepth", 1)?,
         max_ratio: qty(&a.max_ratio, "spec.archive.maxRatio", 2)?,
         wall_seconds: qty(&a.wall_seconds, "spec.archive.wallSeconds", 1)?,
+        strict_names: a.strict_names,
     })
 }
 

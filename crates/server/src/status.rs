@@ -122,9 +122,16 @@ mod tests {
 
     #[test]
     fn a_long_message_keeps_its_head_and_tail_within_the_bound() {
-        let msg = format!("error generating manifests: {}FATAL: the end", "é".repeat(40_000));
+        let msg = format!(
+            "error generating manifests: {}FATAL: the end",
+            "é".repeat(40_000)
+        );
         let s = status(Code::Unknown, msg);
-        assert!(s.message().len() <= MAX_MESSAGE_BYTES + 64, "{}", s.message().len());
+        assert!(
+            s.message().len() <= MAX_MESSAGE_BYTES + 64,
+            "{}",
+            s.message().len()
+        );
         assert!(s.message().starts_with("error generating manifests: "));
         assert!(s.message().ends_with("FATAL: the end"));
         assert!(s.message().contains(" bytes cut] "));

@@ -238,6 +238,7 @@ fn archive_options(policy: &Policy, overrides: &Overrides) -> archive::Options {
     opts.limits.extracted_bytes = a.extracted_bytes;
     opts.limits.file_bytes = a.file_bytes;
     opts.limits.entries = a.entries;
+    opts.limits.strict_names = a.strict_names;
     opts.limits.symlinks = a.symlinks;
     opts.limits.path_depth = usize::try_from(a.path_depth).unwrap_or(usize::MAX);
     opts.limits.max_ratio = a.max_ratio;
