@@ -39,6 +39,7 @@ const MODES: &str = r#"  generate:
                   echo "---" ;;
           sleep) sleep 60 ;;
           slow) sleep 1.5 ;;
+          amplify) exec /usr/bin/python3 -c 'import sys; sys.stdout.write("a: &x " + "y" * (512 << 10) + "\nb: [" + ", ".join(["*x"] * 200) + "]\n")' ;;
         esac
         cat cm.yaml
 "#;
@@ -562,4 +563,56 @@ fn an_environment_flood_and_a_huge_app_rel_path_are_refused_at_once_with_bounded
         "error generating manifests: chdir apps/nope: no such file or directory (appRelPath \"apps/nope\" does not exist in the repository)"
     );
     b.assert_clean();
+}
+
+#[test]
+fn yaml_alias_amplification_is_refused_as_it_expands_and_the_supervisor_stays_small() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    // ~513 KiB of output that expands (200 aliases of a 512 KiB scalar) to ~100 MiB of JSON;
+    // with a 16 MiB message limit the expansion is refused after ~32 copies.
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, LIMITS);
+    let s = Server::start_env(
+        &plugin(MODES),
+        &["--policy", pol_file.to_str().expect("utf8")],
+        &[("ARGOCD_GRPC_MAX_SIZE_MB", "16")],
+    );
+    let b = Bed {
+        s,
+        repo: repo(&[("cm.yaml", CM)]),
+        first,
+        count,
+        _pol: pol,
+    };
+    let hwm = |b: &Bed| -> u64 {
+        let pid = b.s.child.as_ref().expect("server").id();
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        st.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmHWM")
+    };
+    let before = hwm(&b);
+    let attacks: Vec<_> = (0..3).map(|_| b.hostile("amplify", "60s")).collect();
+    b.honest(3);
+    for a in attacks {
+        let (code, msg) = a.join().expect("thread").expect_err("refused");
+        assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
+        assert!(
+            msg.contains(
+                "the manifests expand to more than 16777216 bytes (YAML aliases included)"
+            ) && msg.contains("ARGOCD_GRPC_MAX_SIZE_MB"),
+            "{msg}"
+        );
+    }
+    b.assert_clean();
+    // Nothing of the expansion reached the supervisor.
+    let grown_kib = hwm(&b).saturating_sub(before);
+    assert!(
+        grown_kib < 32 * 1024,
+        "supervisor peak RSS grew {grown_kib} KiB"
+    );
 }

@@ -72,6 +72,9 @@ pub struct Task {
     pub archive: archive::Options,
     /// Budget for each command's stdout and stderr.
     pub output_bytes: u64,
+    /// The most a reply may carry (the gRPC message limit): generate's manifests, YAML
+    /// aliases expanded, must fit in it.
+    pub reply_bytes: u64,
     /// Which limit the request's deadline comes from (named in the error when it fires).
     pub deadline_limit: TimeLimit,
     /// Per-command limit (`ARGOCD_EXEC_TIMEOUT`) and its configured text.

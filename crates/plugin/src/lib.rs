@@ -12,6 +12,6 @@ pub mod params;
 pub mod split;
 pub mod yaml;
 
-pub use split::{SplitError, split_manifests};
+pub use split::{SplitError, split_manifests, split_manifests_within};
 
 pub use config::{Command, ConfigError, Discover, Loaded, ParameterAnnouncement, PluginConfig};

@@ -7,22 +7,47 @@
 use crate::json::Json;
 use crate::yaml;
 
-/// Output that is not a YAML or JSON stream.
+/// Output that is not a YAML or JSON stream, or whose manifests would not fit in a reply.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("failed to unmarshal manifest: {0}")]
-pub struct SplitError(pub String);
+pub enum SplitError {
+    /// Not YAML or JSON (Argo CD's wording).
+    #[error("failed to unmarshal manifest: {0}")]
+    Invalid(String),
+    /// The manifests (aliases expanded) exceed what one reply may carry.
+    #[error(
+        "the manifests expand to more than {0} bytes (YAML aliases included), more than one reply may carry (ARGOCD_GRPC_MAX_SIZE_MB)"
+    )]
+    TooLarge(u64),
+}
 
-/// Split `out` into manifests.
+/// Split `out` into manifests (at most 256 MiB of them).
 pub fn split_manifests(out: &str) -> Result<Vec<String>, SplitError> {
-    if out.trim_start().starts_with('{') {
+    split_manifests_within(out, 256 << 20)
+}
+
+/// Split `out` into manifests whose JSON, all together, is at most `max_bytes`: YAML aliases
+/// are charged as they expand (before anything is copied), so a small output that expands to
+/// gigabytes is refused without the memory ever being spent.
+pub fn split_manifests_within(out: &str, max_bytes: u64) -> Result<Vec<String>, SplitError> {
+    let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+    let docs = if out.trim_start().starts_with('{') {
         match split_json(out) {
-            Ok(v) => return Ok(v),
+            Ok(v) => Some(v),
             // apimachinery >= 0.33 falls back to YAML when the JSON reading fails early.
-            Err((0 | 1, _)) => {}
+            Err((0 | 1, _)) => None,
             Err((_, e)) => return Err(e),
         }
+    } else {
+        None
+    };
+    let docs = match docs {
+        Some(d) => d,
+        None => split_yaml(out, max)?,
+    };
+    if docs.iter().map(String::len).sum::<usize>() > max {
+        return Err(SplitError::TooLarge(max_bytes));
     }
-    split_yaml(out)
+    Ok(docs)
 }
 
 /// Concatenated JSON values; on error, how many values were read before it.
@@ -31,7 +56,7 @@ fn split_json(out: &str) -> Result<Vec<String>, (usize, SplitError)> {
     let stream =
         serde_json::Deserializer::from_str(out).into_iter::<&serde_json::value::RawValue>();
     for (seen, item) in stream.enumerate() {
-        let raw = item.map_err(|e| (seen, SplitError(e.to_string())))?;
+        let raw = item.map_err(|e| (seen, SplitError::Invalid(e.to_string())))?;
         let t = raw.get().trim();
         if !t.is_empty() && t != "null" {
             docs.push(t.to_owned());
@@ -40,14 +65,22 @@ fn split_json(out: &str) -> Result<Vec<String>, (usize, SplitError)> {
     Ok(docs)
 }
 
-fn split_yaml(out: &str) -> Result<Vec<String>, SplitError> {
+fn split_yaml(out: &str, max: usize) -> Result<Vec<String>, SplitError> {
     let mut docs = Vec::new();
+    let mut budget = max;
     for chunk in yaml_documents(out)? {
-        let node = yaml::parse_one(&chunk)
-            .map_err(|e| SplitError(format!("error converting YAML to JSON: {e}")))?;
+        let node = match yaml::parse_one_within(&chunk, &mut budget) {
+            Ok(n) => n,
+            Err(yaml::ParseError::TooLarge) => return Err(SplitError::TooLarge(max as u64)),
+            Err(yaml::ParseError::Yaml(e)) => {
+                return Err(SplitError::Invalid(format!(
+                    "error converting YAML to JSON: {e}"
+                )));
+            }
+        };
         let Some(node) = node else { continue };
         let json = Json::from_yaml(&node)
-            .map_err(|e| SplitError(format!("error converting YAML to JSON: {e}")))?;
+            .map_err(|e| SplitError::Invalid(format!("error converting YAML to JSON: {e}")))?;
         let s = json.to_go_string();
         if s != "null" && !s.is_empty() {
             docs.push(s);
@@ -65,7 +98,7 @@ fn yaml_documents(out: &str) -> Result<Vec<String>, SplitError> {
         if let Some(rest) = line.strip_prefix("---") {
             let trimmed = rest.trim();
             if !trimmed.is_empty() && !trimmed.starts_with('#') {
-                return Err(SplitError(format!(
+                return Err(SplitError::Invalid(format!(
                     "invalid Yaml document separator: {trimmed}"
                 )));
             }
@@ -107,7 +140,7 @@ mod tests {
         assert!(
             split_manifests("a: 1\n--- b\n")
                 .unwrap_err()
-                .0
+                .to_string()
                 .contains("invalid Yaml document separator: b")
         );
         assert!(split_manifests("invalid yaml: }").is_err());

@@ -32,27 +32,66 @@ pub enum Node {
 #[error("yaml: {0}")]
 pub struct YamlError(pub String);
 
-/// Nodes one document may expand to through aliases.
-const NODE_BUDGET: usize = 1_000_000;
+/// What one document may expand to, aliases included, when the caller sets no budget: bytes
+/// of scalars plus [`NODE_COST`] per node.
+const DEFAULT_BUDGET: usize = 64 << 20;
+/// What a node costs beyond its scalar's bytes: about what it takes in memory here (the
+/// enum, a vector slot, an allocation), so the budget bounds the tree's memory too.
+const NODE_COST: usize = 64;
+
+/// The expansion budget ran out: the document expands (through aliases) to more than allowed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not YAML.
+    #[error(transparent)]
+    Yaml(#[from] YamlError),
+    /// Expands past the budget.
+    #[error("yaml: document expands past the byte budget (alias expansion included)")]
+    TooLarge,
+}
 
 /// Parse the first document of `text` (`None` when there is none or it is empty).
 pub fn parse_one(text: &str) -> Result<Option<Node>, YamlError> {
+    let mut budget = DEFAULT_BUDGET;
+    parse_one_within(text, &mut budget).map_err(|e| match e {
+        ParseError::Yaml(y) => y,
+        ParseError::TooLarge => YamlError("document too large (alias expansion)".into()),
+    })
+}
+
+/// [`parse_one`], drawing what the document expands to — bytes of every scalar, aliases
+/// expanded, plus a per-node cost — from `budget` (shared by the caller across documents).
+pub fn parse_one_within(text: &str, budget: &mut usize) -> Result<Option<Node>, ParseError> {
     let mut b = Builder {
         parser: Parser::new_from_str(text),
         anchors: HashMap::new(),
-        budget: NODE_BUDGET,
+        budget: *budget,
+        exhausted: false,
     };
-    loop {
-        match b.next()? {
-            Event::StreamEnd => return Ok(None),
-            Event::DocumentStart(_) => {
-                let ev = b.next()?;
-                if matches!(ev, Event::DocumentEnd) {
-                    return Ok(None);
+    let r = b.document();
+    *budget = b.budget;
+    match r {
+        Err(_) if b.exhausted => Err(ParseError::TooLarge),
+        Err(e) => Err(ParseError::Yaml(e)),
+        Ok(n) => Ok(n),
+    }
+}
+
+impl Builder<'_> {
+    fn document(&mut self) -> Result<Option<Node>, YamlError> {
+        let b = self;
+        loop {
+            match b.next()? {
+                Event::StreamEnd => return Ok(None),
+                Event::DocumentStart(_) => {
+                    let ev = b.next()?;
+                    if matches!(ev, Event::DocumentEnd) {
+                        return Ok(None);
+                    }
+                    return b.node(ev).map(Some);
                 }
-                return b.node(ev).map(Some);
+                _ => {}
             }
-            _ => {}
         }
     }
 }
@@ -61,29 +100,36 @@ struct Builder<'a> {
     parser: Parser<'a, saphyr_parser::StrInput<'a>>,
     anchors: HashMap<usize, Node>,
     budget: usize,
+    exhausted: bool,
 }
 
 impl<'a> Builder<'a> {
     fn next(&mut self) -> Result<Event<'a>, YamlError> {
         match self.parser.next_event() {
             Some(Ok((ev, _))) => Ok(ev),
-            Some(Err(e)) => Err(YamlError(e.to_string())),
+            Some(Err(e)) => Err(YamlError(go_yaml_message(&e))),
             None => Ok(Event::StreamEnd),
         }
     }
 
     fn spend(&mut self, n: usize) -> Result<(), YamlError> {
-        self.budget = self
-            .budget
-            .checked_sub(n)
-            .ok_or_else(|| YamlError("document too large (alias expansion)".into()))?;
-        Ok(())
+        match self.budget.checked_sub(n) {
+            Some(left) => {
+                self.budget = left;
+                Ok(())
+            }
+            None => {
+                self.exhausted = true;
+                Err(YamlError("document too large (alias expansion)".into()))
+            }
+        }
     }
 
     fn node(&mut self, ev: Event<'a>) -> Result<Node, YamlError> {
-        self.spend(1)?;
+        self.spend(NODE_COST)?;
         match ev {
             Event::Scalar(v, style, anchor, tag) => {
+                self.spend(v.len())?;
                 let tag = tag.map(|t| format!("{}{}", t.handle, t.suffix));
                 let n = resolve(&v, style, tag.as_deref())?;
                 if anchor > 0 {
@@ -92,13 +138,14 @@ impl<'a> Builder<'a> {
                 Ok(n)
             }
             Event::Alias(id) => {
-                let n = self
+                // Charged before the copy is made: an expansion past the budget never allocates.
+                let c = self
                     .anchors
                     .get(&id)
-                    .cloned()
+                    .map(cost)
                     .ok_or_else(|| YamlError("unknown anchor".into()))?;
-                self.spend(count(&n))?;
-                Ok(n)
+                self.spend(c)?;
+                Ok(self.anchors.get(&id).cloned().unwrap_or(Node::Null))
             }
             Event::SequenceStart(anchor, _) => {
                 let mut items = Vec::new();
@@ -170,11 +217,44 @@ fn merge(pairs: &mut Vec<(Node, Node)>, v: Node) -> Result<(), YamlError> {
     Ok(())
 }
 
-fn count(n: &Node) -> usize {
+/// A syntax error worded as go-yaml v2 words it (what Argo CD users see): `line N: <problem>`,
+/// the problem without libyaml's "while parsing …" context; the line is the problem mark's
+/// line, 1-based for scanner errors and 0-based for parser errors (go-yaml's own quirk), and
+/// left out when that is 0.
+fn go_yaml_message(e: &saphyr_parser::ScanError) -> String {
+    let info = e.info();
+    let parser = info.starts_with("while parsing") || info.starts_with("did not find expected <");
+    let problem = match info.strip_prefix("while parsing") {
+        Some(rest) => rest.split_once(", ").map_or(info, |(_, p)| p),
+        None => info,
+    };
+    let problem = if problem.starts_with("expected ") {
+        format!("did not find {problem}")
+    } else {
+        problem.to_owned()
+    };
+    let line = if parser {
+        e.marker().line().saturating_sub(1)
+    } else {
+        e.marker().line()
+    };
+    if line == 0 {
+        problem
+    } else {
+        format!("line {line}: {problem}")
+    }
+}
+
+/// What expanding `n` once more costs: its scalars' bytes and [`NODE_COST`] per node.
+fn cost(n: &Node) -> usize {
     match n {
-        Node::Seq(v) => 1 + v.iter().map(count).sum::<usize>(),
-        Node::Map(v) => 1 + v.iter().map(|(k, v)| count(k) + count(v)).sum::<usize>(),
-        _ => 1,
+        Node::Seq(v) => v.iter().map(cost).fold(NODE_COST, usize::saturating_add),
+        Node::Map(v) => v
+            .iter()
+            .map(|(k, v)| cost(k).saturating_add(cost(v)))
+            .fold(NODE_COST, usize::saturating_add),
+        Node::Str(s) => NODE_COST + s.len(),
+        _ => NODE_COST,
     }
 }
 
@@ -329,6 +409,41 @@ fn is_yaml_float(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn syntax_errors_read_as_go_yaml_words_them() {
+        let e = |t: &str| parse_one(t).expect_err("invalid").to_string();
+        assert_eq!(
+            e("a: b: c\n"),
+            "yaml: line 1: mapping values are not allowed in this context"
+        );
+        assert_eq!(
+            e("a: 1\nb: 2\n  c: 3\n"),
+            "yaml: line 3: mapping values are not allowed in this context"
+        );
+        assert_eq!(
+            e("a:\n  - x\n y: z\n"),
+            "yaml: line 2: did not find expected key"
+        );
+    }
+
+    #[test]
+    fn aliases_are_charged_by_the_bytes_they_expand_to() {
+        // A 1 MiB scalar and 100 aliases: ~100 MiB expanded from ~1 MiB of text.
+        let doc = format!(
+            "a: &x {}\nb: [{}]\n",
+            "y".repeat(1 << 20),
+            vec!["*x"; 100].join(", ")
+        );
+        let mut budget = 64 << 20;
+        assert_eq!(
+            parse_one_within(&doc, &mut budget),
+            Err(ParseError::TooLarge)
+        );
+        let mut budget = 256 << 20;
+        assert!(parse_one_within(&doc, &mut budget).is_ok());
+        assert!(budget < (256 << 20) - (100 << 20));
+    }
 
     fn one(s: &str) -> Node {
         parse_one(s).unwrap().unwrap()

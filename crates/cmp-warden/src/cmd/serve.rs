@@ -143,6 +143,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
         output_bytes: super::flags::quantity("--output-bytes", a.output_bytes.as_deref())?,
         command_timeout: super::flags::exec_timeout()?,
+        reply_bytes: Some(a.grpc_max_size_mb as u64 * 1024 * 1024),
     };
     let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
     for k in &loaded.unknown_keys {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use archive::{DirWriter, ExtractError, Resolver};
-use plugin::{glob, params, split_manifests};
+use plugin::{glob, params, split_manifests_within};
 
 use super::run::{CmdError, CmdSpec, run_recorded};
 use crate::cancel::CancelToken;
@@ -79,6 +79,7 @@ impl Failure {
                 CmdError::OutputLimit { .. } => ErrorKind::ResourceExhausted,
                 _ => ErrorKind::Unknown,
             },
+            Failure::Split(plugin::SplitError::TooLarge(_)) => ErrorKind::ResourceExhausted,
             Failure::Discovery(_)
             | Failure::Split(_)
             | Failure::Params(_)
@@ -231,7 +232,11 @@ fn generate(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, 
     if out.is_empty() {
         tracing::warn!("Plugin command returned zero output");
     }
-    Ok(Outcome::Manifests(split_manifests(&out)?))
+    // Refused before building what could not be sent: aliases are charged as they expand.
+    Ok(Outcome::Manifests(split_manifests_within(
+        &out,
+        req.task.reply_bytes,
+    )?))
 }
 
 fn discover(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, Failure> {

@@ -26,7 +26,12 @@ pub struct Overrides {
     pub output_bytes: Option<u64>,
     /// `ARGOCD_EXEC_TIMEOUT`: a per-command limit (the policy has none), with its text.
     pub command_timeout: Option<(Duration, String)>,
+    /// `ARGOCD_GRPC_MAX_SIZE_MB`: the most one reply may carry (default 100 MiB, Argo's).
+    pub reply_bytes: Option<u64>,
 }
+
+/// Argo CD's default gRPC message limit (`ARGOCD_GRPC_MAX_SIZE_MB` = 100).
+pub const DEFAULT_REPLY_BYTES: u64 = 100 << 20;
 
 /// What a policy (with the command line's overrides) means at run time.
 #[derive(Debug, Clone)]
@@ -41,6 +46,8 @@ pub struct Plan {
     pub archive: archive::Options,
     /// Per-command stdout and stderr budget (`spec.limits.outputBytes`, `--output-bytes`).
     pub output_bytes: u64,
+    /// The most one reply may carry (`ARGOCD_GRPC_MAX_SIZE_MB`).
+    pub reply_bytes: u64,
     /// The per-request wall clock (`spec.limits.wallSeconds`).
     pub wall_clock: Duration,
     /// The per-command limit (`ARGOCD_EXEC_TIMEOUT`).
@@ -89,6 +96,7 @@ impl Plan {
             require: policy.require.clone(),
             archive: archive_options(policy, overrides),
             output_bytes: overrides.output_bytes.unwrap_or(policy.limits.output_bytes),
+            reply_bytes: overrides.reply_bytes.unwrap_or(DEFAULT_REPLY_BYTES),
             wall_clock: Duration::from_secs(policy.limits.wall_seconds),
             command_timeout: overrides.command_timeout.clone(),
             uid_range: (policy.uid_first, policy.uid_count),
@@ -220,6 +228,7 @@ impl Plan {
                 env: plugin::env::compose(&self.base_env, request_env),
                 archive: self.archive.clone(),
                 output_bytes: self.output_bytes,
+                reply_bytes: self.reply_bytes,
                 deadline_limit,
                 command_timeout: self.command_timeout.clone(),
             },
@@ -328,9 +337,11 @@ mod tests {
                 compressed_bytes: Some(4096),
                 output_bytes: Some(2048),
                 command_timeout: Some((Duration::from_secs(3), "3s".into())),
+                reply_bytes: Some(5 << 20),
             },
             Vec::new(),
         );
+        assert_eq!(over.reply_bytes, 5 << 20);
         assert_eq!(over.archive.limits.compressed_bytes, 4096);
         assert_eq!(over.archive.limits.entries, 77);
         assert_eq!(over.output_bytes, 2048);

@@ -113,6 +113,8 @@ struct Inner {
     seq: AtomicU64,
     /// Landlock's denial records by leased UID, when the kernel reports them to us.
     landlock_log: std::sync::OnceLock<super::landlock_log::LandlockLog>,
+    /// Memory for large replies, shared by every request.
+    reply_memory: ReplyMemory,
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
@@ -128,6 +130,8 @@ impl Confined {
     pub fn new(mut cfg: ConfinedConfig) -> Self {
         let pool = cfg.pool.take().map(Mutex::new);
         let factory = Factory::new(cfg.exe.clone(), cfg.log_args.clone());
+        // Two of the largest replies at once; a third waits for neither and is refused.
+        let reply_budget = cfg.plan.reply_bytes.saturating_mul(2);
         Confined {
             inner: Arc::new(Inner {
                 cfg,
@@ -140,6 +144,7 @@ impl Confined {
                 factory,
                 seq: AtomicU64::new(0),
                 landlock_log: std::sync::OnceLock::new(),
+                reply_memory: ReplyMemory::new(reply_budget),
             }),
         }
     }
@@ -753,12 +758,14 @@ impl Inner {
                 .ok()
         };
 
-        let output_bytes = match header {
-            Header::Request { task, .. } => task.output_bytes,
+        // The reply carries at most what one gRPC message may (or an error with a command's
+        // stderr), with room for the record.
+        let cap = match header {
+            Header::Request { task, .. } => task.reply_bytes.max(task.output_bytes),
             Header::Probe { .. } => 1024,
-        };
-        let cap = output_bytes.saturating_mul(8).saturating_add(1 << 20);
-        let raw = stdout.map(|mut s| read_reply(&mut s, cap));
+        }
+        .saturating_add(1 << 20);
+        let raw = stdout.map(|mut s| read_reply(&mut s, cap, &self.reply_memory));
         if let Some(p) = proxy {
             let (connections, unrecorded) = p.finish();
             crate::record::update(record, |r| {
@@ -788,9 +795,10 @@ impl Inner {
                 "request cgroup"
             );
         }
-        let raw = match raw {
-            Some(Ok(Some(raw))) => Some(raw),
-            Some(Ok(None)) | None => None,
+        // The permit (supervisor-wide reply memory) is held until the raw reply is parsed.
+        let (raw, _permit) = match raw {
+            Some(Ok(Some((raw, permit)))) => (Some(raw), permit),
+            Some(Ok(None)) | None => (None, None),
             Some(Err(e)) => return Err(e),
         };
         let reply = verdict(raw, stats, &self.cfg.plan, cancel, record)?;
@@ -1029,15 +1037,26 @@ fn wait_bounded(jail: &mut JailProcess, limit: Duration) -> Option<std::process:
 }
 
 /// Read the jail's `R` frame: `Ok(None)` if it closed stdout without one.
-fn read_reply(r: &mut impl Read, cap: u64) -> Result<Option<Vec<u8>>, RequestError> {
+fn read_reply(
+    r: &mut impl Read,
+    cap: u64,
+    budget: &ReplyMemory,
+) -> Result<Option<RawReply>, RequestError> {
     let max = usize::try_from(cap).unwrap_or(usize::MAX).saturating_add(1);
     match crate::protocol::read_frame_head(r, max) {
         Ok(None) => Ok(None),
         Ok(Some((b'R', n))) if n as u64 <= cap => {
-            let mut body = vec![0u8; n];
-            r.read_exact(&mut body)
+            // Small replies (nearly all) are never refused; a large one takes its size from
+            // the supervisor-wide budget first, so concurrent large replies cannot add up.
+            let permit = budget.take(n as u64)?;
+            let mut body = Vec::with_capacity(n);
+            r.take(n as u64)
+                .read_to_end(&mut body)
                 .map_err(|e| internal(format!("reading the jail's reply: {e}")))?;
-            Ok(Some(body))
+            if body.len() != n {
+                return Err(internal("the jail's reply was cut short"));
+            }
+            Ok(Some((body, permit)))
         }
         Ok(Some((b'R', n))) => Err(RequestError::new(
             ErrorKind::ResourceExhausted,
@@ -1045,6 +1064,65 @@ fn read_reply(r: &mut impl Read, cap: u64) -> Result<Option<Vec<u8>>, RequestErr
         )),
         Ok(Some((t, _))) => Err(internal(format!("unexpected frame {t} from the jail"))),
         Err(e) => Err(internal(format!("reading the jail's reply: {e}"))),
+    }
+}
+
+/// A reply's bytes and, for a large one, its share of the reply memory.
+type RawReply = (Vec<u8>, Option<ReplyPermit>);
+
+/// Replies up to this size are read without a permit.
+const SMALL_REPLY: u64 = 1 << 20;
+
+/// The supervisor-wide budget for large replies being read and parsed at once.
+#[derive(Debug)]
+pub(crate) struct ReplyMemory {
+    in_use: Arc<AtomicU64>,
+    limit: u64,
+}
+
+/// A large reply's share of [`ReplyMemory`], returned when dropped.
+#[derive(Debug)]
+pub(crate) struct ReplyPermit {
+    in_use: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Drop for ReplyPermit {
+    fn drop(&mut self) {
+        self.in_use.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
+impl ReplyMemory {
+    /// A budget of `limit` bytes.
+    pub(crate) fn new(limit: u64) -> Self {
+        ReplyMemory {
+            in_use: Arc::new(AtomicU64::new(0)),
+            limit,
+        }
+    }
+
+    /// `bytes` of the budget, or ResourceExhausted when other replies hold it.
+    fn take(&self, bytes: u64) -> Result<Option<ReplyPermit>, RequestError> {
+        if bytes <= SMALL_REPLY {
+            return Ok(None);
+        }
+        let before = self.in_use.fetch_add(bytes, Ordering::SeqCst);
+        let permit = ReplyPermit {
+            in_use: self.in_use.clone(),
+            bytes,
+        };
+        if before.saturating_add(bytes) > self.limit {
+            drop(permit);
+            return Err(RequestError::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "this reply ({bytes} bytes) does not fit in the server's reply memory now: other large replies hold {before} of {} bytes (twice ARGOCD_GRPC_MAX_SIZE_MB); retry",
+                    self.limit
+                ),
+            ));
+        }
+        Ok(Some(permit))
     }
 }
 
@@ -1102,5 +1180,22 @@ impl Runner for Confined {
         } else {
             "confined (shared UID): one jail process per request, prepared ahead, no capabilities, no_new_privs, Landlock, seccomp; commands share the server's UID"
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_replies_share_one_budget_and_small_ones_never_wait() {
+        let m = ReplyMemory::new(10 << 20);
+        let a = m.take(6 << 20).expect("fits").expect("a permit");
+        let refused = m.take(6 << 20).expect_err("over the budget");
+        assert_eq!(refused.kind, ErrorKind::ResourceExhausted);
+        assert!(m.take(1 << 20).expect("small").is_none());
+        drop(a);
+        assert!(m.take(6 << 20).expect("returned").is_some());
+        assert_eq!(m.in_use.load(Ordering::SeqCst), 0);
     }
 }
