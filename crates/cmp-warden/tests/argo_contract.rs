@@ -177,6 +177,18 @@ fn generate_manifest_cases() {
     assert_eq!(code, UNKNOWN);
     assert!(msg.contains("failed to unmarshal manifest"), "{msg}");
     s.assert_work_dir_empties();
+
+    // go-yaml's words, as Argo CD's own server returns them.
+    let s = Server::start(
+        &plugin("  generate:\n    command: [sh, -c, 'printf \"kind: A\\nb: c: d\\n\"']\n"),
+        &[],
+    );
+    let (code, msg) = go(&s, "generate", &["-dir", dir]).expect_err("bad yaml");
+    assert_eq!(code, UNKNOWN);
+    assert_eq!(
+        msg,
+        "error generating manifests: failed to unmarshal manifest: error converting YAML to JSON: yaml: line 2: mapping values are not allowed in this context"
+    );
 }
 
 /// The deadline kills the command's whole group — the foreground command and what it started

@@ -20,7 +20,7 @@ pub fn parse_dynamic(out: &str) -> Result<Vec<ParameterAnnouncement>, ParamsErro
         ParamsError(if e.is_eof() {
             "unexpected end of JSON input".to_owned()
         } else {
-            e.to_string()
+            go_json_syntax_error(out, &e)
         })
     })?;
     let items = match v {
@@ -34,6 +34,53 @@ pub fn parse_dynamic(out: &str) -> Result<Vec<ParameterAnnouncement>, ParamsErro
         }
     };
     items.iter().map(announcement).collect()
+}
+
+/// A syntax error worded as Go's `encoding/json` words it: `invalid character 'x' <where>`,
+/// the character being the one the parser stopped at (serde_json's position).
+pub fn go_json_syntax_error(input: &str, e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let place = [
+        ("expected value", "looking for beginning of value"),
+        ("expected `,` or `]`", "after array element"),
+        ("expected `,` or `}`", "after object key:value pair"),
+        ("expected `:`", "after object key"),
+        (
+            "key must be a string",
+            "looking for beginning of object key string",
+        ),
+        ("trailing characters", "after top-level value"),
+        ("invalid escape", "in string escape code"),
+        ("control character", "in string literal"),
+        ("invalid number", "in numeric literal"),
+    ]
+    .iter()
+    .find(|(serde, _)| msg.starts_with(serde))
+    .map(|(_, go)| *go);
+    let Some(place) = place else { return msg };
+    let at = input
+        .split_inclusive('\n')
+        .nth(e.line().saturating_sub(1))
+        .and_then(|l| {
+            let col = e.column().saturating_sub(1);
+            l.get(col..).and_then(|r| r.chars().next())
+        });
+    match at {
+        Some(c) => format!("invalid character {} {place}", go_quote_char(c)),
+        None => msg,
+    }
+}
+
+/// Go's `quoteChar`: `'\''` and `'"'` as themselves, the rest as `strconv.Quote` with single quotes.
+fn go_quote_char(c: char) -> String {
+    match c {
+        '\'' => r"'\''".to_owned(),
+        '"' => "'\"'".to_owned(),
+        _ => {
+            let q = format!("{:?}", c.to_string());
+            format!("'{}'", &q[1..q.len() - 1])
+        }
+    }
 }
 
 fn kind(v: &serde_json::Value) -> &'static str {
@@ -148,6 +195,31 @@ pub fn announce(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn syntax_errors_read_as_gos_encoding_json_words_them() {
+        let e = |t: &str| parse_dynamic(t).expect_err("invalid").0;
+        assert_eq!(
+            e("x"),
+            "invalid character 'x' looking for beginning of value"
+        );
+        assert_eq!(e("[1 2]"), "invalid character '2' after array element");
+        assert_eq!(e(r#"[{"a" 1}]"#), "invalid character '1' after object key");
+        assert_eq!(
+            e("[{1:2}]"),
+            "invalid character '1' looking for beginning of object key string"
+        );
+        assert_eq!(e("[] x"), "invalid character 'x' after top-level value");
+        assert_eq!(
+            e(r#"[{"a":"1" "b":"2"}]"#),
+            "invalid character '\"' after object key:value pair"
+        );
+        assert_eq!(
+            e("[\n  1,\n  ?]"),
+            "invalid character '?' looking for beginning of value"
+        );
+        assert_eq!(e("[1"), "unexpected end of JSON input");
+    }
 
     #[test]
     fn dynamic_output() {

@@ -905,8 +905,13 @@ fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> Reply {
     } else {
         format!("{message} (the sandbox refused: {})", refused.join("; "))
     };
-    // A command failed: it may have missed a server variable it is configured by.
-    if !rec.commands.is_empty() && !plan.withheld_env.is_empty() {
+    // A command failed: it may have missed a server variable it is configured by. (Not when
+    // its output was refused: Argo CD's own words then stand alone.)
+    let command_failed = rec
+        .commands
+        .last()
+        .is_some_and(|c| c.exit_code != Some(0) || c.signal.is_some());
+    if command_failed && !plan.withheld_env.is_empty() {
         let shown: Vec<&str> = plan
             .withheld_env
             .iter()
