@@ -616,3 +616,125 @@ fn yaml_alias_amplification_is_refused_as_it_expands_and_the_supervisor_stays_sm
         "supervisor peak RSS grew {grown_kib} KiB"
     );
 }
+
+/// A server whose range leases 8 UIDs, with a short stream idle timeout.
+fn small_pool_bed(idle: &str) -> Bed {
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, _) = write_policy(&pol_file, LIMITS);
+    let text = std::fs::read_to_string(&pol_file).expect("policy");
+    let text = text.replacen(
+        &format!("first: {first}, count: 16"),
+        &format!("first: {first}, count: 8"),
+        1,
+    );
+    std::fs::write(&pol_file, text).expect("policy");
+    let s = Server::start(
+        &plugin(MODES),
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--stream-idle-timeout",
+            idle,
+        ],
+    );
+    assert!(s.logs().contains("\"max_in_flight\":7") || wait_for_log(&s, "\"max_in_flight\":7"));
+    Bed {
+        s,
+        repo: repo(&[("cm.yaml", CM)]),
+        first,
+        count: 8,
+        _pol: pol,
+    }
+}
+
+fn wait_for_log(s: &Server, what: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if s.logs().contains(what) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A client that pauses `delay` before each 1 KiB chunk of a ~3 KiB repository.
+fn slow_client(b: &Bed, dir: &Path, delay: &str) -> std::thread::JoinHandle<CallResult> {
+    let sock = b.s.sock.clone();
+    let (dir, delay) = (dir.to_owned(), delay.to_owned());
+    std::thread::spawn(move || {
+        let out = std::process::Command::new(go_client())
+            .arg("-socket")
+            .arg(&sock)
+            .args(["-rpc", "generate", "-dir"])
+            .arg(&dir)
+            .args(["-chunk", "1024", "-chunk-delay", &delay, "-timeout", "60s"])
+            .output()
+            .expect("go client");
+        parse_client_output(&out)
+    })
+}
+
+fn noise_repo() -> tempfile::TempDir {
+    // Incompressible, so the archive is several 1 KiB chunks.
+    let noise: String = (0..6000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    repo(&[("cm.yaml", CM), ("noise.txt", &noise)])
+}
+
+#[test]
+fn stalled_streams_hold_no_jail_and_end_at_the_idle_timeout() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let b = small_pool_bed("2");
+    let r = noise_repo();
+    // Twenty clients that send metadata and then nothing for 30 s: once 604 jail processes
+    // and every UID of the pool.
+    let stalled: Vec<_> = (0..20).map(|_| slow_client(&b, r.path(), "30s")).collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let procs = b.s.leftover_processes(b.first, b.count);
+    assert!(
+        procs.len() <= 2,
+        "jails prepared for streams that sent no archive: {procs:?}"
+    );
+    b.honest(3);
+    for h in stalled {
+        let (code, msg) = h.join().expect("thread").expect_err("stalled");
+        assert_eq!(code, DEADLINE_EXCEEDED, "{msg}");
+        assert!(
+            msg.contains("no message for 2 s (the stream stalled; --stream-idle-timeout)"),
+            "{msg}"
+        );
+    }
+    b.assert_clean();
+}
+
+#[test]
+fn more_slow_requests_than_uids_wait_their_turn_instead_of_failing() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let b = small_pool_bed("5");
+    let r = noise_repo();
+    // 20 requests that each hold a jail ~4 s (chunks 1 s apart), against 7 slots: they and an
+    // honest request queue for a slot; none fails for want of a UID.
+    let slow: Vec<_> = (0..20).map(|_| slow_client(&b, r.path(), "1s")).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    b.honest(1);
+    for h in slow {
+        let v = h
+            .join()
+            .expect("thread")
+            .unwrap_or_else(|e| panic!("a queued request failed: {e:?}\n{}", b.s.logs()));
+        assert_eq!(v["manifests"][0], CM_JSON);
+    }
+    assert!(
+        !b.s.logs().contains("no sandbox UID free"),
+        "{}",
+        b.s.logs()
+    );
+    b.assert_clean();
+}

@@ -145,7 +145,7 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
     let (code, msg) = call("unshare").expect_err("denied");
     assert_eq!(code, UNKNOWN, "{msg}");
     // 6. archive rejection: a symlink escaping the tree
-    let bad = repo(&[("cm.yaml", CM), ("evil", "->/etc/shadow")]);
+    let bad = repo(&[("cm.yaml", CM), ("evil", "->../../etc/shadow")]);
     let (code, _) = go(
         &s,
         "generate",

@@ -2,6 +2,7 @@
 //! confined (that is the runner's business, `jail::Runner`).
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod appset;
 pub mod audit;
 pub mod auth;

@@ -2,7 +2,6 @@
 //! as it arrives (hashing and counting it), releases end-of-file only once the checksum matches,
 //! and enforces the deadline (`grpc-timeout` minus 100 ms, as Argo CD).
 
-use std::future::Future;
 use std::io::{self, Read};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -48,6 +47,8 @@ pub struct ServiceConfig {
     pub metrics: Arc<Metrics>,
     /// Token every call arriving over TCP must carry (unix peers are authorised by credentials).
     pub tcp_token: Option<crate::auth::BearerToken>,
+    /// Requests in flight, the queue, and how long a stream may stall.
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 /// What the audit event needs that only the handler learns.
@@ -70,6 +71,7 @@ const WALL_CLOCK_GRACE: Duration = Duration::from_secs(8);
 pub struct CmpService {
     cfg: Arc<ServiceConfig>,
     runner: Arc<dyn Runner>,
+    admission: Arc<crate::admission::Admission>,
     active: Arc<Mutex<Vec<(u64, CancelToken)>>>,
     next_id: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -78,6 +80,7 @@ impl CmpService {
     /// A service using `runner`.
     pub fn new(cfg: ServiceConfig, runner: Arc<dyn Runner>) -> Self {
         Self {
+            admission: Arc::new(crate::admission::Admission::new(cfg.admission)),
             cfg: Arc::new(cfg),
             runner,
             active: Arc::default(),
@@ -234,11 +237,25 @@ impl CmpService {
             return Err(Status::internal("request context missing"));
         };
         let started = Instant::now();
-        let first = match with_deadline(deadline, stream.message()).await {
-            None => return Err(StreamError::Deadline.to_status()),
-            Some(Err(s)) => return Err(StreamError::Header(s.message().to_owned()).to_status()),
-            Some(Ok(None)) => return Err(StreamError::Header("EOF".into()).to_status()),
-            Some(Ok(Some(m))) => m,
+        // Receiving is bounded by the request's deadline, the archive's wall clock and the
+        // longest pause between two messages: a stalled client holds nothing for long.
+        let clock = ReceiveClock {
+            deadline,
+            archive_by: Instant::now() + self.cfg.plan.archive.limits.wall_clock,
+            archive_secs: self.cfg.plan.archive.limits.wall_clock.as_secs(),
+            idle: self.cfg.admission.stream_idle,
+        };
+        let first = match clock.next(&mut stream).await {
+            Err(
+                e @ (StreamError::Deadline
+                | StreamError::Stalled(_)
+                | StreamError::ReceiveTimeout(_)),
+            ) => {
+                return Err(e.to_status());
+            }
+            Err(e) => return Err(StreamError::Header(e.to_string()).to_status()),
+            Ok(None) => return Err(StreamError::Header("EOF".into()).to_status()),
+            Ok(Some(m)) => m,
         };
         let Some(app_stream_request::Request::Metadata(meta)) = first.request else {
             return Err(StreamError::NoMetadata.to_status());
@@ -261,6 +278,28 @@ impl CmpService {
             return Err(StreamError::AppRelPath(meta.app_rel_path.len()).to_status());
         }
         tracing::info!(app_rel_path = %ctx.app_rel_path, deadline_ms = ?deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64), "request received");
+
+        // No jail before the archive starts to arrive (only the runner's one spare is ready).
+        let first = match clock.next(&mut stream).await {
+            Ok(m) => m,
+            Err(e) => {
+                ctx.limit = Some(Limit::Timeout);
+                return Err(e.to_status());
+            }
+        };
+        let first = match first {
+            None => None,
+            Some(m) => match m.request {
+                Some(app_stream_request::Request::File(f)) => Some(f.chunk),
+                _ => return Err(StreamError::NotAFile.to_status()),
+            },
+        };
+        // A slot, waiting in the queue within the request's deadline.
+        let slot = self
+            .admission
+            .admit(deadline)
+            .await
+            .map_err(|e| e.to_status())?;
 
         // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());
@@ -316,6 +355,8 @@ impl CmpService {
             );
             let _ = result_tx.send(result);
             runner.reclaim(&spec);
+            // The slot is free once the jail is reclaimed.
+            drop(slot);
             // The client went away while this ran: its audit event is ours to emit, now that
             // the record says what really ran.
             let abandoned = match std::mem::replace(
@@ -332,8 +373,21 @@ impl CmpService {
         let task = result_rx;
 
         let received = self
-            .receive(&mut stream, &tx, &meta.checksum, deadline, &mut ctx.archive)
+            .receive(
+                &mut stream,
+                first,
+                &tx,
+                &meta.checksum,
+                &clock,
+                &mut ctx.archive,
+            )
             .await;
+        if matches!(
+            received,
+            Err(StreamError::Stalled(_) | StreamError::ReceiveTimeout(_))
+        ) {
+            ctx.limit = Some(Limit::Timeout);
+        }
         if matches!(
             received,
             Err(StreamError::TooLarge(_) | StreamError::Checksum)
@@ -398,9 +452,10 @@ impl CmpService {
     async fn receive(
         &self,
         stream: &mut Streaming<AppStreamRequest>,
+        first: Option<Vec<u8>>,
         tx: &mpsc::Sender<Chunk>,
         checksum: &str,
-        deadline: Option<Instant>,
+        clock: &ReceiveClock,
         info: &mut ArchiveInfo,
     ) -> Result<(), StreamError> {
         let cap = self.cfg.plan.archive.limits.compressed_bytes;
@@ -410,31 +465,34 @@ impl CmpService {
         // Chunks arrive at 1 KiB (Argo's default); hand them to the blocking extractor in
         // 64 KiB batches so the thread handoff is paid per batch, not per chunk.
         let mut batch: Vec<u8> = Vec::with_capacity(BATCH);
-        loop {
-            let msg = match with_deadline(deadline, stream.message()).await {
-                None => return Err(StreamError::Deadline),
-                Some(Err(s)) if s.code() == tonic::Code::Cancelled => {
-                    return Err(StreamError::Cancelled);
-                }
-                Some(Err(s)) => return Err(StreamError::Receive(s.message().to_owned())),
-                Some(Ok(None)) => break,
-                Some(Ok(Some(m))) => m,
-            };
-            let Some(app_stream_request::Request::File(file)) = msg.request else {
-                return Err(StreamError::NotAFile);
-            };
-            total += file.chunk.len() as u64;
+        let mut next = first;
+        let mut ended = next.is_none();
+        while let Some(chunk) = next.take() {
+            total += chunk.len() as u64;
             info.bytes = total;
             if total > cap {
                 return Err(StreamError::TooLarge(cap));
             }
-            hasher.update(&file.chunk);
-            batch.extend_from_slice(&file.chunk);
+            hasher.update(&chunk);
+            batch.extend_from_slice(&chunk);
             if batch.len() >= BATCH && !runner_gone {
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                 // The runner may already have refused the archive; keep draining to report its error.
                 runner_gone = tx.send(Chunk::Data(full)).await.is_err();
             }
+            if ended {
+                break;
+            }
+            next = match clock.next(stream).await? {
+                None => {
+                    ended = true;
+                    None
+                }
+                Some(m) => match m.request {
+                    Some(app_stream_request::Request::File(f)) => Some(f.chunk),
+                    _ => return Err(StreamError::NotAFile),
+                },
+            };
         }
         if !batch.is_empty() && !runner_gone {
             let _ = tx.send(Chunk::Data(batch)).await;
@@ -446,6 +504,44 @@ impl CmpService {
         }
         let _ = tx.send(Chunk::End).await;
         Ok(())
+    }
+}
+
+/// When receiving a request's stream must end, whichever comes first: the request's deadline,
+/// the archive's wall clock (from the metadata on), or a pause longer than the idle timeout.
+#[derive(Debug, Clone, Copy)]
+struct ReceiveClock {
+    deadline: Option<Instant>,
+    archive_by: Instant,
+    archive_secs: u64,
+    idle: Duration,
+}
+
+impl ReceiveClock {
+    /// The stream's next message (`None` at its end), or which bound ended the wait.
+    async fn next(
+        &self,
+        stream: &mut Streaming<AppStreamRequest>,
+    ) -> Result<Option<AppStreamRequest>, StreamError> {
+        let idle_by = Instant::now() + self.idle;
+        let mut end = (idle_by, StreamError::Stalled(self.idle.as_secs()));
+        if self.archive_by < end.0 {
+            end = (
+                self.archive_by,
+                StreamError::ReceiveTimeout(self.archive_secs),
+            );
+        }
+        if let Some(d) = self.deadline
+            && d < end.0
+        {
+            end = (d, StreamError::Deadline);
+        }
+        match tokio::time::timeout_at(end.0.into(), stream.message()).await {
+            Err(_) => Err(end.1),
+            Ok(Err(s)) if s.code() == tonic::Code::Cancelled => Err(StreamError::Cancelled),
+            Ok(Err(s)) => Err(StreamError::Receive(s.message().to_owned())),
+            Ok(Ok(m)) => Ok(m),
+        }
     }
 }
 
@@ -571,13 +667,6 @@ impl Drop for ActiveGuard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(i, _)| *i != self.id);
-    }
-}
-
-async fn with_deadline<F: Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d.into(), f).await.ok(),
-        None => Some(f.await),
     }
 }
 

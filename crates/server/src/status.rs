@@ -89,6 +89,19 @@ pub enum StreamError {
     /// The request's environment is beyond what any client sends.
     #[error("error getting stream metadata: {0}")]
     Env(#[from] plugin::env::EnvError),
+    /// No request slot (queue full, or the deadline passed while waiting).
+    #[error("server busy: {0}")]
+    Busy(String),
+    /// The client stopped sending.
+    #[error(
+        "error receiving tgz file: no message for {0} s (the stream stalled; --stream-idle-timeout)"
+    )]
+    Stalled(u64),
+    /// The archive took longer to arrive than the policy allows extraction to take.
+    #[error(
+        "error receiving tgz file: the archive did not arrive within {0} s (policy spec.archive.wallSeconds)"
+    )]
+    ReceiveTimeout(u64),
     /// `appRelPath` longer than any path.
     #[error(
         "error getting stream metadata: appRelPath is {0} bytes long; at most {MAX_APP_REL_PATH} are accepted (PATH_MAX)"
@@ -111,6 +124,8 @@ impl StreamError {
             Self::Cancelled => Code::Cancelled,
             Self::Workdir(_) => Code::Internal,
             Self::Env(_) | Self::AppRelPath(_) => Code::InvalidArgument,
+            Self::Busy(_) => Code::ResourceExhausted,
+            Self::Stalled(_) | Self::ReceiveTimeout(_) => Code::DeadlineExceeded,
         };
         status(code, self.to_string())
     }

@@ -67,6 +67,17 @@ pub struct ServeArgs {
     /// Do not create the unix socket (a TCP-only plugin service; needs --listen).
     #[arg(long)]
     no_unix_socket: bool,
+    /// Requests running at once; more wait in a queue [default: 32, and at most the policy's
+    /// UID range minus the spare jail's].
+    #[arg(long, env = "CMP_WARDEN_MAX_IN_FLIGHT")]
+    max_in_flight: Option<usize>,
+    /// Requests waiting for a slot (within their deadline); beyond this a request is refused
+    /// at once with ResourceExhausted.
+    #[arg(long, env = "CMP_WARDEN_MAX_QUEUED", default_value_t = 256)]
+    max_queued: usize,
+    /// Seconds a request's stream may pause between two messages before it is ended.
+    #[arg(long, env = "CMP_WARDEN_STREAM_IDLE_TIMEOUT", default_value_t = 30)]
+    stream_idle_timeout: u64,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -261,6 +272,22 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         None => None,
     };
     metrics.set_pool_source(supervisor.pool_gauge());
+    // With a UID per request, never admit more than the range can lease beside the spare:
+    // a request then waits for a UID instead of failing for lack of one.
+    let uid_room = supervisor
+        .pool_usage()
+        .map_or(usize::MAX, |(_, cap)| cap.saturating_sub(1).max(1));
+    let admission = server::admission::AdmissionConfig {
+        max_in_flight: a.max_in_flight.unwrap_or(32).min(uid_room).max(1),
+        max_queued: a.max_queued,
+        stream_idle: Duration::from_secs(a.stream_idle_timeout.max(1)),
+    };
+    tracing::info!(
+        max_in_flight = admission.max_in_flight,
+        max_queued = admission.max_queued,
+        stream_idle_seconds = admission.stream_idle.as_secs(),
+        "admission"
+    );
     let runner = supervisor.runner();
     let describe = runner.describe();
     let svc = CmpService::new(
@@ -271,6 +298,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             audit,
             metrics,
             tcp_token: tcp.as_ref().and_then(|(_, t)| t.token.clone()),
+            admission,
         },
         runner,
     );
