@@ -738,3 +738,92 @@ fn more_slow_requests_than_uids_wait_their_turn_instead_of_failing() {
     );
     b.assert_clean();
 }
+
+#[test]
+fn two_instances_sharing_a_uid_range_never_touch_each_others_requests() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    // One policy (one UID range) for both, and the lease directory they share (in a pod: the
+    // plugin socket directory).
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, LIMITS);
+    let leases = pol.path().join("leases");
+    let lease_env = [("CMP_WARDEN_LEASE_DIR", leases.to_str().expect("utf8"))];
+    let args = ["--policy", pol_file.to_str().expect("utf8")];
+    let a = Server::start_env(&plugin(MODES), &args, &lease_env);
+    let r = repo(&[("cm.yaml", CM)]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let call = |s: &Server, mode: &str| {
+        let (sock, dir, mode) = (s.sock.clone(), dir.clone(), mode.to_owned());
+        std::thread::spawn(move || {
+            let out = std::process::Command::new(go_client())
+                .arg("-socket")
+                .arg(&sock)
+                .args(["-rpc", "generate", "-dir", &dir, "-env"])
+                .arg(format!("ARGOCD_ENV_MODE={mode}"))
+                .output()
+                .expect("go client");
+            parse_client_output(&out)
+        })
+    };
+    // A is busy (each request holds its UID ~1.5 s) while B starts: B's start-up sweep must
+    // leave A's jails alone.
+    let mut load: Vec<_> = (0..6).map(|_| call(&a, "slow")).collect();
+    std::thread::sleep(Duration::from_millis(700));
+    let b = Server::start_env(&plugin(MODES), &args, &lease_env);
+    assert!(
+        b.logs().contains("the UID range is shared"),
+        "B must say the range is contended:\n{}",
+        b.logs()
+    );
+    // Both under load at once.
+    for _ in 0..6 {
+        load.push(call(&a, "slow"));
+        load.push(call(&b, "slow"));
+    }
+    let mut failed = Vec::new();
+    for h in load {
+        match h.join().expect("thread") {
+            Ok(v) => assert_eq!(v["manifests"][0], CM_JSON),
+            Err(e) => failed.push(e),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "failed requests: {failed:?}\nA:\n{}\nB:\n{}",
+        a.logs(),
+        b.logs()
+    );
+    for s in [&a, &b] {
+        s.assert_work_dir_empties();
+    }
+    // Once both stop (their spare jails too), nothing of either is left in the shared range.
+    drop(a);
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_in(first, count).is_empty() {
+        assert!(Instant::now() < deadline, "processes left in the range");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Processes whose UID is in `first..first+count` (any server's).
+fn processes_in(first: u32, count: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|st| {
+                    st.lines()
+                        .find_map(|l| l.strip_prefix("Uid:"))
+                        .and_then(|v| v.split_whitespace().next()?.parse::<u32>().ok())
+                })
+                .is_some_and(|u| (first..first + count).contains(&u))
+        })
+        .collect()
+}

@@ -639,7 +639,8 @@ fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> std::proces
         .env("ARGOCD_PLUGINSOCKFILEPATH", root.join("plugins"))
         .env("ARGOCD_CMP_WORKDIR", root.join("work"))
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        // A file, not a pipe nobody drains: a full pipe would stall the server's logging.
+        .stderr(std::fs::File::create(root.join("log")).expect("log"))
         .spawn()
         .expect("spawn")
 }
@@ -658,11 +659,11 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
 
     // The default requirement (uniqueUid) cannot be met: refuse to start, and say why.
     write_policy(&pol, &[]);
-    let out = serve_unprivileged(root.path(), &pol, &[])
-        .wait_with_output()
+    let status = serve_unprivileged(root.path(), &pol, &[])
+        .wait()
         .expect("wait");
-    assert_eq!(out.status.code(), Some(20));
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(20));
+    let err = std::fs::read_to_string(root.path().join("log")).expect("log");
     assert!(
         err.contains("requires uniqueUid") && err.contains("cannot switch UIDs"),
         "{err}"
@@ -771,7 +772,12 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while !escapee_parent().is_empty() {
-        assert!(Instant::now() < deadline, "the escapee never finished");
+        assert!(
+            Instant::now() < deadline,
+            "the escapee never finished: {:?}\n{}",
+            escapee_parent(),
+            std::fs::read_to_string(root.path().join("log")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // A client of the same UID that is not one of the server's commands (the repo-server's
@@ -791,8 +797,8 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
         rustix::process::Signal::TERM,
     )
     .expect("term");
-    let out = child.wait_with_output().expect("wait");
-    let logs = String::from_utf8_lossy(&out.stderr);
+    child.wait().expect("wait");
+    let logs = std::fs::read_to_string(root.path().join("log")).expect("log");
     assert!(logs.contains("UNIQUE UIDs DISABLED"), "{logs}");
     assert_eq!(d["status.Uid"], "65000 65000 65000 65000");
     assert_eq!(d["status.CapEff"], "0000000000000000");
@@ -1053,7 +1059,12 @@ fn start_up_sweeps_leftovers_of_a_previous_run() {
         .spawn()
         .expect("serve");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_dir(&socks).expect("ls").next().is_none() {
+    // The socket (bound after the sweep; the lease directory beside it comes earlier).
+    while !std::fs::read_dir(&socks)
+        .expect("ls")
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "sock"))
+    {
         assert!(
             Instant::now() < deadline,
             "server did not start: {}",

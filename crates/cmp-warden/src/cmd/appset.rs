@@ -155,6 +155,7 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
             let mut start = jail::StartOptions::new(work_dir.clone(), jail::Owner::Server);
             start.log_args = log_args;
             start.bind = Some(Box::new(bind));
+            start.lease_dir = super::flags::lease_dir(None);
             let (supervisor, _) = jail::Supervisor::start(&policy, start)?;
             // Each running command holds a leased UID: more slots than UIDs would turn a burst
             // into errors instead of a queue.

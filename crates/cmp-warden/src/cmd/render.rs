@@ -84,6 +84,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     let mut start = jail::StartOptions::new(work.clone(), jail::Owner::OneShot);
     start.log_args = log_args;
     start.overrides.command_timeout = super::flags::exec_timeout()?;
+    start.lease_dir = super::flags::lease_dir(None);
     let (supervisor, _) = jail::Supervisor::start(&policy, start)?;
     let plan = supervisor.plan();
     let runner = supervisor.runner();

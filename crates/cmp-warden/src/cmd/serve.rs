@@ -240,6 +240,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             std::path::absolute(&a.socket_dir)?,
         ];
         start.bind = Some(Box::new(bind));
+        start.lease_dir = super::flags::lease_dir(Some(&std::path::absolute(&a.socket_dir)?));
         jail::Supervisor::start(&policy, start)?
     };
     let doctor = super::doctor::assemble(

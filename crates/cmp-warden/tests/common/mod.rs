@@ -81,12 +81,12 @@ impl Server {
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(p) = std::fs::read_dir(&socks)
-                .ok()
-                .and_then(|mut r| r.next())
-                .and_then(|e| e.ok())
-                .map(|e| e.path())
-            {
+            // The socket (the directory also holds the lease locks, as in a pod).
+            if let Some(p) = std::fs::read_dir(&socks).ok().and_then(|r| {
+                r.flatten()
+                    .map(|e| e.path())
+                    .find(|p| p.extension().is_some_and(|x| x == "sock"))
+            }) {
                 s.sock = p;
                 return s;
             }

@@ -69,6 +69,10 @@ pub struct StartOptions<'a> {
     /// Drop every capability but those starting jails needs (step 10). Only an in-process
     /// benchmark, whose baselines need the capabilities, turns this off.
     pub drop_capabilities: bool,
+    /// Where leases are locked node-wide, shared with every other instance that may use the
+    /// same UID range (`serve`: a directory in the socket directory, which Argo CD's sidecars
+    /// share). `None`: no other instance is coordinated with.
+    pub lease_dir: Option<PathBuf>,
 }
 
 impl StartOptions<'_> {
@@ -84,6 +88,7 @@ impl StartOptions<'_> {
             exe: PathBuf::from("/proc/self/exe"),
             cgroups: true,
             drop_capabilities: true,
+            lease_dir: None,
         }
     }
 }
@@ -292,6 +297,7 @@ impl Supervisor {
             exe,
             cgroups: want_cgroups,
             drop_capabilities,
+            lease_dir,
         } = opts;
         let mut unavailable = Vec::new();
 
@@ -356,7 +362,7 @@ impl Supervisor {
         // 5. The UID pool: the range must not overlap /etc/passwd or /etc/group; a one-shot
         //    run starts at random and skips UIDs a running server's requests hold.
         let pool = if unique_uid {
-            Some(uid_pool(policy, owner)?)
+            Some(uid_pool(policy, owner, lease_dir)?)
         } else {
             None
         };
@@ -615,9 +621,32 @@ fn check_searchable(work_root: &Path) -> Result<(), StartError> {
 }
 
 /// Step 5.
-fn uid_pool(policy: &Policy, owner: Owner) -> Result<UidPool, StartError> {
+fn uid_pool(
+    policy: &Policy,
+    owner: Owner,
+    lease_dir: Option<PathBuf>,
+) -> Result<UidPool, StartError> {
     let mut pool = UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))
         .map_err(|e| stop(Step::UidPool, e.to_string()))?;
+    if let Some(dir) = lease_dir {
+        pool = match pool.with_lock_dir(dir.clone()) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "UID LEASES NOT COORDINATED: another instance using this UID range on this node could lease the same identities");
+                UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))
+                    .map_err(|e| stop(Step::UidPool, e.to_string()))?
+            }
+        };
+        let held = pool.held_elsewhere();
+        if !held.is_empty() {
+            tracing::warn!(
+                held = held.len(),
+                first = held[0],
+                range = %format!("{}+{}", policy.uid_first, policy.uid_count),
+                "the UID range is shared: another live instance on this node holds identities of it; they are skipped and never swept (give each instance its own spec.uidRange to avoid it)"
+            );
+        }
+    }
     if owner == Owner::OneShot {
         pool.start_at(random_offset());
         // A running server's requests hold some of these: never share one (its reclaim would

@@ -328,7 +328,12 @@ impl Inner {
     /// The ready spare if it is still alive; else the one being prepared, if no other request
     /// is waiting for it (it was started earlier, so it is ready sooner than a new one); else a
     /// jail prepared now. Then prepare the next spare in the background.
-    fn take(self: &Arc<Self>, request: &str) -> Result<Jail, RequestError> {
+    fn take(
+        self: &Arc<Self>,
+        request: &str,
+        deadline: Option<Instant>,
+        cancel: &CancelToken,
+    ) -> Result<Jail, RequestError> {
         let source = {
             let mut slot = lock(&self.spare);
             if slot.claimed {
@@ -354,11 +359,24 @@ impl Inner {
         };
         let jail = match spare {
             Some(j) => j,
-            None => match self.prepare() {
-                Ok(j) => j,
-                // Every UID may be leased, one by a spare being prepared: wait for that one
-                // (a burst queues rather than fails).
-                Err(e) => self.wait_for_spare().ok_or(e)?,
+            None => loop {
+                match self.prepare() {
+                    Ok(j) => break j,
+                    // Every UID is leased — one perhaps by a spare being prepared, others by
+                    // another instance on this node: wait for one until the request's
+                    // deadline (a burst queues rather than fails).
+                    Err(e) if e.kind == ErrorKind::ResourceExhausted && self.pool.is_some() => {
+                        if let Some(j) = self.wait_for_spare() {
+                            break j;
+                        }
+                        let next = Instant::now() + Duration::from_millis(50);
+                        if deadline.is_some_and(|d| d <= next) || cancel.reason().is_some() {
+                            return Err(e);
+                        }
+                        let _ = cancel.wait_until(Some(next), || false);
+                    }
+                    Err(e) => return Err(e),
+                }
             },
         };
         tracing::debug!(jail = %jail.name, request, uid = jail.creds.map(|c| c.uid), "jail taken");
@@ -602,6 +620,14 @@ impl Inner {
             uids.sort_unstable();
             uids.dedup();
             for uid in uids {
+                // Another live instance's request: not ours to kill.
+                let Some(_held) = lock(pool).lock_for_sweep(uid) else {
+                    tracing::info!(
+                        uid,
+                        "processes of an identity another live instance holds: left alone"
+                    );
+                    continue;
+                };
                 tracing::warn!(uid, "killing leftover processes of a previous run");
                 self.helper(&ReclaimArgs {
                     creds: Some((uid, uid)),
@@ -629,6 +655,14 @@ impl Inner {
                 &e.metadata().map_err(|err| format!("{name}: {err}"))?,
             );
             let in_pool = self.pool.as_ref().is_some_and(|p| lock(p).contains(owner));
+            // A tree another live instance's request owns (a shared work root): left alone.
+            let _held = match self.pool.as_ref().filter(|_| in_pool) {
+                Some(p) => match lock(p).lock_for_sweep(owner) {
+                    Some(l) => Some(l),
+                    None => continue,
+                },
+                None => None,
+            };
             let creds = in_pool.then_some((owner, owner));
             self.helper(&ReclaimArgs {
                 creds,
@@ -651,7 +685,7 @@ impl Inner {
         deadline: Option<Instant>,
         record: &Recorder,
     ) -> Result<Reply, RequestError> {
-        let mut jail = self.take(request)?;
+        let mut jail = self.take(request, deadline, cancel)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
         let mut stdin = jail.stdin.take();
         let stdout = jail.stdout.take();

@@ -4,13 +4,49 @@
 //! consumed by [`UidPool::release`], which the caller does only once the identity's processes are
 //! gone and its tree is removed. The range is checked against the image's passwd and group files
 //! at start-up: sharing an id with a real account would hand that account's files to a request.
+//!
+//! Several instances on one node (plugin sidecars sharing a pod's process namespace, services on
+//! a host, `render` beside a server) may share a range. With a lease directory every instance
+//! can reach (the pod's shared socket directory by default), each lease also holds an exclusive
+//! `flock` on `<dir>/<uid>`: an identity another live instance holds is skipped, and the kernel
+//! drops the lock when its holder dies, so a crashed instance's identities become sweepable.
 
-use std::path::Path;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 
 /// A leased identity (uid == gid). Give it back with [`UidPool::release`].
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Lease {
     id: u32,
+    /// The node-wide lock on the identity, when the pool has a lease directory.
+    _lock: Option<std::fs::File>,
+}
+
+/// An identity locked for the start-up sweep: no other live instance holds it.
+#[derive(Debug)]
+pub struct SweepLock {
+    _lock: Option<std::fs::File>,
+}
+
+/// The lock file of `uid` in `dir`, locked exclusively without waiting: `Ok(None)` when another
+/// process holds it.
+fn try_lock(dir: &Path, uid: u32) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(dir.join(uid.to_string()))?;
+    match rustix::fs::flock(
+        f.as_fd(),
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    ) {
+        Ok(()) => Ok(Some(f)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl Lease {
@@ -57,6 +93,8 @@ pub struct UidPool {
     leased: Vec<bool>,
     cursor: usize,
     in_use: usize,
+    /// Node-wide lease locks (`None`: this process alone leases from the range).
+    lock_dir: Option<PathBuf>,
 }
 
 /// `(name, id)` pairs from a passwd- or group-format file (malformed lines are skipped, as NSS does).
@@ -94,6 +132,7 @@ impl UidPool {
             leased: vec![false; count as usize],
             cursor: 0,
             in_use: 0,
+            lock_dir: None,
         })
     }
 
@@ -103,21 +142,77 @@ impl UidPool {
         Self::new(first, count, &read("etc/passwd"), &read("etc/group"))
     }
 
-    /// Lease the next free identity after the last one handed out.
+    /// Coordinate leases with other instances through lock files in `dir` (created 0700).
+    pub fn with_lock_dir(mut self, dir: PathBuf) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        self.lock_dir = Some(dir);
+        Ok(self)
+    }
+
+    /// Lease the next free identity after the last one handed out (skipping those another
+    /// instance holds).
     pub fn lease(&mut self) -> Result<Lease, UidError> {
         let n = self.leased.len();
         for step in 0..n {
             let i = (self.cursor + step) % n;
-            if !self.leased[i] {
-                self.leased[i] = true;
-                self.cursor = (i + 1) % n;
-                self.in_use += 1;
-                return Ok(Lease {
-                    id: self.first + i as u32,
-                });
+            if self.leased[i] {
+                continue;
             }
+            let id = self.first + i as u32;
+            let lock = match &self.lock_dir {
+                None => None,
+                Some(dir) => match try_lock(dir, id) {
+                    Ok(Some(f)) => Some(f),
+                    // Held by another live instance.
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(uid = id, error = %e, "lease lock not taken; trying the next identity");
+                        continue;
+                    }
+                },
+            };
+            self.leased[i] = true;
+            self.cursor = (i + 1) % n;
+            self.in_use += 1;
+            return Ok(Lease { id, _lock: lock });
         }
         Err(UidError::Exhausted(n as u32))
+    }
+
+    /// For the start-up sweep: lock `uid` unless another live instance holds it (`None`).
+    pub fn lock_for_sweep(&self, uid: u32) -> Option<SweepLock> {
+        match &self.lock_dir {
+            None => Some(SweepLock { _lock: None }),
+            Some(dir) => match try_lock(dir, uid) {
+                Ok(Some(f)) => Some(SweepLock { _lock: Some(f) }),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(uid, error = %e, "lease lock unreadable: not sweeping this identity");
+                    None
+                }
+            },
+        }
+    }
+
+    /// Identities of the range another live instance holds now (from the lease directory's
+    /// files: only identities ever leased have one).
+    pub fn held_elsewhere(&self) -> Vec<u32> {
+        let Some(dir) = &self.lock_dir else {
+            return Vec::new();
+        };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut held: Vec<u32> = rd
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|u| self.contains(*u))
+            .filter(|u| !self.leased[(u - self.first) as usize])
+            .filter(|u| matches!(try_lock(dir, *u), Ok(None)))
+            .collect();
+        held.sort_unstable();
+        held
     }
 
     /// Give an identity back: only once its processes are gone and its tree is removed.
@@ -256,11 +351,35 @@ mod tests {
         assert_eq!(busy.lease().unwrap().uid(), 40002);
         assert!(busy.lease().is_err());
         assert_eq!(d.uid(), 30000);
-        assert_eq!(p.lease(), Err(UidError::Exhausted(3)));
+        assert!(matches!(p.lease(), Err(UidError::Exhausted(3))));
         assert_eq!(p.in_use(), 3);
         p.release(b);
         assert_eq!(p.lease().unwrap().uid(), 30001);
         assert!(p.contains(30002) && !p.contains(30003) && !p.contains(29999));
+    }
+
+    #[test]
+    fn instances_sharing_a_lease_directory_never_lease_or_sweep_the_same_identity() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let pool = || {
+            UidPool::new(30000, 3, "", "")
+                .unwrap()
+                .with_lock_dir(dir.path().join("leases"))
+                .expect("lock dir")
+        };
+        let (mut a, mut b) = (pool(), pool());
+        let held = a.lease().unwrap();
+        assert_eq!(held.uid(), 30000);
+        // B skips what A holds, and may not sweep it.
+        assert_eq!(b.held_elsewhere(), vec![30000]);
+        assert!(b.lock_for_sweep(30000).is_none());
+        let mine = b.lease().unwrap();
+        assert_eq!(mine.uid(), 30001);
+        // A lock dies with its holder (here: the lease dropped, as when A's process exits).
+        drop(held);
+        assert!(b.held_elsewhere().is_empty());
+        assert!(b.lock_for_sweep(30000).is_some());
+        drop(mine);
     }
 
     #[test]
