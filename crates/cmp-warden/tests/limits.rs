@@ -388,3 +388,40 @@ fn without_cgroups_the_rlimits_alone_bound_heap_and_processes() {
     let (ok, err) = render_without_cgroups(&pol, "forks");
     assert!(ok, "{err}"); // the shell exits at the first fork that fails
 }
+
+/// Output whose parsed form outgrows the jail's own heap limit (`dataBytes`): the jail dies on
+/// the allocation, and the client is told it ran out of memory — not an internal error.
+#[test]
+fn a_jail_out_of_heap_is_resource_exhausted_naming_the_limit() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let policy = t.path().join("policy/policy.yaml");
+    write_policy(&policy, &[("dataBytes: 1Gi", "dataBytes: 64Mi")]);
+    let cfg = t.path().join("config");
+    std::fs::create_dir_all(&cfg).expect("mkdir");
+    // 4 MiB anchored and 15 aliases: ~64 MiB once expanded, well inside the expansion budget.
+    std::fs::write(
+        cfg.join("plugin.yaml"),
+        plugin("  generate:\n    command: [/usr/bin/python3, -c, 'import sys; sys.stdout.write(\"a: &x \" + \"y\" * (4 << 20) + \"\\nb: [\" + \", \".join([\"*x\"] * 15) + \"]\\n\")']\n"),
+    )
+    .expect("plugin.yaml");
+    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let out = std::process::Command::new(bin())
+        .args(["render", "--config-dir-path"])
+        .arg(&cfg)
+        .arg("--policy")
+        .arg(&policy)
+        .arg(r.path())
+        .output()
+        .expect("render");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("the sandbox ran out of memory handling the command's output")
+            && err.contains("policy spec.limits.dataBytes: 67108864 per process"),
+        "{err}"
+    );
+    assert!(!err.contains("exited without a reply"), "{err}");
+}

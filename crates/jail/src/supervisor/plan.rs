@@ -78,6 +78,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// `spec.limits.dataBytes`: each process's heap (the jail's own too).
+    pub fn data_bytes(&self) -> u64 {
+        self.sandbox.rlimits.data_bytes
+    }
+
     /// Translate `policy`, with `overrides` over it and `env` as the server's environment.
     pub fn new(
         policy: &Policy,

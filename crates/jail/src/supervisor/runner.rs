@@ -835,7 +835,14 @@ impl Inner {
             Some(Ok(None)) | None => (None, None),
             Some(Err(e)) => return Err(e),
         };
-        let reply = verdict(raw, stats, &self.cfg.plan, cancel, record)?;
+        // No reply: how the jail itself ended says why (an allocation it could not make
+        // aborts it).
+        let jail_signal = if raw.is_none() {
+            self.jail_signal(request)
+        } else {
+            None
+        };
+        let reply = verdict(raw, stats, &self.cfg.plan, cancel, record, jail_signal)?;
         // A failed request: what Landlock refused its commands, if the kernel told us (its
         // records arrive a few milliseconds after the denial).
         if let (Reply::Err { .. }, Some((log, uid))) = (&reply, denial_log) {
@@ -843,6 +850,35 @@ impl Inner {
             crate::record::update(record, |r| r.landlock_denials = denied);
         }
         Ok(explain_denials(reply, record, &self.cfg.plan))
+    }
+}
+
+impl Inner {
+    /// The signal that ended `request`'s jail (or its PID namespace's init), if one did
+    /// (waiting briefly: its stdout closes as it exits).
+    fn jail_signal(&self, request: &str) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            {
+                let mut pending = lock(&self.pending);
+                let process = pending.get_mut(request)?.process.as_mut()?;
+                match process.try_wait() {
+                    // Behind its PID namespace's init, a signal arrives as 128 + its number.
+                    Ok(Some(st)) => {
+                        return st
+                            .signal()
+                            .or_else(|| st.code().filter(|c| *c > 128).map(|c| c - 128));
+                    }
+                    Ok(None) => {}
+                    Err(_) => return None,
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -981,6 +1017,7 @@ fn verdict(
     plan: &Plan,
     cancel: &CancelToken,
     record: &Recorder,
+    jail_signal: Option<i32>,
 ) -> Result<Reply, RequestError> {
     let oom = stats.is_some_and(|s| s.oom_kills > 0);
     if oom {
@@ -998,6 +1035,22 @@ fn verdict(
     let raw = match raw {
         Some(raw) => raw,
         None if oom => return Err(oom_error("")),
+        // The jail aborted: an allocation failed under its heap limit. Rust aborts then; as
+        // init of its PID namespace the jail ignores its own SIGABRT, so glibc's fallback
+        // ends it with SIGSEGV.
+        None if matches!(jail_signal, Some(libc::SIGABRT | libc::SIGSEGV))
+            && cancel.reason().is_none() =>
+        {
+            crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+            return Err(RequestError::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "the sandbox ran out of memory handling the command's output (it ended by signal {}, as a failed allocation under policy spec.limits.dataBytes: {} per process ends it)",
+                    jail_signal.unwrap_or_default(),
+                    plan.data_bytes()
+                ),
+            ));
+        }
         None => {
             return Err(match cancel.reason() {
                 Some(_) => RequestError::new(ErrorKind::Cancelled, "context canceled"),
