@@ -10,7 +10,9 @@ hand the stream to a confined jail, extract, run the command, reply. Reported:
   measurement before each request): `cmp-warden archive extract` (unconfined, one process)
   plus a bare `cat`; GNU `tar -xzf` is shown beside it;
 - throughput and latency at concurrency 1, 4 and 16 on the medium repo, and peak memory:
-  the server process (VmHWM) and the whole tree (server + jails + commands, sampled).
+  the server process (VmHWM) and the whole tree (server + jails + commands, sampled);
+- the admission queue: concurrency 64 against a server admitting 4 at once (`--max-in-flight
+  4`): every request must succeed, waiting its turn; latency grows with the queue's depth.
 Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed emptyDir would.
 """
 import concurrent.futures as cf, json, os, shutil, subprocess, sys, tempfile, time
@@ -23,7 +25,7 @@ QUICK_SIZES = [("small", 20, 20 << 10, 3), ("medium", 200, 400 << 10, 3), ("larg
 
 
 class Server:
-    def __init__(self, binary, work):
+    def __init__(self, binary, work, extra=()):
         cfg, socks = os.path.join(work, "cfg"), os.path.join(work, "socks")
         os.makedirs(cfg)
         os.makedirs(socks)
@@ -33,7 +35,8 @@ class Server:
         env = dict(os.environ, ARGOCD_PLUGINSOCKFILEPATH=socks, ARGOCD_CMP_WORKDIR=work)
         self.log_path = os.path.join(work, "server.log")
         self.proc = subprocess.Popen([binary, "--loglevel", "info", "--config-dir-path", cfg,
-                                      "--max-compressed", "1Gi"], env=env, stderr=open(self.log_path, "w"))
+                                      "--max-compressed", "1Gi", *extra], env=env,
+                                     stderr=open(self.log_path, "w"))
         self.sock = os.path.join(socks, "bench.sock")
         for _ in range(400):
             if os.path.exists(self.sock):
@@ -148,8 +151,45 @@ def run(binary, quick):
                 "tree_peak_rss_MiB": round(peak.peak_kib / 1024, 1),
             })
         hwm = vm_hwm_kib(srv.proc.pid)
-        return {"sizes": by_size, "concurrency": by_conc, "server_peak_rss_MiB": round(hwm / 1024, 1)}
+        srv.stop()
+        srv = None
+        queue = run_queue(binary, work, cmd, quick)
+        return {"sizes": by_size, "concurrency": by_conc, "server_peak_rss_MiB": round(hwm / 1024, 1),
+                "queue": queue}
     finally:
         if srv:
             srv.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run_queue(binary, work, cmd, quick):
+    """Concurrency far above the server's admission cap: all requests wait their turn, none fails."""
+    cap, conc = (2, 16) if quick else (4, 64)
+    n = conc * 2
+    qwork = os.path.join(work, "queue")
+    os.makedirs(qwork)
+    os.chmod(qwork, 0o755)
+    srv = Server(binary, qwork, ("--max-in-flight", str(cap)))
+    try:
+        sock = os.path.join(qwork, "socks", "bench.sock")
+        qcmd = [sock if c == cmd[cmd.index("--socket") + 1] else c for c in cmd]
+        one(qcmd)
+        log(f"e2e: admission queue, concurrency {conc} against --max-in-flight {cap}, {n} requests")
+        mark = srv.mark()
+        t0 = time.perf_counter()
+        with cf.ThreadPoolExecutor(conc) as ex:
+            res = list(ex.map(lambda _: timed(qcmd), range(n)))
+        elapsed = time.perf_counter() - t0
+        wall = [dt for dt, r in res if r.returncode == 0]
+        server = srv.server_seconds(mark)
+        return {
+            "max_in_flight": cap, "concurrency": conc, "requests": n,
+            "failures": sum(1 for _, r in res if r.returncode != 0),
+            "req_per_s": round(n / elapsed, 2),
+            "client_wall_p50_s": round(median(wall), 4) if wall else None,
+            "client_wall_p99_s": round(pct(wall, 99), 4) if wall else None,
+            # Server time counts from the first message, so it includes the wait for a slot.
+            "server_p50_s": round(median(server), 4) if server else None,
+        }
+    finally:
+        srv.stop()

@@ -55,6 +55,10 @@ def _e2e_targets(e, out):
     out.append(("no failed request at any concurrency",
                 sum(c["failures"] for c in e["concurrency"]),
                 all(c["failures"] == 0 for c in e["concurrency"])))
+    q = e.get("queue")
+    if q:
+        out.append((f"admission queue: no failed request at concurrency {q['concurrency']} against --max-in-flight {q['max_in_flight']}",
+                    q["failures"], q["failures"] == 0))
 
 
 def _ratio(a, b):
@@ -157,6 +161,15 @@ def _e2e_md(e, L):
         L.append(f"| {c['concurrency']} | {c['requests']} | {c['failures']} | {c['req_per_s']} | {f(c['client_wall_p50_s'])} | "
                  f"{f(c['client_wall_p99_s'])} | {f(c['server_p50_s'])} | {c['tree_peak_rss_MiB']} MiB |")
     L += ["", f"Server process peak RSS (VmHWM) over the whole run: {e['server_peak_rss_MiB']} MiB.", ""]
+    q = e.get("queue")
+    if q:
+        f = lambda v: f"{v * 1000:.0f} ms" if v is not None else "—"
+        L += [f"Admission queue: concurrency {q['concurrency']} against `--max-in-flight {q['max_in_flight']}` "
+              "(the excess waits for a slot within its deadline; server time includes the wait):", "",
+              "| cap | concurrency | requests | failures | req/s | client p50 | client p99 | server p50 |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |",
+              f"| {q['max_in_flight']} | {q['concurrency']} | {q['requests']} | {q['failures']} | {q['req_per_s']} | "
+              f"{f(q['client_wall_p50_s'])} | {f(q['client_wall_p99_s'])} | {f(q['server_p50_s'])} |", ""]
 
 
 GNUPLOT = r"""
@@ -231,4 +244,7 @@ def problems(res):
         for c in e["concurrency"]:
             if c["failures"]:
                 out.append(f"e2e: {c['failures']} failed request(s) at concurrency {c['concurrency']}")
+        q = e.get("queue")
+        if q and q["failures"]:
+            out.append(f"e2e queue: {q['failures']} failed request(s) against --max-in-flight {q['max_in_flight']}")
     return out
