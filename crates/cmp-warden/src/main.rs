@@ -14,7 +14,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "cmp-warden", version, about)]
 struct Cli {
-    /// Log level: trace, debug, info, warn, error [default: info for serve, warn otherwise].
+    /// Log level, as logrus names them: trace, debug, info, warn (warning), error, fatal, panic
+    /// [default: info for serve, warn otherwise].
     #[arg(long = "loglevel", global = true, env = "ARGOCD_CMP_SERVER_LOGLEVEL")]
     log_level: Option<String>,
     /// Log format: json or text [default: json for serve, text otherwise].
@@ -113,7 +114,16 @@ fn main() -> ExitCode {
     let serving = matches!(command, Command::Serve(_) | Command::Appset(_));
     // doctor's report already says everything its probe logs would.
     let quiet = matches!(command, Command::Doctor(_));
-    let level = cli.log_level.unwrap_or_else(|| {
+    let level = match cli.log_level.as_deref().map(logging::parse_level) {
+        Some(Ok(l)) => Some(l.to_owned()),
+        // Argo's cmp-server exits 20 on start-up errors; so do we, saying why on stderr.
+        Some(Err(e)) => {
+            eprintln!("{e}");
+            return ExitCode::from(20);
+        }
+        None => None,
+    };
+    let level = level.unwrap_or_else(|| {
         if serving {
             "info"
         } else if quiet {

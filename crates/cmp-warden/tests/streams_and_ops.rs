@@ -526,3 +526,68 @@ fn reaps_orphans_as_pid_1_and_as_subreaper() {
         "zombies left under the server: {as_subreaper:?}"
     );
 }
+
+#[test]
+fn logrus_levels_are_honoured_and_a_bad_one_stops_start_up_loudly() {
+    let t = tempfile::tempdir().expect("tmp");
+    // `warning` (logrus' spelling) once silenced every line: a missing plugin.yaml must still
+    // be said, and the exit status is Argo's start-up failure.
+    let out = std::process::Command::new(bin())
+        .args(["--config-dir-path"])
+        .arg(t.path().join("nothing-here"))
+        .env("ARGOCD_CMP_SERVER_LOGLEVEL", "warning")
+        .env("ARGOCD_PLUGINSOCKFILEPATH", t.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("plugin.yaml"), "{err}");
+    assert!(!err.contains('\u{1b}'), "no colour into a pipe: {err}");
+    // An invalid level is refused, on stderr, with exit 20.
+    let out = std::process::Command::new(bin())
+        .args(["--loglevel", "verbose", "--config-dir-path"])
+        .arg(t.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(20));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a valid logrus Level: \"verbose\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn run_as_root_with_no_flags_the_repo_servers_uid_can_connect_and_others_cannot() {
+    if !is_root("the socket default is about running as root") {
+        return;
+    }
+    let s = Server::start(&plugin(CAT), &[]);
+    let mode = std::fs::metadata(&s.sock)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .expect("stat");
+    assert_eq!(mode, 0o666);
+    // 999 (Argo's repo-server) gets through; 4242 reaches the socket and is refused by the
+    // peer-credential check.
+    parse_client_output(&check_as_uid(&s, 999)).expect("uid 999 is served");
+    assert_ne!(check_as_uid(&s, 4242).status.code(), Some(0));
+    assert!(
+        s.logs()
+            .contains("connection refused: peer uid not allowed")
+    );
+}
+
+#[test]
+fn argo_helm_charts_otlp_flags_start_the_server_and_say_no_spans_are_sent() {
+    let s = Server::start_env(
+        &plugin(CAT),
+        &["--otlp-address", "otel-collector:4317", "--otlp-insecure"],
+        &[("ARGOCD_CMP_SERVER_OTLP_HEADERS", "x-tenant=a")],
+    );
+    assert!(go(&s, "check", &[]).is_ok());
+    assert!(
+        s.logs().contains("OPENTELEMETRY NOT EXPORTED"),
+        "{}",
+        s.logs()
+    );
+}

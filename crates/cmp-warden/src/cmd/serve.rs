@@ -75,6 +75,20 @@ pub struct ServeArgs {
     /// at once with ResourceExhausted.
     #[arg(long, env = "CMP_WARDEN_MAX_QUEUED", default_value_t = 256)]
     max_queued: usize,
+    /// OpenTelemetry collector address (`argocd-cmp-server`'s flag, set by Argo CD's Helm
+    /// charts). Accepted so such deployments start; spans are not exported yet, and start-up
+    /// says so.
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ADDRESS")]
+    otlp_address: Option<String>,
+    /// OpenTelemetry collector insecure mode (accepted; see --otlp-address).
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_INSECURE", num_args = 0..=1, default_missing_value = "true")]
+    otlp_insecure: Option<bool>,
+    /// Extra OpenTelemetry headers, key1=value1,key2=value2 (accepted; see --otlp-address).
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_HEADERS")]
+    otlp_headers: Option<String>,
+    /// Extra OpenTelemetry attributes, key:value,... (accepted; see --otlp-address).
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ATTRS")]
+    otlp_attrs: Option<String>,
     /// Seconds a request's stream may pause between two messages before it is ended.
     #[arg(long, env = "CMP_WARDEN_STREAM_IDLE_TIMEOUT", default_value_t = 30)]
     stream_idle_timeout: u64,
@@ -149,6 +163,15 @@ struct Prepared {
 /// listeners at its step for it), then the service.
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
+    if let Some(addr) = a.otlp_address.as_deref().filter(|a| !a.is_empty()) {
+        tracing::warn!(
+            otlp_address = addr,
+            otlp_insecure = ?a.otlp_insecure,
+            otlp_headers = a.otlp_headers.is_some(),
+            otlp_attrs = ?a.otlp_attrs,
+            "OPENTELEMETRY NOT EXPORTED: --otlp-address is accepted as argocd-cmp-server accepts it, but this build sends no spans; request timings are in the audit log and /metrics"
+        );
+    }
     let policy = super::flags::load_policy(a.policy.as_deref())?;
     let overrides = jail::supervisor::Overrides {
         compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
@@ -197,6 +220,19 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             Some((p(u)?, p(g)?))
         }
     };
+    // Run as root with no socket flags (Argo's documented sidecar pattern), a socket created
+    // 0755 root:root would refuse the repo-server (999). Without CAP_CHOWN it cannot be given
+    // to 999, so it is opened to every UID and the peer-credential check is what admits: 999
+    // and our own UID, nobody else. `--allowed-uids any` keeps the umask's mode.
+    let socket_mode = a.socket_mode.or_else(|| {
+        (own_uid == 0 && a.socket_owner.is_none() && allowed_uids.is_some()).then_some(0o666)
+    });
+    if a.socket_mode.is_none() && socket_mode.is_some() {
+        tracing::info!(
+            allowed_uids = ?allowed_uids,
+            "socket mode 0666: the peer-credential check admits only the allowed UIDs (--socket-mode changes the mode)"
+        );
+    }
     if a.grpc_max_size_mb == 0 {
         bail!("ARGOCD_GRPC_MAX_SIZE_MB must be positive");
     }
@@ -205,7 +241,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     }
     let opts = ListenOptions {
         socket_path: socket_path.clone(),
-        socket_mode: a.socket_mode,
+        socket_mode,
         socket_owner,
         allowed_uids: allowed_uids.clone(),
         max_message_bytes: a.grpc_max_size_mb * 1024 * 1024,
