@@ -137,3 +137,22 @@ fn the_seccomp_profile_is_checked_with_the_policy() {
             .is_some_and(|r| r.len() > 10)
     );
 }
+
+/// `policy check | head`: a reader that goes away ends the output quietly (it once panicked on
+/// the closed pipe). The reading end is closed before the command writes.
+#[test]
+fn a_closed_stdout_ends_the_output_without_a_panic() {
+    for args in [&["policy", "check"][..], &["doctor", "--json"][..]] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = bin()
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+    }
+}

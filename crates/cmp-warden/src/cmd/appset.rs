@@ -57,8 +57,8 @@ pub fn run(c: AppsetCmd, log_args: Vec<String>) -> ExitCode {
         AppsetCmd::Check { config } => {
             return match GeneratorConfig::load(&config) {
                 Ok(g) => {
-                    println!(
-                        "ok {}: source {}, dataDir {}, bodyBytes {}, timeoutSeconds {}, concurrency {}",
+                    super::print_out(&format!(
+                        "ok {}: source {}, dataDir {}, bodyBytes {}, timeoutSeconds {}, concurrency {}\n",
                         g.name,
                         match &g.source {
                             Source::Command(argv) => format!("command {argv:?}"),
@@ -71,7 +71,7 @@ pub fn run(c: AppsetCmd, log_args: Vec<String>) -> ExitCode {
                         g.body_bytes,
                         g.timeout_seconds,
                         g.concurrency
-                    );
+                    ));
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

@@ -119,8 +119,8 @@ fn open_input(file: &str) -> anyhow::Result<Box<dyn Read>> {
 }
 
 fn print_summary(s: &Summary) {
-    println!(
-        "ok entries={} files={} dirs={} symlinks={} bytes={} compressed={} sha256={}",
+    super::print_out(&format!(
+        "ok entries={} files={} dirs={} symlinks={} bytes={} compressed={} sha256={}\n",
         s.entries,
         s.files,
         s.dirs,
@@ -128,7 +128,7 @@ fn print_summary(s: &Summary) {
         s.file_bytes,
         s.compressed_bytes,
         s.sha256_hex()
-    );
+    ));
 }
 
 /// Run an archive subcommand; exit 0 accepted, 1 refused or failed.

@@ -31,7 +31,7 @@ pub fn run() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match answer(&args) {
         Ok(v) => {
-            println!("{v}");
+            super::print_out(&format!("{v}\n"));
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -157,7 +157,7 @@ pub fn run(a: ClientArgs) -> ExitCode {
     };
     match rt.block_on(call(a)) {
         Ok(v) => {
-            println!("{v}");
+            super::print_out(&format!("{v}\n"));
             ExitCode::SUCCESS
         }
         Err(e) => {

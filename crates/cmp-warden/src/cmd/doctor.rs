@@ -100,14 +100,14 @@ pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
     let report = diagnose(&policy, &a, log_args);
     if a.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => super::print_out(&format!("{s}\n")),
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::from(2);
             }
         }
     } else {
-        print!("{}", render_text(&report));
+        super::print_out(&render_text(&report));
     }
     if report.starts() {
         ExitCode::SUCCESS

@@ -63,7 +63,7 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
                 return ExitCode::from(1);
             }
             match serde_json::to_string_pretty(&p) {
-                Ok(s) => println!("{s}"),
+                Ok(s) => super::print_out(&format!("{s}\n")),
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(1);
