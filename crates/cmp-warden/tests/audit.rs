@@ -253,7 +253,7 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
         .lines()
         .find_map(|l| {
             let v: Value = serde_json::from_str(l).ok()?;
-            (v["message"].as_str()?.starts_with("metrics on"))
+            (v["msg"].as_str()?.starts_with("metrics on"))
                 .then(|| v["address"].as_str().map(str::to_owned))?
         })
         .expect("metrics address logged");

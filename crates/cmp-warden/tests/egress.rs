@@ -390,7 +390,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     let metrics = loop {
         let found = s.logs().lines().find_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["message"].as_str()?.starts_with("metrics on"))
+            (v["msg"].as_str()?.starts_with("metrics on"))
                 .then(|| v["address"].as_str().map(str::to_owned))?
         });
         if let Some(a) = found {

@@ -273,7 +273,7 @@ pub async fn serve(
                             if let Some(list) = &allowed {
                                 let ok = cred.as_ref().is_some_and(|c| list.contains(&c.uid()));
                                 if !ok {
-                                    tracing::warn!(peer_uid = ?cred.map(|c| c.uid()), peer_pid = ?cred.and_then(|c| c.pid()), "connection refused: peer uid not allowed");
+                                    tracing::warn!(peer_uid = cred.map_or(-1, |c| i64::from(c.uid())), peer_pid = cred.and_then(|c| c.pid()).unwrap_or(-1), "connection refused: peer uid not allowed");
                                     continue;
                                 }
                             }
@@ -282,7 +282,7 @@ pub async fn serve(
                             if let Some(pid) = cred.and_then(|c| c.pid()).filter(|p| *p > 0)
                                 && own_descendant(pid) != Some(false)
                             {
-                                tracing::warn!(peer_uid = ?cred.map(|c| c.uid()), peer_pid = pid, "connection refused: the peer is one of this server's own jailed processes (or exited before it could be told apart)");
+                                tracing::warn!(peer_uid = cred.map_or(-1, |c| i64::from(c.uid())), peer_pid = pid, "connection refused: the peer is one of this server's own jailed processes (or exited before it could be told apart)");
                                 continue;
                             }
                             if conn_tx.send(Ok(Conn::Unix(Box::new(AuthorityFix::new(stream))))).await.is_err() {

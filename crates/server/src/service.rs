@@ -113,7 +113,7 @@ impl CmpService {
         };
         let header = req.metadata().get("authorization").map(|v| v.as_bytes());
         token.check(header).map_err(|e| {
-            tracing::warn!(remote = ?remote, reason = %e, "request refused: authentication");
+            tracing::warn!(remote = %remote.map(|r| r.to_string()).unwrap_or_default(), reason = %e, "request refused: authentication");
             Status::unauthenticated(e.to_string())
         })
     }
@@ -129,8 +129,7 @@ impl CmpService {
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request_id = uuid::Uuid::new_v4();
-        let span =
-            tracing::info_span!("request", %request_id, rpc = ?op, app = tracing::field::Empty);
+        let span = tracing::info_span!("request", %request_id, rpc = op.rpc_name(), app = tracing::field::Empty);
         let started = Instant::now();
         let _active = self.cfg.metrics.started();
         let mut audit = AuditGuard {
@@ -277,7 +276,12 @@ impl CmpService {
         if meta.app_rel_path.len() > crate::status::MAX_APP_REL_PATH {
             return Err(StreamError::AppRelPath(meta.app_rel_path.len()).to_status());
         }
-        tracing::info!(app_rel_path = %ctx.app_rel_path, deadline_ms = ?deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64), "request received");
+        match deadline {
+            Some(d) => {
+                tracing::info!(app_rel_path = %ctx.app_rel_path, deadline_ms = d.saturating_duration_since(Instant::now()).as_millis() as u64, "request received")
+            }
+            None => tracing::info!(app_rel_path = %ctx.app_rel_path, "request received"),
+        }
 
         // No jail before the archive starts to arrive (only the runner's one spare is ready).
         let first = match clock.next(&mut stream).await {

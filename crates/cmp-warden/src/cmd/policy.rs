@@ -106,8 +106,10 @@ fn observe(text: &str) -> Observed {
             continue;
         };
         if let Some(w) = e["withheld"].as_str()
-            && e["message"]
+            // logrus' key (`msg`); `message` in logs of earlier versions.
+            && e["msg"]
                 .as_str()
+                .or(e["message"].as_str())
                 .is_some_and(|m| m.starts_with("server environment variables withheld"))
         {
             o.withheld.extend(w.split(", ").map(str::to_owned));

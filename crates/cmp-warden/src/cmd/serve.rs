@@ -229,7 +229,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     });
     if a.socket_mode.is_none() && socket_mode.is_some() {
         tracing::info!(
-            allowed_uids = ?allowed_uids,
+            allowed_uids = %uid_list(allowed_uids.as_deref()),
             "socket mode 0666: the peer-credential check admits only the allowed UIDs (--socket-mode changes the mode)"
         );
     }
@@ -370,7 +370,7 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
         tracing::info!(
             socket = %socket_path.display(),
             work_dir = %p.work_dir.display(),
-            allowed_uids = ?p.opts.allowed_uids,
+            allowed_uids = %uid_list(p.opts.allowed_uids.as_deref()),
             runner = p.describe,
             "argocd-cmp-server {} (cmp-warden) serving on {}",
             env!("CARGO_PKG_VERSION"),
@@ -417,5 +417,13 @@ pub async fn shutdown_signal(early_stop: Arc<AtomicBool>) {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
         _ = early => tracing::info!("termination signal received"),
+    }
+}
+
+/// Allowed UIDs as the log says them: `999,0`, or `any`.
+fn uid_list(uids: Option<&[u32]>) -> String {
+    match uids {
+        None => "any".to_owned(),
+        Some(u) => u.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
     }
 }

@@ -209,7 +209,7 @@ pub fn idle_jails_in(log: &str) -> Vec<IdleJail> {
         let Some(name) = v["jail"].as_str() else {
             continue;
         };
-        match v["message"].as_str() {
+        match v["msg"].as_str() {
             Some("jail prepared") => idle.push(IdleJail {
                 name: name.to_owned(),
                 uid: v["uid"].as_u64().map(|u| u as u32),

@@ -209,7 +209,7 @@ fn command_with_stdin(
     })?;
     if !out.stderr.is_empty() {
         let stderr = crate::redact::redact(&String::from_utf8_lossy(&out.stderr), &req.task.env);
-        tracing::info!(%stderr, argv = ?argv, "plugin command stderr");
+        tracing::info!(%stderr, argv = %argv.join(" "), "plugin command stderr");
     }
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
     if s.ends_with('\n') {

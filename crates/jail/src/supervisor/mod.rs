@@ -692,7 +692,15 @@ fn per_request_cgroups(
     });
     match found {
         Ok((layout, ctls)) => {
-            tracing::info!(?layout, controllers = ?ctls, "per-request cgroups enabled");
+            let at = match &layout {
+                Layout::V2 { base } => format!("v2 {}", base.display()),
+                Layout::V1 { controllers } => controllers
+                    .iter()
+                    .map(|(c, d)| format!("{c}={}", d.display()))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            };
+            tracing::info!(layout = %at, controllers = %ctls.join(","), "per-request cgroups enabled");
             Ok(Some((layout, ctls)))
         }
         Err(e) if policy.require.contains(&Protection::Cgroups) => Err(stop(
