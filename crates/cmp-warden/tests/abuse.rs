@@ -93,20 +93,16 @@ impl Bed {
 
     /// A hostile request in the background.
     fn hostile(&self, mode: &str, timeout: &str) -> std::thread::JoinHandle<CallResult> {
-        let sock = self.s.sock.clone();
-        let dir = self.dir();
-        let (mode, timeout) = (mode.to_owned(), timeout.to_owned());
-        std::thread::spawn(move || {
-            let out = std::process::Command::new(go_client())
-                .arg("-socket")
-                .arg(&sock)
-                .args(["-rpc", "generate", "-dir", &dir, "-env"])
-                .arg(format!("ARGOCD_ENV_MODE={mode}"))
-                .args(["-timeout", &timeout])
-                .output()
-                .expect("go client");
-            parse_client_output(&out)
-        })
+        generate_in_background(
+            &self.s,
+            &self.dir(),
+            &[
+                "-env",
+                &format!("ARGOCD_ENV_MODE={mode}"),
+                "-timeout",
+                timeout,
+            ],
+        )
     }
 
     /// Honest requests while the hostile one runs: every one answered correctly.
@@ -145,6 +141,36 @@ impl Bed {
         );
         self.honest(1);
     }
+}
+
+/// A GenerateManifest of `dir` with extra grpc-go client `args`, on its own thread.
+fn generate_in_background(
+    s: &Server,
+    dir: &str,
+    args: &[&str],
+) -> std::thread::JoinHandle<CallResult> {
+    let sock = s.sock.clone();
+    let mut argv: Vec<String> = vec!["-rpc".into(), "generate".into(), "-dir".into(), dir.into()];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    std::thread::spawn(move || {
+        let out = std::process::Command::new(go_client())
+            .arg("-socket")
+            .arg(&sock)
+            .args(&argv)
+            .output()
+            .expect("go client");
+        parse_client_output(&out)
+    })
+}
+
+/// The server process's peak RSS (VmHWM), KiB.
+fn peak_rss_kib(s: &Server) -> u64 {
+    let pid = s.child.as_ref().expect("server").id();
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    st.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM")
 }
 
 /// Request cgroups of the server whose UID range starts at `first` (v1 here; v2 would be
@@ -204,15 +230,7 @@ fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
         return;
     }
     let b = bed(&[]);
-    let rss = |b: &Bed| -> u64 {
-        let pid = b.s.child.as_ref().expect("server").id();
-        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-        st.lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmHWM")
-    };
-    let before = rss(&b);
+    let before = peak_rss_kib(&b.s);
     let h = b.hostile("stdout", "60s");
     std::thread::sleep(Duration::from_millis(300));
     b.honest(3);
@@ -225,7 +243,7 @@ fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
     b.assert_clean();
     // The flood went to the jail's budgeted reader, never to the supervisor: its peak RSS
     // grew by far less than the 200 MiB printed.
-    let grown_kib = rss(&b).saturating_sub(before);
+    let grown_kib = peak_rss_kib(&b.s).saturating_sub(before);
     assert!(
         grown_kib < 32 * 1024,
         "supervisor peak RSS grew {grown_kib} KiB"
@@ -519,26 +537,13 @@ fn an_environment_flood_and_a_huge_app_rel_path_are_refused_at_once_with_bounded
         return;
     }
     let b = bed(&[]);
-    let call = |args: Vec<String>| {
-        let sock = b.s.sock.clone();
-        let dir = b.dir();
-        std::thread::spawn(move || {
-            let out = std::process::Command::new(go_client())
-                .arg("-socket")
-                .arg(&sock)
-                .args(["-rpc", "generate", "-dir", &dir])
-                .args(&args)
-                .output()
-                .expect("go client");
-            parse_client_output(&out)
-        })
-    };
+    let dir = b.dir();
     // 60,000 distinct ARGOCD_ENV_* entries (~1.6 MB): once a worker thread's ~10 s.
-    let flood = call(vec!["-env-flood".into(), "60000".into()]);
+    let flood = generate_in_background(&b.s, &dir, &["-env-flood", "60000"]);
     // A 100,000-character appRelPath: once echoed whole in the status message.
-    let long = call(vec!["-app-rel-path".into(), "a/".repeat(50_000)]);
+    let long = generate_in_background(&b.s, &dir, &["-app-rel-path", &"a/".repeat(50_000)]);
     // A missing app directory: said plainly, without the server's own paths.
-    let missing = call(vec!["-app-rel-path".into(), "apps/nope".into()]);
+    let missing = generate_in_background(&b.s, &dir, &["-app-rel-path", "apps/nope"]);
     b.honest(3);
     let (code, msg) = flood.join().expect("thread").expect_err("flood refused");
     assert_eq!(code, INVALID_ARGUMENT, "{msg}");
@@ -587,15 +592,7 @@ fn yaml_alias_amplification_is_refused_as_it_expands_and_the_supervisor_stays_sm
         count,
         _pol: pol,
     };
-    let hwm = |b: &Bed| -> u64 {
-        let pid = b.s.child.as_ref().expect("server").id();
-        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-        st.lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmHWM")
-    };
-    let before = hwm(&b);
+    let before = peak_rss_kib(&b.s);
     let attacks: Vec<_> = (0..3).map(|_| b.hostile("amplify", "60s")).collect();
     b.honest(3);
     for a in attacks {
@@ -610,7 +607,7 @@ fn yaml_alias_amplification_is_refused_as_it_expands_and_the_supervisor_stays_sm
     }
     b.assert_clean();
     // Nothing of the expansion reached the supervisor.
-    let grown_kib = hwm(&b).saturating_sub(before);
+    let grown_kib = peak_rss_kib(&b.s).saturating_sub(before);
     assert!(
         grown_kib < 32 * 1024,
         "supervisor peak RSS grew {grown_kib} KiB"
@@ -661,19 +658,11 @@ fn wait_for_log(s: &Server, what: &str) -> bool {
 
 /// A client that pauses `delay` before each 1 KiB chunk of a ~3 KiB repository.
 fn slow_client(b: &Bed, dir: &Path, delay: &str) -> std::thread::JoinHandle<CallResult> {
-    let sock = b.s.sock.clone();
-    let (dir, delay) = (dir.to_owned(), delay.to_owned());
-    std::thread::spawn(move || {
-        let out = std::process::Command::new(go_client())
-            .arg("-socket")
-            .arg(&sock)
-            .args(["-rpc", "generate", "-dir"])
-            .arg(&dir)
-            .args(["-chunk", "1024", "-chunk-delay", &delay, "-timeout", "60s"])
-            .output()
-            .expect("go client");
-        parse_client_output(&out)
-    })
+    generate_in_background(
+        &b.s,
+        dir.to_str().expect("utf8"),
+        &["-chunk", "1024", "-chunk-delay", delay, "-timeout", "60s"],
+    )
 }
 
 fn noise_repo() -> tempfile::TempDir {
@@ -756,17 +745,7 @@ fn two_instances_sharing_a_uid_range_never_touch_each_others_requests() {
     let r = repo(&[("cm.yaml", CM)]);
     let dir = r.path().to_str().expect("utf8").to_owned();
     let call = |s: &Server, mode: &str| {
-        let (sock, dir, mode) = (s.sock.clone(), dir.clone(), mode.to_owned());
-        std::thread::spawn(move || {
-            let out = std::process::Command::new(go_client())
-                .arg("-socket")
-                .arg(&sock)
-                .args(["-rpc", "generate", "-dir", &dir, "-env"])
-                .arg(format!("ARGOCD_ENV_MODE={mode}"))
-                .output()
-                .expect("go client");
-            parse_client_output(&out)
-        })
+        generate_in_background(s, &dir, &["-env", &format!("ARGOCD_ENV_MODE={mode}")])
     };
     // A is busy (each request holds its UID ~1.5 s) while B starts: B's start-up sweep must
     // leave A's jails alone.
@@ -803,27 +782,8 @@ fn two_instances_sharing_a_uid_range_never_touch_each_others_requests() {
     drop(a);
     drop(b);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_in(first, count).is_empty() {
+    while !jail::processes_in_range(Path::new("/proc"), first, count).is_empty() {
         assert!(Instant::now() < deadline, "processes left in the range");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Processes whose UID is in `first..first+count` (any server's).
-fn processes_in(first: u32, count: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|st| {
-                    st.lines()
-                        .find_map(|l| l.strip_prefix("Uid:"))
-                        .and_then(|v| v.split_whitespace().next()?.parse::<u32>().ok())
-                })
-                .is_some_and(|u| (first..first + count).contains(&u))
-        })
-        .collect()
 }

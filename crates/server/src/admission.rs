@@ -53,11 +53,6 @@ impl Admission {
         }
     }
 
-    /// Its limits.
-    pub fn config(&self) -> AdmissionConfig {
-        self.cfg
-    }
-
     /// Requests waiting now.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::SeqCst)

@@ -259,8 +259,8 @@ impl CmpService {
         let Some(app_stream_request::Request::Metadata(meta)) = first.request else {
             return Err(StreamError::NoMetadata.to_status());
         };
-        tracing::Span::current().record("app", jail::bounded(&meta.app_name, 256).as_ref());
         ctx.app = jail::bounded(&meta.app_name, 256).into_owned();
+        tracing::Span::current().record("app", ctx.app.as_str());
         ctx.app_rel_path = jail::bounded(&meta.app_rel_path, 1024).into_owned();
         // The audit event names the variables, not a flood of them.
         ctx.env_names = meta

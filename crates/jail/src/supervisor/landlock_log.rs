@@ -53,20 +53,22 @@ pub struct Subscription {
 /// Open the read-only audit multicast group. Fails without `CAP_AUDIT_READ`, outside the host's
 /// network namespace, or on a kernel without audit.
 pub fn subscribe(uids: RangeInclusive<u32>) -> std::io::Result<Subscription> {
+    // The timeout wakes the reader now and then so that dropping the log ends its thread.
+    let fd = audit_socket(Duration::from_secs(1))?;
+    net::bind(&fd, &netlink::SocketAddrNetlink::new(0, READLOG_GROUPS))?;
+    Ok(Subscription { fd, uids })
+}
+
+/// A `NETLINK_AUDIT` socket whose reads give up after `timeout`.
+fn audit_socket(timeout: Duration) -> std::io::Result<OwnedFd> {
     let fd = net::socket_with(
         AddressFamily::NETLINK,
         SocketType::RAW,
         SocketFlags::CLOEXEC,
         Some(netlink::AUDIT),
     )?;
-    net::bind(&fd, &netlink::SocketAddrNetlink::new(0, READLOG_GROUPS))?;
-    // Wakes the reader now and then so that dropping the log ends its thread.
-    net::sockopt::set_socket_timeout(
-        &fd,
-        net::sockopt::Timeout::Recv,
-        Some(Duration::from_secs(1)),
-    )?;
-    Ok(Subscription { fd, uids })
+    net::sockopt::set_socket_timeout(&fd, net::sockopt::Timeout::Recv, Some(timeout))?;
+    Ok(fd)
 }
 
 #[derive(Debug, Default)]
@@ -357,17 +359,7 @@ pub fn set_audit_enabled(on: bool) -> std::io::Result<()> {
 
 /// One unicast request to the audit subsystem; the reply's payload (empty for an ack).
 fn request(ty: u16, payload: &[u8]) -> std::io::Result<Vec<u8>> {
-    let fd = net::socket_with(
-        AddressFamily::NETLINK,
-        SocketType::RAW,
-        SocketFlags::CLOEXEC,
-        Some(netlink::AUDIT),
-    )?;
-    net::sockopt::set_socket_timeout(
-        &fd,
-        net::sockopt::Timeout::Recv,
-        Some(Duration::from_secs(2)),
-    )?;
+    let fd = audit_socket(Duration::from_secs(2))?;
     let len = 16 + payload.len();
     let mut msg = Vec::with_capacity(len);
     msg.extend_from_slice(&(len as u32).to_ne_bytes());

@@ -629,14 +629,9 @@ fn uid_pool(
     let mut pool = UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))
         .map_err(|e| stop(Step::UidPool, e.to_string()))?;
     if let Some(dir) = lease_dir {
-        pool = match pool.with_lock_dir(dir.clone()) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "UID LEASES NOT COORDINATED: another instance using this UID range on this node could lease the same identities");
-                UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))
-                    .map_err(|e| stop(Step::UidPool, e.to_string()))?
-            }
-        };
+        if let Err(e) = pool.set_lock_dir(dir.clone()) {
+            tracing::warn!(dir = %dir.display(), error = %e, "UID LEASES NOT COORDINATED: another instance using this UID range on this node could lease the same identities");
+        }
         let held = pool.held_elsewhere();
         if !held.is_empty() {
             tracing::warn!(

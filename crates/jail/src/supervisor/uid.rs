@@ -143,11 +143,11 @@ impl UidPool {
     }
 
     /// Coordinate leases with other instances through lock files in `dir` (created 0700).
-    pub fn with_lock_dir(mut self, dir: PathBuf) -> std::io::Result<Self> {
+    pub fn set_lock_dir(&mut self, dir: PathBuf) -> std::io::Result<()> {
         std::fs::create_dir_all(&dir)?;
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
         self.lock_dir = Some(dir);
-        Ok(self)
+        Ok(())
     }
 
     /// Lease the next free identity after the last one handed out (skipping those another
@@ -362,10 +362,9 @@ mod tests {
     fn instances_sharing_a_lease_directory_never_lease_or_sweep_the_same_identity() {
         let dir = tempfile::tempdir().expect("tmp");
         let pool = || {
-            UidPool::new(30000, 3, "", "")
-                .unwrap()
-                .with_lock_dir(dir.path().join("leases"))
-                .expect("lock dir")
+            let mut p = UidPool::new(30000, 3, "", "").unwrap();
+            p.set_lock_dir(dir.path().join("leases")).expect("lock dir");
+            p
         };
         let (mut a, mut b) = (pool(), pool());
         let held = a.lease().unwrap();
