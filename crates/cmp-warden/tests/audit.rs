@@ -643,3 +643,190 @@ fn a_command_looping_on_a_denied_call_is_counted_not_logged_each_time() {
         .count();
     assert_eq!(logged, 1, "one log line per syscall, not per call");
 }
+
+/// The test collector (the OpenTelemetry project's own OTLP bindings, `scripts/setup`): its
+/// port, and the spans it has received so far.
+struct Collector {
+    child: std::process::Child,
+    port: u16,
+    spans: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Collector {
+    fn start() -> Self {
+        use std::io::BufRead;
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/otlp_collector.py");
+        let mut child = std::process::Command::new("/usr/bin/python3")
+            .arg(script)
+            .env("PYTHONPATH", "/opt/cmp-warden-tools/otlp-python")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the OTLP collector (scripts/setup installs opentelemetry-proto)");
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let port = lines
+            .next()
+            .and_then(Result::ok)
+            .and_then(|l| l.trim().parse().ok())
+            .expect("the collector prints its port");
+        let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = spans.clone();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                let v: Value = serde_json::from_str(&l).expect("span line is JSON");
+                sink.lock().expect("lock").push(v);
+            }
+        });
+        Self { child, port, spans }
+    }
+
+    /// The spans of `trace_id` once its root span has arrived (export is batched: ≤ 1 s).
+    fn trace(&self, trace_id: &str) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let of: Vec<Value> = self
+                .spans
+                .lock()
+                .expect("lock")
+                .iter()
+                .filter(|s| s["traceId"] == trace_id)
+                .cloned()
+                .collect();
+            if of.iter().any(|s| s["kind"] == 2) || Instant::now() > deadline {
+                return of;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let collector = Collector::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    let audit = dir.path().join("audit.jsonl");
+    let address = format!("127.0.0.1:{}", collector.port);
+    let s = Server::start(
+        &plugin(SPEC),
+        &[
+            "--audit-log",
+            audit.to_str().expect("utf8"),
+            "--otlp-address",
+            &address,
+            "--otlp-headers",
+            "x-tenant=cd-team",
+            "--otlp-attrs",
+            "deployment.environment:test",
+        ],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let call = |mode: &str, traceparent: Option<&str>| {
+        let mut a = vec![
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-env",
+            mode,
+        ];
+        if let Some(tp) = traceparent {
+            a.extend(["-traceparent", tp]);
+        }
+        go(&s, "generate", &a)
+    };
+    // The caller (Argo CD's repo-server) decided not to sample: nothing is exported for it.
+    let unsampled = "0af7651916cd43dd8448eb211c80319c";
+    call(
+        "ARGOCD_ENV_MODE=ok",
+        Some(&format!("00-{unsampled}-b7ad6b7169203331-00")),
+    )
+    .expect("unsampled request");
+    let ok_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    call(
+        "ARGOCD_ENV_MODE=ok",
+        Some(&format!("00-{ok_trace}-00f067aa0ba902b7-01")),
+    )
+    .expect("honest request");
+    let fail_trace = "5c0a2b3d4e5f60718293a4b5c6d7e8f9";
+    call(
+        "ARGOCD_ENV_MODE=fail",
+        Some(&format!("00-{fail_trace}-1111222233334444-01")),
+    )
+    .expect_err("a failing command");
+
+    let spans = collector.trace(ok_trace);
+    let by_name = |n: &str| -> Vec<&Value> { spans.iter().filter(|s| s["name"] == n).collect() };
+    let root = by_name("plugin.ConfigManagementPluginService/GenerateManifest");
+    assert_eq!(root.len(), 1, "one server span: {spans:#?}");
+    let root = root[0];
+    // Joined to the caller's span, as a server span of the gRPC method.
+    assert_eq!(root["parentSpanId"], "00f067aa0ba902b7");
+    assert_eq!(root["kind"], 2);
+    assert_eq!(root["attributes"]["rpc.method"], "GenerateManifest");
+    assert_eq!(root["attributes"]["rpc.grpc.status_code"], 0);
+    assert_eq!(root["status"]["code"], 0);
+    assert_eq!(root["resource"]["service.name"], "argocd-cmp-server");
+    assert_eq!(root["resource"]["deployment.environment"], "test");
+    assert_eq!(root["metadata"]["x-tenant"], "cd-team");
+    // Each stage a child of it, within its time.
+    for name in ["cmp.ReceiveRepoStream", "cmp.Untgz", "cmp.reply"] {
+        assert_eq!(by_name(name).len(), 1, "{name}: {spans:#?}");
+    }
+    let commands = by_name("plugin.runCommand");
+    let phases: Vec<&str> = commands
+        .iter()
+        .map(|c| c["attributes"]["cmp.phase"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(phases, ["init", "generate"], "{spans:#?}");
+    assert!(commands.iter().all(|c| c["attributes"]["process.exit.code"] == 0));
+    let (start, end) = (root["start"].as_u64(), root["end"].as_u64());
+    for child in spans.iter().filter(|s| s["spanId"] != root["spanId"]) {
+        assert_eq!(child["parentSpanId"], root["spanId"], "{child}");
+        assert_eq!(child["kind"], 1, "{child}");
+        assert!(
+            child["start"].as_u64() >= start && child["end"].as_u64() <= end,
+            "{child} outside {root}"
+        );
+    }
+
+    // A failure: the server span says how it ended, the command span which command failed.
+    let failed = collector.trace(fail_trace);
+    let root = failed
+        .iter()
+        .find(|s| s["kind"] == 2)
+        .unwrap_or_else(|| panic!("no server span: {failed:#?}"));
+    assert_eq!(root["status"]["code"], 2, "{root}");
+    assert_eq!(root["attributes"]["rpc.grpc.status_code"], 2, "{root}");
+    assert!(
+        !root["status"]["message"].as_str().unwrap_or_default().contains(URL_PASSWORD),
+        "{root}"
+    );
+    let generate = failed
+        .iter()
+        .find(|s| s["attributes"]["cmp.phase"] == "generate")
+        .unwrap_or_else(|| panic!("no generate span: {failed:#?}"));
+    assert_eq!(generate["attributes"]["process.exit.code"], 3);
+    assert_eq!(generate["status"]["code"], 2);
+
+    // Batches arrive in order: the later traces are in, so the unsampled one never will be.
+    assert!(
+        !collector
+            .spans
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|s| s["traceId"] == unsampled)
+    );
+    // The audit event names the trace, for the way from an event to its spans.
+    let ev = events(&audit, 3);
+    let trace_ids: Vec<&str> = ev.iter().filter_map(|e| e["traceId"].as_str()).collect();
+    assert_eq!(trace_ids, [ok_trace, fail_trace], "{ev:#?}");
+}

@@ -118,6 +118,9 @@ pub struct CommandRecord {
     pub stderr_bytes: u64,
     /// The limit that ended it: `timeout`, `output`, `cancelled`, `seccomp` (SIGSYS).
     pub ended_by: Option<Limit>,
+    /// When it started (Unix epoch, nanoseconds; 0: unknown), for its trace span.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_unix_nanos: u64,
 }
 
 /// The archive as extracted.
@@ -128,6 +131,19 @@ pub struct ArchiveRecord {
     pub entries: u64,
     /// File bytes written.
     pub file_bytes: u64,
+    /// When extraction started (Unix epoch, nanoseconds; 0: unknown), for its trace span.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_unix_nanos: u64,
+    /// How long extraction took (microseconds), for its trace span.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duration_us: u64,
+}
+
+/// Now, in nanoseconds since the Unix epoch (what records and trace spans carry).
+pub fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// A system call the seccomp profile denied (enforce mode) or would have denied (audit mode).

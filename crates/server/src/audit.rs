@@ -133,6 +133,9 @@ pub struct AuditEvent {
     pub time: String,
     /// The request id (also in the request's log span).
     pub request_id: String,
+    /// The request's OpenTelemetry trace, when it was exported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// `GenerateManifest`, `MatchRepository` or `GetParametersAnnouncement`.
     pub rpc: &'static str,
     /// Argo CD application name.
@@ -187,6 +190,8 @@ pub struct AuditEvent {
 pub struct Seen {
     /// Request id.
     pub request_id: String,
+    /// The exported trace's ID.
+    pub trace_id: Option<String>,
     /// Argo CD application name.
     pub app: String,
     /// `appRelPath`.
@@ -215,6 +220,7 @@ impl AuditEvent {
             schema: SCHEMA,
             time: rfc3339_now(),
             request_id: seen.request_id,
+            trace_id: seen.trace_id,
             rpc: op.rpc_name(),
             app: seen.app,
             app_rel_path: seen.app_rel_path,
@@ -318,6 +324,7 @@ mod tests {
             archive: Some(jail::record::ArchiveRecord {
                 entries: 4,
                 file_bytes: 321,
+                ..Default::default()
             }),
             commands: vec![CommandRecord {
                 phase: "generate".into(),
@@ -329,6 +336,7 @@ mod tests {
                 stdout_bytes: 1024,
                 stderr_bytes: 0,
                 ended_by: Some(Limit::Output),
+                ..Default::default()
             }],
             peak_memory_bytes: Some(8192),
             oom_kills: Some(0),
@@ -361,6 +369,7 @@ mod tests {
             jail::Operation::Generate,
             Seen {
                 request_id: "r-1".into(),
+                trace_id: None,
                 app: "guestbook".into(),
                 app_rel_path: "apps/web".into(),
                 env_names: vec!["ARGOCD_APP_NAME".into()],

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod service;
 pub mod status;
 pub mod tls;
+pub mod trace;
 
 pub use listener::{ListenOptions, TcpOptions, bind, serve};
 pub use service::{CmpService, ServiceConfig};

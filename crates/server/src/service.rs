@@ -49,6 +49,8 @@ pub struct ServiceConfig {
     pub tcp_token: Option<crate::auth::BearerToken>,
     /// Requests in flight, the queue, and how long a stream may stall.
     pub admission: crate::admission::AdmissionConfig,
+    /// OpenTelemetry export (`--otlp-address`), when configured.
+    pub tracer: Option<Arc<otlp::Exporter>>,
 }
 
 /// What the audit event needs that only the handler learns.
@@ -60,6 +62,8 @@ struct Ctx {
     archive: ArchiveInfo,
     record: Option<jail::record::Recorder>,
     limit: Option<Limit>,
+    trace: Option<crate::trace::RequestTrace>,
+    timings: crate::trace::Timings,
 }
 
 /// How long past the policy's wall clock the service waits for the jail to report which
@@ -129,6 +133,12 @@ impl CmpService {
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request_id = uuid::Uuid::new_v4();
+        let trace = crate::trace::RequestTrace::begin(
+            self.cfg.tracer.as_deref(),
+            req.metadata()
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok()),
+        );
         let span = tracing::info_span!("request", %request_id, rpc = op.rpc_name(), app = tracing::field::Empty);
         let started = Instant::now();
         let _active = self.cfg.metrics.started();
@@ -137,7 +147,10 @@ impl CmpService {
             op,
             request_id,
             started,
-            ctx: Some(Ctx::default()),
+            ctx: Some(Ctx {
+                trace,
+                ..Ctx::default()
+            }),
             handoff: None,
         };
         if let Err(refused) = self.authenticate(&req) {
@@ -177,10 +190,25 @@ impl CmpService {
             .as_ref()
             .map(jail::record::snapshot)
             .unwrap_or_default();
+        if let (Some(trace), Some(tracer)) = (&ctx.trace, &self.cfg.tracer) {
+            tracer.submit(trace.spans(
+                op,
+                &ctx.app,
+                &request_id.to_string(),
+                ctx.timings,
+                &record,
+                crate::trace::Ending {
+                    code: out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok),
+                    message: out.as_ref().err().map(Status::message),
+                    at: std::time::SystemTime::now(),
+                },
+            ));
+        }
         let event = AuditEvent::finished(
             op,
             Seen {
                 request_id: request_id.to_string(),
+                trace_id: ctx.trace.as_ref().map(crate::trace::RequestTrace::trace_id),
                 app: ctx.app,
                 app_rel_path: ctx.app_rel_path,
                 env_names: ctx.env_names,
@@ -386,6 +414,7 @@ impl CmpService {
                 &mut ctx.archive,
             )
             .await;
+        ctx.timings.received = Some(std::time::SystemTime::now());
         if matches!(
             received,
             Err(StreamError::Stalled(_) | StreamError::ReceiveTimeout(_))
@@ -434,6 +463,7 @@ impl CmpService {
             None => task.await,
         };
         guard.done = true;
+        ctx.timings.answered = Some(std::time::SystemTime::now());
         let result = result.map_err(|e| Status::internal(format!("request task failed: {e}")))?;
         let out = match (received, result) {
             (Err(e), _) => Err(e.to_status()),

@@ -75,20 +75,22 @@ pub struct ServeArgs {
     /// at once with ResourceExhausted.
     #[arg(long, env = "CMP_WARDEN_MAX_QUEUED", default_value_t = 256)]
     max_queued: usize,
-    /// OpenTelemetry collector address (`argocd-cmp-server`'s flag, set by Argo CD's Helm
-    /// charts). Accepted so such deployments start; spans are not exported yet, and start-up
-    /// says so.
+    /// OpenTelemetry collector address, host:port (as argocd-cmp-server): each request's
+    /// spans are exported over OTLP/gRPC, joined to the caller's trace [default: off].
     #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ADDRESS")]
     otlp_address: Option<String>,
-    /// OpenTelemetry collector insecure mode (accepted; see --otlp-address).
-    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_INSECURE", num_args = 0..=1, default_missing_value = "true")]
-    otlp_insecure: Option<bool>,
-    /// Extra OpenTelemetry headers, key1=value1,key2=value2 (accepted; see --otlp-address).
+    /// Plaintext to the collector; false: TLS with the system's roots.
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_INSECURE", num_args = 0..=1, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
+    otlp_insecure: bool,
+    /// gRPC metadata sent to the collector, key1=value1,key2=value2.
     #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_HEADERS")]
     otlp_headers: Option<String>,
-    /// Extra OpenTelemetry attributes, key:value,... (accepted; see --otlp-address).
+    /// Extra resource attributes on every span, key:value,...
     #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ATTRS")]
     otlp_attrs: Option<String>,
+    /// Share of new traces exported (0 to 1); a caller's sampling decision is always followed.
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_SAMPLE_RATIO", default_value_t = 1.0)]
+    otlp_sample_ratio: f64,
     /// Seconds a request's stream may pause between two messages before it is ended.
     #[arg(long, env = "CMP_WARDEN_STREAM_IDLE_TIMEOUT", default_value_t = 30)]
     stream_idle_timeout: u64,
@@ -157,21 +159,14 @@ struct Prepared {
     work_dir: PathBuf,
     describe: &'static str,
     metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
+    tracer: Option<(Arc<otlp::Exporter>, otlp::ExportTask)>,
 }
 
 /// Flags, the policy and plugin.yaml, then the supervisor's start-up (which binds our
 /// listeners at its step for it), then the service.
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
-    if let Some(addr) = a.otlp_address.as_deref().filter(|a| !a.is_empty()) {
-        tracing::warn!(
-            otlp_address = addr,
-            otlp_insecure = ?a.otlp_insecure,
-            otlp_headers = a.otlp_headers.is_some(),
-            otlp_attrs = ?a.otlp_attrs,
-            "OPENTELEMETRY NOT EXPORTED: --otlp-address is accepted as argocd-cmp-server accepts it, but this build sends no spans; request timings are in the audit log and /metrics"
-        );
-    }
+    let tracer = otlp_exporter(&a)?;
     let policy = super::flags::load_policy(a.policy.as_deref())?;
     let overrides = jail::supervisor::Overrides {
         compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
@@ -336,6 +331,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             metrics,
             tcp_token: tcp.as_ref().and_then(|(_, t)| t.token.clone()),
             admission,
+            tracer: tracer.as_ref().map(|(e, _)| e.clone()),
         },
         runner,
     );
@@ -348,10 +344,46 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         work_dir,
         describe,
         metrics: metrics_listener,
+        tracer,
     })
 }
 
+/// `--otlp-*` → the exporter (started with the runtime), as argocd-cmp-server configures
+/// its tracer: service name `argocd-cmp-server` (dashboards keep working), plus our version
+/// and the operator's attributes.
+pub fn otlp_exporter(
+    a: &ServeArgs,
+) -> anyhow::Result<Option<(Arc<otlp::Exporter>, otlp::ExportTask)>> {
+    let Some(address) = a.otlp_address.as_deref().filter(|a| !a.is_empty()) else {
+        return Ok(None);
+    };
+    let mut resource: Vec<(String, otlp::Value)> = vec![
+        ("service.name".into(), "argocd-cmp-server".into()),
+        ("service.version".into(), env!("CARGO_PKG_VERSION").into()),
+        ("telemetry.sdk.name".into(), "cmp-warden".into()),
+    ];
+    resource.extend(otlp::parse_attrs(a.otlp_attrs.as_deref().unwrap_or(""))?);
+    let (exporter, task) = otlp::Exporter::new(otlp::ExporterConfig {
+        address: address.to_owned(),
+        insecure: a.otlp_insecure,
+        headers: otlp::parse_headers(a.otlp_headers.as_deref().unwrap_or(""))?,
+        resource,
+        scope: ("cmp-warden".into(), env!("CARGO_PKG_VERSION").into()),
+        sample_ratio: a.otlp_sample_ratio,
+    })?;
+    tracing::info!(
+        endpoint = exporter.endpoint(),
+        tls = !a.otlp_insecure,
+        sample_ratio = a.otlp_sample_ratio,
+        "OpenTelemetry: exporting each request's spans (joined to the caller's traceparent)"
+    );
+    Ok(Some((Arc::new(exporter), task)))
+}
+
 async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let tracer = p
+        .tracer
+        .map(|(exporter, task)| (exporter, tokio::spawn(task.run())));
     if let Some((l, m)) = p.metrics {
         let l = tokio::net::TcpListener::from_std(l)?;
         tokio::spawn(server::metrics::serve_metrics(l, m));
@@ -386,6 +418,9 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     )
     .await?;
     shut_down(p.supervisor).await;
+    if let Some((exporter, task)) = tracer {
+        exporter.shutdown(task, Duration::from_secs(5)).await;
+    }
     tracing::info!("shut down cleanly");
     Ok(())
 }

@@ -97,11 +97,15 @@ pub(crate) fn extract(req: &Request, input: impl Read) -> Result<(), Failure> {
         .map_err(|r| Failure::Archive(ExtractError::new(r)))?;
     let mut opts = req.task.archive.clone();
     opts.preserve_file_mode = req.task.config.spec.preserve_file_mode;
+    let started_unix_nanos = crate::record::unix_nanos();
+    let started = Instant::now();
     let summary = archive::extract(input, &mut writer, &opts)?;
     crate::record::update(&req.record, |r| {
         r.archive = Some(crate::record::ArchiveRecord {
             entries: summary.entries,
             file_bytes: summary.file_bytes,
+            started_unix_nanos,
+            duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         })
     });
     tracing::debug!(entries = summary.entries, bytes = summary.file_bytes, sha256 = %summary.sha256_hex(), "archive extracted");
@@ -195,6 +199,7 @@ fn command_with_stdin(
     let mut rec = crate::record::CommandRecord {
         phase: phase.to_owned(),
         argv: argv.to_vec(),
+        started_unix_nanos: crate::record::unix_nanos(),
         ..Default::default()
     };
     let out = run_recorded(&cs, deadline, cancel, &mut rec);

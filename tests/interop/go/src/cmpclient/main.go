@@ -133,6 +133,7 @@ func main() {
 	tlsCert := flag.String("tls-cert", "", "with -tls-ca: client certificate (mutual TLS)")
 	tlsKey := flag.String("tls-key", "", "key of -tls-cert")
 	token := flag.String("token", "", "bearer token sent as authorization metadata")
+	traceparent := flag.String("traceparent", "", "W3C traceparent sent as metadata (the caller's span)")
 	flag.Parse()
 
 	opts := []grpc.DialOption{
@@ -184,6 +185,9 @@ func main() {
 	defer cancel()
 	if *token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+*token)
+	}
+	if *traceparent != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", *traceparent)
 	}
 	var resp proto.Message
 	if *rpc == "check" {
