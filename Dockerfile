@@ -1,6 +1,9 @@
-# cmp-warden images. Three targets:
-#   server    cmp-warden alone on distroless (glibc, no shell, no package manager); the base
-#             for plugin images whose tools are static binaries.
+# cmp-warden images. Four targets:
+#   binary    the static cmp-warden alone (musl, static-pie, stripped; no glibc, no loader):
+#             drop it into any plugin image, Alpine included:
+#               COPY --from=cmp-warden:binary /cmp-warden /usr/local/bin/cmp-warden
+#   server    cmp-warden alone on distroless/static (no libc, no shell, no package manager);
+#             the base for plugin images whose tools are static binaries.
 #   plugin    Debian slim + cmp-warden: the base for plugin images that need a shell
 #             (most do: plugin.yaml commands are often `sh -c`). Layer your tools on it:
 #               FROM cmp-warden:plugin
@@ -14,14 +17,17 @@
 
 ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
-ARG DISTROLESS_IMAGE=gcr.io/distroless/cc-debian12
+ARG DISTROLESS_IMAGE=gcr.io/distroless/static-debian12
 
-# --- build: the one binary, release profile, exactly the lockfile's dependencies ------------
+# --- build: the one binary, static (scripts/build-static), exactly the lockfile's dependencies -
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
+RUN apt-get update && apt-get install -y --no-install-recommends musl-tools \
+ && rm -rf /var/lib/apt/lists/* \
+ && rustup target add x86_64-unknown-linux-musl
 COPY . .
-RUN cargo build --release --locked -p cmp-warden \
- && install -D -m 0755 target/release/cmp-warden /out/usr/local/bin/cmp-warden \
+RUN cargo build --profile static --locked --target x86_64-unknown-linux-musl -p cmp-warden \
+ && install -D -m 0755 target/x86_64-unknown-linux-musl/static/cmp-warden /out/usr/local/bin/cmp-warden \
  # Images whose entrypoint hard-codes argocd-cmp-server keep working: both names are links
  # (the sidecar must then NOT mount Argo's var-files volume over /var/run/argocd).
  && ln -s /usr/local/bin/cmp-warden /out/usr/local/bin/argocd-cmp-server \
@@ -34,6 +40,10 @@ RUN cargo build --release --locked -p cmp-warden \
  # repo-server), a policy directory for the ConfigMap.
  && mkdir -p /out/home/argocd/cmp-server/config /out/home/argocd/cmp-server/plugins \
              /out/home/argocd/cmp-server/policy
+
+# --- binary: the static executable alone ------------------------------------------------------
+FROM scratch AS binary
+COPY --from=build /out/usr/local/bin/cmp-warden /cmp-warden
 
 # --- server: distroless, no shell -------------------------------------------------------------
 FROM ${DISTROLESS_IMAGE} AS server

@@ -277,6 +277,7 @@ def cmd_selftest():
 
 # Which Argo CD component may call each network service.
 CALLERS = {"cmp-warden-service": "argocd-repo-server",
+           "cmp-warden": "argocd-repo-server",  # the Helm chart's Deployment (release cmp-warden)
            "cmp-warden-appset": "argocd-applicationset-controller"}
 
 

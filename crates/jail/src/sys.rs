@@ -203,16 +203,22 @@ pub fn loopback_up() -> io::Result<()> {
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
         *dst = *src as libc::c_char;
     }
+    // The request number's C type differs between glibc (unsigned long) and musl (int).
+    #[allow(clippy::unnecessary_cast)]
+    let (get, set) = (
+        libc::SIOCGIFFLAGS as libc::Ioctl,
+        libc::SIOCSIFFLAGS as libc::Ioctl,
+    );
     // SAFETY: SIOCGIFFLAGS reads the interface named in `req` and writes its flags into `req`,
     // a valid, exclusively borrowed ifreq that outlives the call; `sock` is an open socket.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } == -1 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), get, &mut req) } == -1 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `ifru_flags` is the union member SIOCGIFFLAGS just filled in.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
     req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
     // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } == -1 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), set, &req) } == -1 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

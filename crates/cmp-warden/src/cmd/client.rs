@@ -35,9 +35,14 @@ pub enum Rpc {
 /// `client` flags.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
-    /// The plugin socket [default: the only `*.sock` in --socket-dir].
+    /// The plugin socket [default: the one of the plugin.yaml in --config-dir-path when there
+    /// is one (a probe in a sidecar of a pod with several plugins), else the only `*.sock` in
+    /// --socket-dir].
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// The server's config directory: its plugin.yaml names the socket.
+    #[arg(long, default_value = "/home/argocd/cmp-server/config")]
+    config_dir_path: PathBuf,
     /// Directory holding the plugin socket, used when --socket is not given (probes use this:
     /// the socket's name depends on the plugin).
     #[arg(
@@ -236,10 +241,16 @@ pub fn requests(
     msgs
 }
 
-/// `--socket`, or the one socket in `--socket-dir` (several or none is an error: say which).
+/// `--socket`; else the socket of the plugin.yaml in `--config-dir-path` (as the server names
+/// it); else the one socket in `--socket-dir` (several or none is an error: say which).
 fn socket_path(a: &ClientArgs) -> anyhow::Result<PathBuf> {
     if let Some(s) = &a.socket {
         return Ok(s.clone());
+    }
+    if a.config_dir_path.join("plugin.yaml").is_file() {
+        let loaded = plugin::PluginConfig::read_dir(&a.config_dir_path)
+            .with_context(|| format!("--config-dir-path {}", a.config_dir_path.display()))?;
+        return Ok(loaded.config.socket_path(&a.socket_dir));
     }
     let mut socks: Vec<PathBuf> = std::fs::read_dir(&a.socket_dir)
         .with_context(|| format!("reading --socket-dir {}", a.socket_dir.display()))?
