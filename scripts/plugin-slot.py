@@ -99,7 +99,8 @@ def slot_files(n):
 
 
 def main():
-    n = int(sys.argv[1])
+    # A number, or the slot's directory (deploy/components/plugin-N).
+    n = int(os.path.basename(sys.argv[1].rstrip("/")).removeprefix("plugin-"))
     if n < 2:
         sys.exit("plugin-slot.py: slot 1 is components/cmp-warden itself; give N >= 2")
     check = "--check" in sys.argv[2:]

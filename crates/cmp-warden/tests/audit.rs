@@ -56,7 +56,7 @@ fn events(path: &std::path::Path, n: usize) -> Vec<Value> {
 
 fn scrape(addr: &str) -> String {
     let mut c = std::net::TcpStream::connect(addr).expect("connect metrics");
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .expect("write");
     let mut s = String::new();
     c.read_to_string(&mut s).expect("read");
@@ -314,6 +314,32 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
     assert_eq!(get("cmp_warden_uid_pool_capacity"), 16.0);
     assert!(get("cmp_warden_received_bytes_total") > 0.0);
     assert!(get("cmp_warden_sent_bytes_total") > 0.0);
+    // Build information and the process's own resources, as Prometheus clients export them.
+    assert_eq!(
+        get(&format!(
+            r#"cmp_warden_build_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
+    assert!(get("process_resident_memory_bytes") > 1e6);
+    assert!(get("process_open_fds") >= 3.0);
+    assert!(get("process_max_fds") >= get("process_open_fds"));
+    assert!(get("process_threads") >= 2.0);
+    assert!(get("process_cpu_seconds_total") > 0.0);
+    let started = get("process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(started <= now + 1.0 && started > now - 3600.0, "{started} vs {now}");
+    // Anything but GET is refused, and unknown paths are 404 (served by hyper).
+    let mut c = std::net::TcpStream::connect(&addr).expect("connect");
+    c.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut reply = String::new();
+    c.read_to_string(&mut reply).expect("read");
+    assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
 }
 
 #[test]

@@ -485,7 +485,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     // Counted.
     let mut body = String::new();
     let mut c = TcpStream::connect(&metrics).expect("metrics");
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .expect("write");
     c.read_to_string(&mut body).expect("read");
     assert!(

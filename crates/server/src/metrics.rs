@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Upper bounds (seconds) of the request-duration histogram.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -136,7 +135,20 @@ impl Metrics {
         }
     }
 
-    /// The exposition text.
+    /// What `/metrics` serves: the registry, build information, and this process's own
+    /// resource use (the `process_*` metrics every Prometheus client library exports).
+    pub fn exposition(&self) -> String {
+        let mut o = self.render();
+        let _ = writeln!(
+            o,
+            "# HELP cmp_warden_build_info The running build (always 1).\n# TYPE cmp_warden_build_info gauge\ncmp_warden_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        process_metrics(&mut o);
+        o
+    }
+
+    /// The registry's exposition text.
     pub fn render(&self) -> String {
         let mut o = String::new();
         let head = |o: &mut String, name: &str, kind: &str, help: &str| {
@@ -277,54 +289,106 @@ pub fn kill_reason(limit: Option<jail::Limit>) -> Option<&'static str> {
     limit.filter(|l| l.kills()).map(jail::Limit::as_str)
 }
 
-/// Serve `GET /metrics` on `listener` until the task is dropped. Plain HTTP/1.1, one request
-/// per connection, 8 KiB request cap, 5 s to send it.
+/// Serve `GET /metrics` (and `GET /healthz`) on `listener` until the task is dropped: HTTP/1.1
+/// by hyper, 5 s to send the request head, 30 s per connection.
 pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
     loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
+        let Ok((conn, _)) = listener.accept().await else {
             continue;
         };
         let m = metrics.clone();
         tokio::spawn(async move {
-            let mut buf = Vec::with_capacity(1024);
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                let mut chunk = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-                    match conn.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                true
-            })
-            .await;
-            if read != Ok(true) {
-                return;
-            }
-            let line = String::from_utf8_lossy(&buf);
-            let first = line.lines().next().unwrap_or("");
-            let (status, ctype, body) = match first.split_whitespace().collect::<Vec<_>>()[..] {
-                ["GET", "/metrics", _] => (
-                    "200 OK",
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    m.render(),
-                ),
-                // Liveness for probes (the kubelet's gRPC probe cannot speak TLS).
-                ["GET", "/healthz", _] => ("200 OK", "text/plain", "ok\n".to_owned()),
-                ["GET", _, _] => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-                _ => (
-                    "405 Method Not Allowed",
-                    "text/plain",
-                    "GET /metrics\n".to_owned(),
-                ),
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(resp.as_bytes()).await;
-            let _ = conn.shutdown().await;
+            let service = hyper::service::service_fn(move |req| {
+                let m = m.clone();
+                async move { Ok::<_, std::convert::Infallible>(respond(&req, &m)) }
+            });
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .max_buf_size(16 * 1024);
+            let conn = b.serve_connection(hyper_util::rt::TokioIo::new(conn), service);
+            let _ = tokio::time::timeout(Duration::from_secs(30), conn).await;
         });
+    }
+}
+
+fn respond<B>(
+    req: &hyper::Request<B>,
+    m: &Metrics,
+) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    let (status, ctype, body) = match (req.method(), req.uri().path()) {
+        (&hyper::Method::GET, "/metrics") => (
+            hyper::StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            m.exposition(),
+        ),
+        // Liveness for probes (the kubelet's gRPC probe cannot speak TLS).
+        (&hyper::Method::GET, "/healthz") => (hyper::StatusCode::OK, "text/plain", "ok\n".into()),
+        (&hyper::Method::GET, _) => (
+            hyper::StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found\n".into(),
+        ),
+        _ => (
+            hyper::StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET /metrics\n".into(),
+        ),
+    };
+    let mut resp = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    resp
+}
+
+/// This process's resource use as Prometheus' client libraries name it, from `/proc/self`.
+fn process_metrics(o: &mut String) {
+    let head = |o: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name: state is field 3 (index 0 here).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    if let (Some(utime), Some(stime)) = (field(14), field(15)) {
+        head(o, "process_cpu_seconds_total", "counter", "User and system CPU time spent in seconds.");
+        let _ = writeln!(o, "process_cpu_seconds_total {}", (utime + stime) as f64 / ticks);
+    }
+    if let Some(rss) = field(24) {
+        head(o, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        let _ = writeln!(o, "process_resident_memory_bytes {}", rss * rustix::param::page_size() as u64);
+    }
+    if let Some(vsize) = field(23) {
+        head(o, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        let _ = writeln!(o, "process_virtual_memory_bytes {vsize}");
+    }
+    let btime = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
+    });
+    if let (Some(start), Some(btime)) = (field(22), btime) {
+        head(o, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+        let _ = writeln!(o, "process_start_time_seconds {}", btime as f64 + start as f64 / ticks);
+    }
+    if let Some(threads) = field(20) {
+        head(o, "process_threads", "gauge", "Number of OS threads in the process.");
+        let _ = writeln!(o, "process_threads {threads}");
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        head(o, "process_open_fds", "gauge", "Number of open file descriptors.");
+        let _ = writeln!(o, "process_open_fds {}", fds.count());
+    }
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(max) = limit.current {
+        head(o, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        let _ = writeln!(o, "process_max_fds {max}");
     }
 }
 
