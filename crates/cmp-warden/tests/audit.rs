@@ -332,11 +332,16 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_secs_f64();
-    assert!(started <= now + 1.0 && started > now - 3600.0, "{started} vs {now}");
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "{started} vs {now}"
+    );
     // Anything but GET is refused, and unknown paths are 404 (served by hyper).
     let mut c = std::net::TcpStream::connect(&addr).expect("connect");
-    c.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .expect("write");
+    c.write_all(
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .expect("write");
     let mut reply = String::new();
     c.read_to_string(&mut reply).expect("read");
     assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
@@ -681,8 +686,8 @@ struct Collector {
 impl Collector {
     fn start() -> Self {
         use std::io::BufRead;
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/otlp_collector.py");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/otlp_collector.py");
         let mut child = std::process::Command::new("/usr/bin/python3")
             .arg(script)
             .env("PYTHONPATH", "/opt/cmp-warden-tools/otlp-python")
@@ -757,12 +762,7 @@ fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
     );
     let r = repo(&[("cm.yaml", CM)]);
     let call = |mode: &str, traceparent: Option<&str>| {
-        let mut a = vec![
-            "-dir",
-            r.path().to_str().expect("utf8"),
-            "-env",
-            mode,
-        ];
+        let mut a = vec!["-dir", r.path().to_str().expect("utf8"), "-env", mode];
         if let Some(tp) = traceparent {
             a.extend(["-traceparent", tp]);
         }
@@ -812,7 +812,11 @@ fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
         .map(|c| c["attributes"]["cmp.phase"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(phases, ["init", "generate"], "{spans:#?}");
-    assert!(commands.iter().all(|c| c["attributes"]["process.exit.code"] == 0));
+    assert!(
+        commands
+            .iter()
+            .all(|c| c["attributes"]["process.exit.code"] == 0)
+    );
     let (start, end) = (root["start"].as_u64(), root["end"].as_u64());
     for child in spans.iter().filter(|s| s["spanId"] != root["spanId"]) {
         assert_eq!(child["parentSpanId"], root["spanId"], "{child}");
@@ -832,7 +836,10 @@ fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
     assert_eq!(root["status"]["code"], 2, "{root}");
     assert_eq!(root["attributes"]["rpc.grpc.status_code"], 2, "{root}");
     assert!(
-        !root["status"]["message"].as_str().unwrap_or_default().contains(URL_PASSWORD),
+        !root["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(URL_PASSWORD),
         "{root}"
     );
     let generate = failed

@@ -604,7 +604,7 @@ fn render_runs_the_same_jail() {
 
 /// Start `serve` as an unprivileged UID (setpriv; no capabilities) with `policy`.
 /// The last lines of a server log (the refusals come last; the start-up banner is long).
-fn log_tail(path: &std::path::Path) -> String {
+fn log_tail(path: &Path) -> String {
     let log = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")

@@ -358,13 +358,19 @@ mod tests {
                 ("url".to_owned(), Value::from("http://x:1"))
             ]
         );
-        assert!(matches!(parse_attrs("bare"), Err(crate::OtlpError::Attr(_))));
+        assert!(matches!(
+            parse_attrs("bare"),
+            Err(crate::OtlpError::Attr(_))
+        ));
     }
 
     #[test]
     fn addresses_as_argo_cd_takes_them() {
         assert_eq!(
-            endpoint("collector:4317", true).expect("ok").uri().to_string(),
+            endpoint("collector:4317", true)
+                .expect("ok")
+                .uri()
+                .to_string(),
             "http://collector:4317/"
         );
         assert!(endpoint("collector:4317", false).is_ok());

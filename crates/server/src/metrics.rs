@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-
 /// Upper bounds (seconds) of the request-duration histogram.
 pub const DURATION_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
@@ -358,15 +357,38 @@ fn process_metrics(o: &mut String) {
     let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
     let ticks = rustix::param::clock_ticks_per_second() as f64;
     if let (Some(utime), Some(stime)) = (field(14), field(15)) {
-        head(o, "process_cpu_seconds_total", "counter", "User and system CPU time spent in seconds.");
-        let _ = writeln!(o, "process_cpu_seconds_total {}", (utime + stime) as f64 / ticks);
+        head(
+            o,
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent in seconds.",
+        );
+        let _ = writeln!(
+            o,
+            "process_cpu_seconds_total {}",
+            (utime + stime) as f64 / ticks
+        );
     }
     if let Some(rss) = field(24) {
-        head(o, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
-        let _ = writeln!(o, "process_resident_memory_bytes {}", rss * rustix::param::page_size() as u64);
+        head(
+            o,
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+        );
+        let _ = writeln!(
+            o,
+            "process_resident_memory_bytes {}",
+            rss * rustix::param::page_size() as u64
+        );
     }
     if let Some(vsize) = field(23) {
-        head(o, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        head(
+            o,
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size in bytes.",
+        );
         let _ = writeln!(o, "process_virtual_memory_bytes {vsize}");
     }
     let btime = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
@@ -374,20 +396,44 @@ fn process_metrics(o: &mut String) {
             .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
     });
     if let (Some(start), Some(btime)) = (field(22), btime) {
-        head(o, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
-        let _ = writeln!(o, "process_start_time_seconds {}", btime as f64 + start as f64 / ticks);
+        head(
+            o,
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+        );
+        let _ = writeln!(
+            o,
+            "process_start_time_seconds {}",
+            btime as f64 + start as f64 / ticks
+        );
     }
     if let Some(threads) = field(20) {
-        head(o, "process_threads", "gauge", "Number of OS threads in the process.");
+        head(
+            o,
+            "process_threads",
+            "gauge",
+            "Number of OS threads in the process.",
+        );
         let _ = writeln!(o, "process_threads {threads}");
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        head(o, "process_open_fds", "gauge", "Number of open file descriptors.");
+        head(
+            o,
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+        );
         let _ = writeln!(o, "process_open_fds {}", fds.count());
     }
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
     if let Some(max) = limit.current {
-        head(o, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        head(
+            o,
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors.",
+        );
         let _ = writeln!(o, "process_max_fds {max}");
     }
 }

@@ -52,14 +52,12 @@ impl RequestTrace {
         let exporter = exporter?;
         let parent = traceparent.and_then(Parent::from_traceparent);
         let trace_id = parent.map_or_else(TraceId::random, |p| p.trace_id);
-        exporter
-            .sampled(parent.as_ref(), trace_id)
-            .then(|| Self {
-                trace_id,
-                root: SpanId::random(),
-                parent: parent.map(|p| p.span_id),
-                start: SystemTime::now(),
-            })
+        exporter.sampled(parent.as_ref(), trace_id).then(|| Self {
+            trace_id,
+            root: SpanId::random(),
+            parent: parent.map(|p| p.span_id),
+            start: SystemTime::now(),
+        })
     }
 
     /// The trace ID (the audit event carries it, to find the trace from the event).
@@ -136,7 +134,10 @@ impl RequestTrace {
                 "cmp.Untgz",
                 (start, start + Duration::from_micros(a.duration_us)),
                 vec![
-                    ("cmp.archive.entries", i64::try_from(a.entries).unwrap_or(i64::MAX).into()),
+                    (
+                        "cmp.archive.entries",
+                        i64::try_from(a.entries).unwrap_or(i64::MAX).into(),
+                    ),
                     (
                         "cmp.archive.file_bytes",
                         i64::try_from(a.file_bytes).unwrap_or(i64::MAX).into(),
@@ -177,12 +178,7 @@ impl RequestTrace {
             ));
         }
         if let Some(answered) = timings.answered {
-            out.push(self.child(
-                "cmp.reply",
-                (answered, end.at),
-                vec![],
-                SpanStatus::Unset,
-            ));
+            out.push(self.child("cmp.reply", (answered, end.at), vec![], SpanStatus::Unset));
         }
         out
     }

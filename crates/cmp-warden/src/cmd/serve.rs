@@ -89,7 +89,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ATTRS")]
     otlp_attrs: Option<String>,
     /// Share of new traces exported (0 to 1); a caller's sampling decision is always followed.
-    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_SAMPLE_RATIO", default_value_t = 1.0)]
+    #[arg(
+        long,
+        env = "ARGOCD_CMP_SERVER_OTLP_SAMPLE_RATIO",
+        default_value_t = 1.0
+    )]
     otlp_sample_ratio: f64,
     /// Seconds a request's stream may pause between two messages before it is ended.
     #[arg(long, env = "CMP_WARDEN_STREAM_IDLE_TIMEOUT", default_value_t = 30)]
