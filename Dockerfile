@@ -11,7 +11,10 @@
 #               COPY plugin.yaml /home/argocd/cmp-server/config/plugin.yaml
 #   examples  `plugin` plus every tool examples/ needs (kubectl, jsonnet, node + cdk8s): the
 #             image scripts/container-test reproduces with debootstrap (no registry there).
-# Build:  podman build --target examples -t cmp-warden:examples .
+# Build:  podman build --target plugin -t cmp-warden:plugin .
+# CI (scripts/image-test) builds binary, server and plugin from a prebuilt static binary and
+# local base images: --build-context build=container-image://<image with /out> and
+# --build-arg DEBIAN_IMAGE=… DISTROLESS_IMAGE=… (no registry is reachable there).
 # Run it as the sidecar with `command: [/usr/local/bin/cmp-warden]` (deploy/ does), a
 # read-only root filesystem, a tmpfs or emptyDir on /tmp and the socket directory mounted.
 
@@ -27,19 +30,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends musl-tools \
  && rustup target add x86_64-unknown-linux-musl
 COPY . .
 RUN cargo build --profile static --locked --target x86_64-unknown-linux-musl -p cmp-warden \
- && install -D -m 0755 target/x86_64-unknown-linux-musl/static/cmp-warden /out/usr/local/bin/cmp-warden \
- # Images whose entrypoint hard-codes argocd-cmp-server keep working: both names are links
- # (the sidecar must then NOT mount Argo's var-files volume over /var/run/argocd).
- && ln -s /usr/local/bin/cmp-warden /out/usr/local/bin/argocd-cmp-server \
- # git's askpass helper for provideGitCreds: the repo-server sets GIT_ASKPASS=argocd
- # (and ARGOCD_BINARY_NAME=argocd-git-ask-pass), as Argo's own image answers it.
- && ln -s /usr/local/bin/cmp-warden /out/usr/local/bin/argocd \
- && mkdir -p /out/var/run/argocd \
- && ln -s /usr/local/bin/cmp-warden /out/var/run/argocd/argocd-cmp-server \
- # Argo's layout: plugin.yaml in config/, the socket in plugins/ (mounted, shared with the
- # repo-server), a policy directory for the ConfigMap.
- && mkdir -p /out/home/argocd/cmp-server/config /out/home/argocd/cmp-server/plugins \
-             /out/home/argocd/cmp-server/policy
+ && scripts/image-layout /out target/x86_64-unknown-linux-musl/static/cmp-warden
 
 # --- binary: the static executable alone ------------------------------------------------------
 FROM scratch AS binary

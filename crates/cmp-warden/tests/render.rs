@@ -26,8 +26,8 @@ fn renders_the_demo_app_with_the_demo_plugin() {
         lines,
         [
             r#"{"apiVersion":"v1","data":{"greeting":"hello from cmp-warden"},"kind":"ConfigMap","metadata":{"name":"demo"}}"#,
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"demo"},"spec":{"replicas":2,"selector":{"matchLabels":{"app":"demo"}},"template":{"metadata":{"labels":{"app":"demo"}},"spec":{"containers":[{"image":"registry.example.com/demo:1.0","name":"web","ports":[{"containerPort":8080}]}]}}}}"#,
             r#"{"apiVersion":"v1","kind":"Service","metadata":{"labels":{"app":"demo","tier":"web"},"name":"demo"},"spec":{"ports":[{"port":80,"targetPort":8080}]}}"#,
-            r#"{"replicas":2}"#,
         ]
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("discovery: matches"));
