@@ -156,3 +156,56 @@ fn a_closed_stdout_ends_the_output_without_a_panic() {
         assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
     }
 }
+
+/// Errors point at the YAML the operator wrote (its line and the field path), not at a
+/// position in the JSON it is converted to.
+#[test]
+fn errors_name_the_yaml_line_and_field_path() {
+    let d = tempfile::tempdir().expect("tmp");
+    let f = d.path().join("p.yaml");
+    let default = include_str!("../../../policies/default.yaml");
+    let line_of = |text: &str, needle: &str| {
+        text.lines()
+            .position(|l| l.contains(needle))
+            .expect("needle")
+            + 1
+    };
+    let block_allow = "network:\n    mode: allowList\n    allow:\n      - host: a.example\n        ports: [443]\n      - host: b.example\n        port: 443\n";
+    for (from, to, needle, want) in [
+        (
+            "memoryBytes: 1Gi",
+            "memoryByte: 1Gi",
+            "memoryByte:",
+            "spec.limits.memoryByte: unknown field `memoryByte`",
+        ),
+        ("pids: 512", "pids: [512]", "pids:", "spec.limits.pids: "),
+        (
+            "network: {mode: none}",
+            block_allow,
+            "port: 443",
+            "spec.network.allow[1].port: unknown field `port`",
+        ),
+        (
+            "count: 40000",
+            "count: 0",
+            "count: 0",
+            "spec.uidRange.count: must be at least 1",
+        ),
+    ] {
+        let text = default.replacen(from, to, 1);
+        assert_ne!(text, default, "{from}");
+        std::fs::write(&f, &text).expect("write");
+        let out = bin()
+            .args(["policy", "check"])
+            .arg(&f)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = line_of(&text, needle);
+        assert!(
+            err.contains(&format!("line {line}, {want}")) && !err.contains("column"),
+            "{to}: want line {line}, {want}; got {err}"
+        );
+    }
+}

@@ -137,6 +137,31 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+impl ConfigError {
+    /// The same error with the YAML line of the field it names appended (`(plugin.yaml line
+    /// N)`), for start-up messages; the text before it stays Argo CD's.
+    pub fn located(self, text: &str) -> Self {
+        let line = |msg: &str| {
+            let field = msg
+                .split_once("Go struct field ")
+                .map(|(_, rest)| rest.split(' ').next().unwrap_or_default())
+                .or_else(|| msg.split(' ').next().filter(|f| f.contains('.')))?;
+            crate::locate::yaml_line(text, &crate::locate::parse_dotted(field))
+        };
+        match self {
+            ConfigError::Decode(m) => match line(&m) {
+                Some(n) => ConfigError::Decode(format!("{m} (plugin.yaml line {n})")),
+                None => ConfigError::Decode(m),
+            },
+            ConfigError::Invalid(m) => match line(&m) {
+                Some(n) => ConfigError::Invalid(format!("{m} (plugin.yaml line {n})")),
+                None => ConfigError::Invalid(m),
+            },
+            other => other,
+        }
+    }
+}
+
 /// A parsed config plus the unknown keys that were ignored.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -154,7 +179,7 @@ impl PluginConfig {
             path: path.display().to_string(),
             msg: e.to_string(),
         })?;
-        Self::parse(&text)
+        Self::parse(&text).map_err(|e| e.located(&text))
     }
 
     /// Parse and validate plugin.yaml text.
@@ -504,5 +529,32 @@ mod tests {
         assert_eq!(c.spec.parameters.static_[0].map["k"], "1");
         assert_eq!(l.unknown_keys, ["spec.allowConcurrency", "spec.discovery"]);
         assert_eq!(c.socket_path(Path::new("/s")), Path::new("/s/cmp-1.sock"));
+    }
+}
+
+#[cfg(test)]
+mod located_tests {
+    use super::*;
+
+    #[test]
+    fn start_up_errors_keep_argos_words_and_add_the_yaml_line() {
+        let text = "apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata:\n  name: x\nspec:\n  discover:\n    find:\n      command: [1, {a: b}]\n  generate:\n    command: [sh]\n";
+        let e = PluginConfig::parse(text).expect_err("a map where a string goes");
+        let argo = e.to_string();
+        assert!(
+            argo.contains("Go struct field spec.discover.find.command of type string"),
+            "{argo}"
+        );
+        assert_eq!(
+            e.located(text).to_string(),
+            format!("{argo} (plugin.yaml line 8)")
+        );
+        let text = "kind: ConfigManagementPlugin\nmetadata:\n  name: \"\"\nspec: {generate: {command: [sh]}}\n";
+        let e = PluginConfig::parse(text).expect_err("no name");
+        assert!(
+            e.located(text)
+                .to_string()
+                .ends_with("metadata.name should be non-empty (plugin.yaml line 3)")
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod duration;
 pub mod env;
 pub mod glob;
 pub mod json;
+pub mod locate;
 pub mod params;
 pub mod split;
 pub mod yaml;

@@ -94,8 +94,12 @@ impl GeneratorConfig {
         Self::parse(&text, path.parent().unwrap_or(Path::new(".")))
     }
 
-    /// Parse and validate config text.
+    /// Parse and validate config text; errors name the field and its line.
     pub fn parse(text: &str, dir: &Path) -> Result<Self, PolicyError> {
+        Self::parse_unlocated(text, dir).map_err(|e| e.located(text))
+    }
+
+    fn parse_unlocated(text: &str, dir: &Path) -> Result<Self, PolicyError> {
         let raw: Raw = from_yaml(text, "generator config: ")?;
         if raw.api_version != API_VERSION {
             return Err(invalid(

@@ -6,6 +6,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::quantity::parse_quantity;
+use plugin::locate;
 
 /// The embedded default policy (`policies/default.yaml`).
 pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");
@@ -433,19 +434,44 @@ pub enum PolicyError {
     #[error("policy: {0}")]
     Parse(String),
     /// A value out of range.
-    #[error("policy: {field}: {why}")]
+    #[error("policy: {}{field}: {why}", at_line(*.line))]
     Invalid {
         /// Dotted field path.
         field: &'static str,
         /// What is wrong.
         why: String,
+        /// The field's 1-based line in the YAML, where it can be told.
+        line: Option<usize>,
     },
+}
+
+fn at_line(line: Option<usize>) -> String {
+    line.map(|l| format!("line {l}, ")).unwrap_or_default()
 }
 
 pub(crate) fn invalid(field: &'static str, why: impl Into<String>) -> PolicyError {
     PolicyError::Invalid {
         field,
         why: why.into(),
+        line: None,
+    }
+}
+
+impl PolicyError {
+    /// The same error with the YAML line of its field in `text`, when it names one.
+    pub(crate) fn located(self, text: &str) -> Self {
+        match self {
+            PolicyError::Invalid {
+                field,
+                why,
+                line: None,
+            } => PolicyError::Invalid {
+                field,
+                why,
+                line: locate::yaml_line(text, &locate::parse_dotted(field)),
+            },
+            other => other,
+        }
     }
 }
 
@@ -459,7 +485,27 @@ pub(crate) fn from_yaml<T: serde::de::DeserializeOwned>(
     let node = node.ok_or_else(|| PolicyError::Parse("empty document".into()))?;
     let json =
         plugin::json::Json::from_yaml(&node).map_err(|e| PolicyError::Parse(e.to_string()))?;
-    serde_json::from_str(&json.to_go_string()).map_err(|e| PolicyError::Parse(format!("{what}{e}")))
+    // Pretty JSON (one member per line), so serde's error line names the member; the message
+    // then gives the user's YAML line and the field path instead of a JSON position.
+    let value: serde_json::Value = serde_json::from_str(&json.to_go_string())
+        .map_err(|e| PolicyError::Parse(format!("{what}{e}")))?;
+    let pretty = serde_json::to_string_pretty(&value)
+        .map_err(|e| PolicyError::Parse(format!("{what}{e}")))?;
+    serde_json::from_str(&pretty).map_err(|e| {
+        let path = locate::json_path_at(&pretty, e.line());
+        let mut msg = e.to_string();
+        if let Some(cut) = msg.rfind(" at line ") {
+            msg.truncate(cut);
+        }
+        let field = locate::dotted(&path);
+        let at = match (locate::yaml_line(text, &path), field.is_empty()) {
+            (Some(l), false) => format!("line {l}, {field}: "),
+            (Some(l), true) => format!("line {l}: "),
+            (None, false) => format!("{field}: "),
+            (None, true) => String::new(),
+        };
+        PolicyError::Parse(format!("{what}{at}{msg}"))
+    })
 }
 
 pub(crate) fn qty(v: &RawQty, field: &'static str, min: u64) -> Result<u64, PolicyError> {
@@ -571,7 +617,7 @@ impl Policy {
     /// profile path); `None` for the embedded default (resolved against `policies/`).
     pub fn parse(text: &str, dir: Option<&Path>) -> Result<Policy, PolicyError> {
         let raw: RawPolicy = from_yaml(text, "")?;
-        Self::validate(raw, text, dir)
+        Self::validate(raw, text, dir).map_err(|e| e.located(text))
     }
 
     /// One pass over the raw file: each named check below validates one part and returns it

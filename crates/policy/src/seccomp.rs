@@ -167,10 +167,7 @@ pub struct SeccompProfile {
 }
 
 fn bad(why: impl Into<String>) -> PolicyError {
-    PolicyError::Invalid {
-        field: "spec.seccomp.profile",
-        why: why.into(),
-    }
+    crate::policy::invalid("spec.seccomp.profile", why)
 }
 
 impl SeccompProfile {

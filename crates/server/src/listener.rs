@@ -223,14 +223,33 @@ pub fn bind(opts: &ListenOptions) -> Result<std::os::unix::net::UnixListener, Li
     if std::fs::symlink_metadata(p).is_ok() {
         std::fs::remove_file(p).map_err(io_err("removing stale socket", p))?;
     }
-    let l = std::os::unix::net::UnixListener::bind(p).map_err(io_err("listening on", p))?;
+    // Bound, listening and given its mode and owner under a hidden name, then renamed into
+    // place: the repo-server (which polls the directory) and probes never find a socket that
+    // refuses connections (bound, not yet listening) or still has the umask's mode.
+    let hidden = p
+        .file_name()
+        .map(|n| {
+            let mut h = std::ffi::OsString::from(".");
+            h.push(n);
+            h.push(format!(".{}", std::process::id()));
+            p.with_file_name(h)
+        })
+        .filter(|h| h.as_os_str().len() < 100);
+    let at = hidden.as_deref().unwrap_or(p);
+    if at != p.as_path() {
+        let _ = std::fs::remove_file(at);
+    }
+    let l = std::os::unix::net::UnixListener::bind(at).map_err(io_err("listening on", p))?;
     l.set_nonblocking(true).map_err(io_err("listening on", p))?;
     if let Some(mode) = opts.socket_mode {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode))
             .map_err(io_err("chmod", p))?;
     }
     if let Some((uid, gid)) = opts.socket_owner {
-        std::os::unix::fs::chown(p, uid, gid).map_err(io_err("chown", p))?;
+        std::os::unix::fs::chown(at, uid, gid).map_err(io_err("chown", p))?;
+    }
+    if at != p.as_path() {
+        std::fs::rename(at, p).map_err(io_err("publishing the socket", p))?;
     }
     Ok(l)
 }

@@ -124,7 +124,9 @@ async fn connect_tcp(a: &ClientArgs, address: &str) -> anyhow::Result<Channel> {
     };
     let address = address.to_owned();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let ch = Endpoint::try_from(format!("{scheme}://{address}"))?
+    // The connector does TLS itself: the endpoint's URI stays http, or tonic (built with its
+    // own TLS for the OTLP exporter) refuses an https URI it was given no TLS config for.
+    let ch = Endpoint::try_from(format!("http://{address}"))?
         .connect_with_connector(tower::service_fn(move |_| {
             let address = address.clone();
             let tls = tls.clone();
