@@ -269,6 +269,7 @@ fn main() {
             stdout_cap: 1 << 20,
             stderr_cap: 1 << 20,
             stdin: None,
+            stderr_lines: None,
         };
         jail::bench::run(&spec, None, &CancelToken::new()).expect("run");
     });

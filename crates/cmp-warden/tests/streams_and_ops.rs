@@ -593,3 +593,53 @@ fn argo_helm_charts_otlp_flags_start_the_server_even_with_the_collector_unreacha
         "{logs}"
     );
 }
+
+/// A long command's stderr shows in the server's log as it is printed (in the request's
+/// context, redacted, at most 200 lines per command), not only when the command ends.
+#[test]
+fn stderr_lines_are_logged_while_the_command_runs() {
+    let s = Server::start(
+        &plugin(
+            "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        echo 'step one' >&2\n        sleep 5\n        echo 'password=hunter2 step two' >&2\n        i=0; while [ $i -lt 300 ]; do echo \"flood $i\" >&2; i=$((i+1)); done\n        cat cm.yaml\n",
+        ),
+        &[],
+    );
+    let dir = repo(&[(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    )]);
+    let dir_arg = dir.path().to_str().expect("utf8").to_owned();
+    let sock = s.sock.clone();
+    let client = go_client(); // built once per test run: before the clock of this test starts
+    let call = std::thread::spawn(move || {
+        let out = std::process::Command::new(client)
+            .arg("-socket")
+            .arg(&sock)
+            .args(["-rpc", "generate", "-dir", &dir_arg])
+            .output()
+            .expect("run go client");
+        parse_client_output(&out)
+    });
+    let logged = |s: &Server, what: &str| {
+        s.logs()
+            .lines()
+            .filter(|l| l.contains("\"msg\":\"command stderr\"") && l.contains(what))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json log"))
+            .collect::<Vec<_>>()
+    };
+    settle_until(|| !logged(&s, "step one").is_empty(), || s.logs());
+    // Logged while the command still sleeps: the call has not returned.
+    assert!(!call.is_finished(), "the line came only with the reply");
+    let first = &logged(&s, "step one")[0];
+    assert_eq!(first["line"], "step one");
+    assert_eq!(first["phase"], "generate");
+    assert_eq!(first["rpc"], "GenerateManifest", "{first}");
+    assert!(first["request_id"].is_string(), "{first}");
+    call.join().expect("client").expect("the request succeeds");
+    let logs = s.logs();
+    assert!(logged(&s, "hunter2").is_empty(), "a secret reached the log");
+    assert_eq!(logged(&s, "step two")[0]["line"], "password=*** step two");
+    // 200 lines of this command, then one note that the rest is not logged live.
+    assert_eq!(logged(&s, "\"phase\":\"generate\"").len(), 200);
+    assert_eq!(logs.matches("further lines are not logged").count(), 1);
+}

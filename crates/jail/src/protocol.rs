@@ -275,6 +275,26 @@ pub enum Reply {
     },
 }
 
+/// Tag of a [`StderrLine`] frame: sent by the jail while a command runs, before its `R` frame.
+pub const STDERR_LINE: u8 = b'L';
+/// Largest [`StderrLine`] frame body the supervisor accepts.
+pub const STDERR_LINE_MAX: usize = 4096;
+
+/// One line a command wrote to stderr, sent as it arrives so a long command's progress shows
+/// in the server's log; already redacted and cut by the jail ([`crate::redact`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StderrLine {
+    /// The command's phase (`generate`, `init`, `discover`, ...).
+    pub phase: String,
+    /// The line (empty with `more_not_logged`).
+    pub line: String,
+    /// The command's live-line budget is spent: later lines are not logged (the error and the
+    /// audit event still carry what the command printed).
+    #[serde(default)]
+    pub more_not_logged: bool,
+}
+
 /// Write one frame.
 pub fn write_frame(w: &mut impl Write, tag: u8, body: &[u8]) -> io::Result<()> {
     let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame too large"))?;

@@ -25,13 +25,17 @@ use request::{Failure, Request, extract, run_operation};
 
 /// Send the reply as one `R` frame; the supervisor answers the client as soon as it has it.
 fn reply(r: &Reply) -> i32 {
-    let body = match serde_json::to_vec(r) {
-        Ok(b) => b,
-        Err(_) => return 1,
+    if send_frame(b'R', r) { 0 } else { 1 }
+}
+
+/// One frame on the reply pipe (stdout), whole: the lock keeps frames written from the stderr
+/// readers' threads and the reply from interleaving.
+fn send_frame(tag: u8, body: &impl serde::Serialize) -> bool {
+    let Ok(body) = serde_json::to_vec(body) else {
+        return false;
     };
     let mut out = std::io::stdout().lock();
-    let ok = crate::protocol::write_frame(&mut out, b'R', &body).is_ok() && out.flush().is_ok();
-    if ok { 0 } else { 1 }
+    crate::protocol::write_frame(&mut out, tag, &body).is_ok() && out.flush().is_ok()
 }
 
 /// After replying (or when retired unused): kill every other process of the jail — commands,

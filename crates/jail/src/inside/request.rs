@@ -11,6 +11,7 @@ use plugin::{glob, params, split_manifests_within};
 
 use super::run::{CmdError, CmdSpec, run_recorded};
 use crate::cancel::CancelToken;
+use crate::protocol::{STDERR_LINE, StderrLine};
 use crate::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
 
 /// One request as the jail runs it: its task, where its tree is, its clock and its record.
@@ -169,6 +170,35 @@ fn command(
     command_with_stdin(req, app, phase_argv, None, cancel)
 }
 
+/// How many stderr lines of one command are sent to the server's log as they arrive; the
+/// error and the audit event carry the rest.
+const LIVE_LINES: usize = 200;
+
+/// Sends each stderr line of a command to the supervisor as a [`StderrLine`] frame on the
+/// reply pipe, redacted like everything else we log, at most [`LIVE_LINES`] of them.
+fn live_stderr(phase: &str, env: &[(String, String)]) -> super::run::LineSink {
+    let phase = phase.to_owned();
+    let env = env.to_vec();
+    let sent = std::sync::atomic::AtomicUsize::new(0);
+    std::sync::Arc::new(move |line: &[u8]| {
+        let n = sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let frame = match n.cmp(&LIVE_LINES) {
+            std::cmp::Ordering::Less => StderrLine {
+                phase: phase.clone(),
+                line: crate::redact::redact(&String::from_utf8_lossy(line), &env),
+                more_not_logged: false,
+            },
+            std::cmp::Ordering::Equal => StderrLine {
+                phase: phase.clone(),
+                line: String::new(),
+                more_not_logged: true,
+            },
+            std::cmp::Ordering::Greater => return,
+        };
+        super::send_frame(STDERR_LINE, &frame);
+    })
+}
+
 fn command_with_stdin(
     req: &Request,
     app: &Path,
@@ -183,6 +213,7 @@ fn command_with_stdin(
         stdout_cap: req.task.output_bytes,
         stderr_cap: req.task.output_bytes,
         stdin,
+        stderr_lines: Some(live_stderr(phase, &req.task.env)),
     };
     // The earlier of the request's deadline and this command's own timeout wins, and the
     // error names the one that fired.

@@ -24,7 +24,7 @@ use crate::cancel::{CancelReason, CancelToken};
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// One command to run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CmdSpec<'a> {
     /// argv (argv[0] looked up in the child's PATH).
     pub argv: &'a [String],
@@ -38,7 +38,29 @@ pub struct CmdSpec<'a> {
     pub stderr_cap: u64,
     /// A file to read as stdin (the generator's request); `None` is /dev/null.
     pub stdin: Option<&'a Path>,
+    /// Called with each stderr line as it arrives (the line without its newline; a line longer
+    /// than [`LIVE_LINE_BYTES`] in pieces of that size).
+    pub stderr_lines: Option<LineSink>,
 }
+
+impl std::fmt::Debug for CmdSpec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmdSpec")
+            .field("argv", &self.argv)
+            .field("cwd", &self.cwd)
+            .field("stdout_cap", &self.stdout_cap)
+            .field("stderr_cap", &self.stderr_cap)
+            .field("stdin", &self.stdin)
+            .field("stderr_lines", &self.stderr_lines.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Receives a command's stderr lines as they arrive.
+pub type LineSink = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Longest piece of a stderr line handed to a [`LineSink`].
+pub const LIVE_LINE_BYTES: usize = 1024;
 
 /// What a successful command printed.
 #[derive(Debug, Clone, Default)]
@@ -259,6 +281,7 @@ fn reader(
     cap: u64,
     over: Arc<AtomicBool>,
     token: CancelToken,
+    lines: Option<LineSink>,
 ) -> Reader {
     let capture = Arc::new(std::sync::Mutex::new(Capture {
         data: Vec::new(),
@@ -268,29 +291,57 @@ fn reader(
     let shared = capture.clone();
     thread.run(move || {
         let mut buf = [0u8; 64 * 1024];
+        let mut pending = Vec::new();
         loop {
             match src.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    let mut c = shared.lock().unwrap_or_else(|e| e.into_inner());
-                    if c.over {
-                        continue; // keep draining so the writer is not blocked while we kill it
+                    {
+                        let mut c = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        if c.over {
+                            continue; // keep draining so the writer is not blocked while we kill it
+                        }
+                        if c.data.len() as u64 + n as u64 > cap {
+                            c.over = true;
+                            over.store(true, Ordering::SeqCst);
+                            token.poke();
+                            continue;
+                        }
+                        c.data.extend_from_slice(&buf[..n]);
                     }
-                    if c.data.len() as u64 + n as u64 > cap {
-                        c.over = true;
-                        over.store(true, Ordering::SeqCst);
-                        token.poke();
-                        continue;
+                    if let Some(sink) = &lines {
+                        split_lines(&mut pending, &buf[..n], sink);
                     }
-                    c.data.extend_from_slice(&buf[..n]);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             }
         }
+        if let Some(sink) = lines.filter(|_| !pending.is_empty()) {
+            sink(&pending);
+        }
         let _ = tx.send(());
     });
     Reader { capture, done }
+}
+
+/// Hand each complete line of `pending` + `data` to `sink`; keep the unfinished rest, cut at
+/// [`LIVE_LINE_BYTES`] so a line without a newline cannot grow without bound.
+fn split_lines(pending: &mut Vec<u8>, data: &[u8], sink: &LineSink) {
+    pending.extend_from_slice(data);
+    let mut start = 0;
+    while let Some(nl) = pending[start..].iter().position(|&b| b == b'\n') {
+        let line = &pending[start..start + nl];
+        for piece in line.chunks(LIVE_LINE_BYTES) {
+            sink(piece.strip_suffix(b"\r").unwrap_or(piece));
+        }
+        start += nl + 1;
+    }
+    pending.drain(..start);
+    while pending.len() > LIVE_LINE_BYTES {
+        sink(&pending[..LIVE_LINE_BYTES]);
+        pending.drain(..LIVE_LINE_BYTES);
+    }
 }
 
 /// Run `spec` until it exits, `deadline` passes, `cancel` fires or an output budget is exceeded.
@@ -365,6 +416,7 @@ pub fn run_recorded(
         spec.stdout_cap,
         out_over.clone(),
         cancel.clone(),
+        None,
     );
     let err_t = reader(
         err_thread,
@@ -372,6 +424,7 @@ pub fn run_recorded(
         spec.stderr_cap,
         err_over.clone(),
         cancel.clone(),
+        spec.stderr_lines.clone(),
     );
 
     // A waiter observes the exit without reaping it, so the group id stays ours until we reap.
@@ -574,6 +627,7 @@ mod tests {
             stdout_cap: 1 << 20,
             stderr_cap: 1 << 20,
             stdin: None,
+            stderr_lines: None,
         }
     }
 
@@ -626,6 +680,47 @@ mod tests {
             }
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn stderr_lines_arrive_while_the_command_runs_cut_and_without_newlines() {
+        let e = env();
+        let dir = tempfile::tempdir().expect("tmp");
+        let done = dir.path().join("done");
+        let argv = sh(&format!(
+            "printf 'a\\nb\\r\\n' >&2; sleep 2; touch {}; head -c 2500 /dev/zero | tr '\\0' x >&2; printf tail >&2",
+            done.display()
+        ));
+        let got = Arc::new(std::sync::Mutex::new(Vec::<(String, bool)>::new()));
+        let sink: LineSink = {
+            let (got, done) = (got.clone(), done.clone());
+            Arc::new(move |l: &[u8]| {
+                let line = String::from_utf8_lossy(l).into_owned();
+                got.lock().expect("lock").push((line, done.exists()));
+            })
+        };
+        let s = CmdSpec {
+            stderr_lines: Some(sink),
+            ..spec(&argv, &e)
+        };
+        let o = run(&s, None, &CancelToken::new()).expect("run");
+        assert!(
+            o.stderr.ends_with(b"tail"),
+            "the error text still gets all of stderr"
+        );
+        let got = got.lock().expect("lock").clone();
+        let x = |n| "x".repeat(n);
+        assert_eq!(
+            got,
+            [
+                ("a".to_owned(), false),
+                ("b".to_owned(), false),
+                (x(1024), true),
+                (x(1024), true),
+                (format!("{}tail", x(452)), true),
+            ],
+            "the first lines were handed over before the command went on"
+        );
     }
 
     #[test]

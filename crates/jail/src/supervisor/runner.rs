@@ -1135,7 +1135,13 @@ fn read_reply(
     budget: &ReplyMemory,
 ) -> Result<Option<RawReply>, RequestError> {
     let max = usize::try_from(cap).unwrap_or(usize::MAX).saturating_add(1);
-    match crate::protocol::read_frame_head(r, max) {
+    // Stderr lines of the running command come first, each logged as it arrives.
+    let mut head = crate::protocol::read_frame_head(r, max);
+    while let Ok(Some((crate::protocol::STDERR_LINE, n))) = head {
+        log_stderr_line(r, n)?;
+        head = crate::protocol::read_frame_head(r, max);
+    }
+    match head {
         Ok(None) => Ok(None),
         Ok(Some((b'R', n))) if n as u64 <= cap => {
             // Small replies (nearly all) are never refused; a large one takes its size from
@@ -1157,6 +1163,29 @@ fn read_reply(
         Ok(Some((t, _))) => Err(internal(format!("unexpected frame {t} from the jail"))),
         Err(e) => Err(internal(format!("reading the jail's reply: {e}"))),
     }
+}
+
+/// Log one [`crate::protocol::StderrLine`] frame of `n` bytes (in the request's span).
+fn log_stderr_line(r: &mut impl Read, n: usize) -> Result<(), RequestError> {
+    if n > crate::protocol::STDERR_LINE_MAX {
+        return Err(internal(format!(
+            "a stderr line frame of {n} bytes from the jail"
+        )));
+    }
+    let mut body = vec![0; n];
+    r.read_exact(&mut body)
+        .map_err(|e| internal(format!("reading the jail's stderr line: {e}")))?;
+    let l: crate::protocol::StderrLine = serde_json::from_slice(&body)
+        .map_err(|e| internal(format!("the jail's stderr line: {e}")))?;
+    if l.more_not_logged {
+        tracing::info!(
+            phase = %l.phase,
+            "command stderr: further lines are not logged as they arrive (the error and the audit event carry what the command printed)"
+        );
+    } else {
+        tracing::info!(phase = %l.phase, line = %l.line, "command stderr");
+    }
+    Ok(())
 }
 
 /// A reply's bytes and, for a large one, its share of the reply memory.
