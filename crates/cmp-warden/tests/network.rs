@@ -179,9 +179,25 @@ fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
         &call(&addr, "check", None, &["--tls-ca", s(&k.other_ca)]),
         "UnknownIssuer",
     );
-    // Plaintext against the TLS port gets nowhere, and the server says why.
-    failed_with(&call(&addr, "check", None, &["--insecure"]), "error");
-    refused_for(&srv, "InvalidContentType");
+    // Plaintext against the TLS port gets nowhere, and is told why: a gRPC client a status
+    // naming TLS and the flag, an HTTP/1 client a 400 (as Go's net/http answers).
+    failed_with(
+        &call(&addr, "check", None, &["--insecure"]),
+        "this port serves gRPC over TLS and the client connected without TLS",
+    );
+    refused_for(&srv, "the client spoke plaintext HTTP/2");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-i"])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("HTTP/1.1 400")
+            && text.contains("Client sent an HTTP request to an HTTPS server"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(srv);
 
     // A server with an expired certificate is refused by a client that trusts its CA.

@@ -321,6 +321,14 @@ fn peers_are_authorised_by_uid() {
         "{}",
         s.logs()
     );
+    // ... and told why in a gRPC status (grpc-go: PermissionDenied), not a broken pipe.
+    assert_eq!(
+        parse_client_output(&out),
+        Err((
+            PERMISSION_DENIED,
+            "peer uid 4242 may not use this socket (allowed: 999,0); the server's --allowed-uids / CMP_WARDEN_ALLOWED_UIDS changes it".into()
+        ))
+    );
     // Allowing it explicitly works.
     let s = Server::start(
         &plugin(CAT),

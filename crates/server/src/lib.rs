@@ -9,6 +9,7 @@ pub mod auth;
 pub mod authority;
 pub mod listener;
 pub mod metrics;
+mod refuse;
 pub mod service;
 pub mod status;
 pub mod tls;

@@ -177,6 +177,7 @@ pub fn spawn_tcp_acceptor(
 ) -> tokio::task::JoinHandle<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let refuser = crate::refuse::Refuser::new();
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -190,8 +191,23 @@ pub fn spawn_tcp_acceptor(
                         };
                         let Ok(permit) = pending.clone().acquire_owned().await else { break };
                         let conns = conns.clone();
+                        let refuser = refuser.clone();
                         tokio::spawn(async move {
                             let _permit = permit;
+                            // A plaintext client is told this port speaks TLS, not reset.
+                            match first_bytes(&stream).await {
+                                crate::refuse::FirstBytes::Tls => {}
+                                crate::refuse::FirstBytes::PlaintextH2 => {
+                                    tracing::warn!(%remote, "TLS handshake refused: the client spoke plaintext HTTP/2 (told so in a gRPC status)");
+                                    refuser.grpc(stream, tonic::Status::unavailable(PLAINTEXT_GRPC));
+                                    return;
+                                }
+                                crate::refuse::FirstBytes::Plaintext => {
+                                    tracing::warn!(%remote, "TLS handshake refused: the client spoke plaintext (told so in a 400)");
+                                    refuser.http1(stream, PLAINTEXT_HTTP.to_owned());
+                                    return;
+                                }
+                            }
                             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                                 Ok(Ok(tls)) => { let _ = conns.send(Ok(Conn::Tls(Box::new(tls)))).await; }
                                 Ok(Err(e)) => tracing::warn!(%remote, error = %e, "TLS handshake refused"),
@@ -204,6 +220,31 @@ pub fn spawn_tcp_acceptor(
             }
         }
     })
+}
+
+/// What a plaintext gRPC client on a TLS port is told.
+const PLAINTEXT_GRPC: &str = "this port serves gRPC over TLS and the client connected without TLS: connect with TLS (cmp-warden client: --tls-ca), or serve plaintext with --insecure";
+/// What a plaintext HTTP client on a TLS port is told (Go's net/http says the first sentence).
+const PLAINTEXT_HTTP: &str = "Client sent an HTTP request to an HTTPS server: use https://";
+
+/// Up to four first bytes of a new connection, without consuming them (TLS then reads them
+/// again); whatever has arrived within the handshake timeout.
+async fn first_bytes(stream: &TcpStream) -> crate::refuse::FirstBytes {
+    let mut buf = [0u8; 4];
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) if n >= 4 || (n > 0 && buf[0] == 0x16) => {
+                return crate::refuse::classify(&buf[..n]);
+            }
+            Ok(Ok(n)) if n > 0 => tokio::time::sleep(Duration::from_millis(10)).await,
+            // EOF, an error or the timeout: the TLS accept reports it as before.
+            _ => return crate::refuse::FirstBytes::Tls,
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return crate::refuse::FirstBytes::Tls;
+        }
+    }
 }
 
 fn io_err(
@@ -280,6 +321,7 @@ pub async fn serve(
             source: e,
         })?;
         let allowed = opts.allowed_uids.clone().map(Arc::new);
+        let refuser = crate::refuse::Refuser::new();
         let mut accept_stop = stop_rx.clone();
         let conn_tx = conn_tx.clone();
         acceptors.push(tokio::spawn(async move {
@@ -292,7 +334,12 @@ pub async fn serve(
                             if let Some(list) = &allowed {
                                 let ok = cred.as_ref().is_some_and(|c| list.contains(&c.uid()));
                                 if !ok {
-                                    tracing::warn!(peer_uid = cred.map_or(-1, |c| i64::from(c.uid())), peer_pid = cred.and_then(|c| c.pid()).unwrap_or(-1), "connection refused: peer uid not allowed");
+                                    let uid = cred.map_or(-1, |c| i64::from(c.uid()));
+                                    tracing::warn!(peer_uid = uid, peer_pid = cred.and_then(|c| c.pid()).unwrap_or(-1), "connection refused: peer uid not allowed (--allowed-uids / CMP_WARDEN_ALLOWED_UIDS)");
+                                    let list = list.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+                                    refuser.grpc(AuthorityFix::new(stream), tonic::Status::permission_denied(format!(
+                                        "peer uid {uid} may not use this socket (allowed: {list}); the server's --allowed-uids / CMP_WARDEN_ALLOWED_UIDS changes it"
+                                    )));
                                     continue;
                                 }
                             }
@@ -302,6 +349,9 @@ pub async fn serve(
                                 && own_descendant(pid) != Some(false)
                             {
                                 tracing::warn!(peer_uid = cred.map_or(-1, |c| i64::from(c.uid())), peer_pid = pid, "connection refused: the peer is one of this server's own jailed processes (or exited before it could be told apart)");
+                                refuser.grpc(AuthorityFix::new(stream), tonic::Status::permission_denied(
+                                    "a sandboxed command may not call the server that runs it",
+                                ));
                                 continue;
                             }
                             if conn_tx.send(Ok(Conn::Unix(Box::new(AuthorityFix::new(stream))))).await.is_err() {

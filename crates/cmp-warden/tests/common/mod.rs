@@ -340,5 +340,6 @@ pub const INVALID_ARGUMENT: i64 = 3;
 pub const DEADLINE_EXCEEDED: i64 = 4;
 pub const RESOURCE_EXHAUSTED: i64 = 8;
 pub const UNKNOWN: i64 = 2;
+pub const PERMISSION_DENIED: i64 = 7;
 pub const DATA_LOSS: i64 = 15;
 pub const UNAVAILABLE: i64 = 14;
