@@ -13,6 +13,7 @@ pod spec says, like the PodSecurity admission controller, not what a runtime doe
 """
 
 import copy
+import os
 import sys
 
 import yaml
@@ -211,35 +212,54 @@ def cmd_rendered(path):
         sys.exit(1)
 
 
-def cmd_helm(values_path, rendered_path, policy_dir):
+def cmd_helm(values_path, rendered_path, components, *configmap_paths):
+    """argo-helm values: the extra containers and volumes are exactly the kustomize components'
+    (COMPONENTS: comma-separated component directories, in order), every ConfigMap they mount is
+    one the chart renders in sidecar mode (with the keys mounted), and the repo-server pod of
+    RENDERED with them passes PSS baseline."""
     values = yaml.safe_load(open(values_path))
     docs = [d for d in yaml.safe_load_all(open(rendered_path)) if d]
     dep = next(d for d in docs if d["kind"] == "Deployment")
-    comp = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "cmp-warden")
+    pod = dep["spec"]["template"]["spec"]
     rs = values["repoServer"]
-    helm = next(c for c in rs["extraContainers"] if c["name"] == "cmp-warden")
     failed = []
-    for key in ("command", "args", "env", "ports", "securityContext", "resources", "readinessProbe",
-                "livenessProbe"):
-        if helm.get(key) != comp.get(key):
-            failed.append(f"{key} differs from deploy/components/cmp-warden")
+    want_c, want_v = [], []
+    for comp in components.split(","):
+        patch = yaml.safe_load(open(os.path.join(comp, "sidecar.yaml")))["spec"]["template"]["spec"]
+        want_c += patch["containers"]
+        want_v += patch["volumes"]
+    if rs["extraContainers"] != want_c:
+        failed.append(f"extraContainers differ from the containers of {components}")
+    if rs["volumes"] != want_v:
+        failed.append(f"volumes differ from the volumes of {components}")
     vols = {v["name"] for v in rs["volumes"]} | {"plugins"}
-    for m in helm["volumeMounts"]:
-        if m["name"] not in vols:
-            failed.append(f"volumeMount {m['name']} has no volume")
-    plugin_key = next(m for m in helm["volumeMounts"] if m["mountPath"].endswith("/plugin.yaml"))["subPath"]
-    if plugin_key.removesuffix(".yaml") not in values["configs"]["cmp"]["plugins"]:
-        failed.append(f"plugin.yaml subPath {plugin_key} is not a configs.cmp.plugins entry")
-    cm = next(o for o in values["extraObjects"] if o["metadata"]["name"] == "cmp-warden-policy")
-    for key, fname in (("policy.yaml", "policy.yaml"), ("seccomp-default.json", "seccomp-default.json")):
-        if cm["data"][key] != open(f"{policy_dir}/{fname}").read():
-            failed.append(f"extraObjects cmp-warden-policy {key} differs from the component's")
+    for c in rs["extraContainers"]:
+        for m in c["volumeMounts"]:
+            if m["name"] not in vols:
+                failed.append(f"{c['name']}: volumeMount {m['name']} has no volume")
+    rendered = {}
+    for path in configmap_paths:
+        for d in yaml.safe_load_all(open(path)):
+            if d and d["kind"] == "ConfigMap":
+                rendered[d["metadata"]["name"]] = set(d["data"])
+    for v in rs["volumes"]:
+        if "configMap" not in v:
+            continue
+        name = v["configMap"]["name"]
+        if name not in rendered:
+            failed.append(f"volume {v['name']}: ConfigMap {name} is not one the chart renders")
+            continue
+        for item in v["configMap"].get("items", []):
+            if item["key"] not in rendered[name]:
+                failed.append(f"volume {v['name']}: ConfigMap {name} has no key {item['key']}")
     if values["global"]["securityContext"].get("fsGroup") != 999:
         failed.append("global.securityContext.fsGroup must be 999 (socket group)")
-    # The pod the chart would render: its repo-server pod plus this sidecar and volumes.
-    spec = copy.deepcopy(dep["spec"]["template"]["spec"])
-    spec["containers"] = [c for c in spec["containers"] if c["name"] != "cmp-warden"] + [helm]
-    spec["volumes"] = [v for v in spec["volumes"] if not v["name"].startswith("cmp-warden")] + rs["volumes"]
+    # The pod the chart would render: its repo-server pod plus these sidecars and volumes.
+    spec = copy.deepcopy(pod)
+    names = {c["name"] for c in rs["extraContainers"]}
+    spec["containers"] = [c for c in spec["containers"] if c["name"] not in names] + rs["extraContainers"]
+    vnames = {v["name"] for v in rs["volumes"]}
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in vnames] + rs["volumes"]
     spec["securityContext"] = values["global"]["securityContext"]
     failed += baseline(spec)
     if failed:
@@ -247,7 +267,7 @@ def cmd_helm(values_path, rendered_path, policy_dir):
         for f in failed:
             print(f"        - {f}")
         sys.exit(1)
-    print(f"ok    {values_path}: same sidecar as the component, pod passes PSS baseline")
+    print(f"ok    {values_path}: the kustomize build's sidecars ({', '.join(sorted(names))}), ConfigMaps the chart renders, pod passes PSS baseline")
 
 
 def cmd_selftest():

@@ -191,7 +191,8 @@ pub enum Reason {
     /// Symlink target with more leading `..` than the link's depth.
     #[error("symlink target escapes the root")]
     SymlinkEscapes,
-    /// `..` after a normal component in a symlink target.
+    /// `..` after a normal component in a symlink target (`archive.strictNames` only; by
+    /// default the target is cleaned as Argo CD cleans it).
     #[error("symlink target has '..' after a name component")]
     SymlinkInnerDotDot,
     // ---- policy violations: container ----

@@ -20,6 +20,10 @@ pub struct Options {
     pub preserve_file_mode: bool,
     /// Refuse the archive (and remove the tree) unless the compressed bytes hash to this.
     pub expected_sha256: Option<[u8; 32]>,
+    /// The caller hashes the bytes itself (the server verifies what it forwards): skip the
+    /// SHA-256 here unless `expected_sha256` asks for it. [`Summary::sha256`] is then `None`.
+    #[serde(default)]
+    pub skip_digest: bool,
 }
 
 /// What an accepted archive contained.
@@ -39,14 +43,14 @@ pub struct Summary {
     pub compressed_bytes: u64,
     /// Decompressed tar stream bytes.
     pub tar_bytes: u64,
-    /// SHA-256 of the compressed bytes.
-    pub sha256: [u8; 32],
+    /// SHA-256 of the compressed bytes (`None` with [`Options::skip_digest`]).
+    pub sha256: Option<[u8; 32]>,
 }
 
 impl Summary {
-    /// Lowercase hex SHA-256, as Argo CD's metadata carries it.
+    /// Lowercase hex SHA-256, as Argo CD's metadata carries it (empty when not computed).
     pub fn sha256_hex(&self) -> String {
-        hex::encode(self.sha256)
+        self.sha256.map(hex::encode).unwrap_or_default()
     }
 }
 
@@ -101,7 +105,8 @@ fn run<R: Read>(
 ) -> Result<Summary, ExtractError> {
     let limits = &opts.limits;
     let deadline = Instant::now() + limits.wall_clock;
-    let compressed = Compressed::new(input, limits, deadline, wire.clone());
+    let digest = opts.expected_sha256.is_some() || !opts.skip_digest;
+    let compressed = Compressed::new(input, limits, deadline, wire.clone(), digest);
     let gz = GzipReader::new(compressed, limits.gzip_header_field_bytes, wire.clone());
     let tar_stream: TarStream<R> = Decompressed::new(gz, limits, deadline, wire.clone());
     let mut archive = tar::Archive::new(tar_stream);
@@ -114,7 +119,7 @@ fn run<R: Read>(
         file_bytes: 0,
         compressed_bytes: 0,
         tar_bytes: 0,
-        sha256: [0; 32],
+        sha256: None,
     };
     // Where the byte after the last entry's (padded) data is; the end marker starts there.
     let mut end_of_entries: u64 = 0;
@@ -202,7 +207,7 @@ fn run<R: Read>(
     s.compressed_bytes = wire.compressed();
     s.sha256 = compressed.finish();
     if let Some(expected) = opts.expected_sha256
-        && expected != s.sha256
+        && Some(expected) != s.sha256
     {
         return Err(ExtractError::new(Reason::ChecksumMismatch {
             expected: hex::encode(expected),

@@ -10,8 +10,9 @@
 //! # Compatibility
 //! Accepts everything Argo CD's repo-server writes (`util/io/files/tar.go`): a root `.` entry,
 //! regular files, directories and in-tree symlinks in ustar or PAX headers, names with `\` or
-//! control bytes, and absolute link targets read beneath the link's directory and written
-//! relative, as Argo CD's own `Untgz` does. Refuses what it never writes (hard links, devices,
+//! control bytes, and any link target that stays inside — absolute ones and ones with an inner
+//! `..` included — read beneath the link's directory and written relative and clean, as Argo
+//! CD's own `Untgz` does. Refuses what it never writes (hard links, devices,
 //! FIFOs, sparse, GNU long names, global PAX headers) and anything that would leave the tree.
 //! [`Limits::strict_names`] refuses the Argo-accepted oddities too.
 //!

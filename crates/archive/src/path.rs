@@ -105,10 +105,14 @@ pub fn normalize(raw: &[u8], is_dir: bool, limits: &Limits) -> Result<Option<Ent
 /// run no longer than the number of directories above the link. Sound because links are never
 /// followed during extraction and nothing is ever created beneath a link.
 ///
-/// Returns the target to write. An absolute target is read as Argo CD reads it — beneath the
-/// link's own directory (`Join(Dir(link), target)`, lexically cleaned) — and written relative
-/// to that directory, as Argo CD writes it; the rewritten target must pass the rule too (one
-/// that climbs above the tree is refused, as Argo CD refuses it).
+/// Returns the target to write. Every target is read as Argo CD reads it — beneath the link's
+/// own directory (`Join(Dir(link), target)`, lexically cleaned, so an absolute target lands
+/// inside the tree) — and written relative to that directory, as Argo CD writes it
+/// (`a/../b` → `b`, `/dev/null` from `conf/null` → `dev/null`, beneath `conf`); one that climbs above the
+/// tree is refused, as Argo CD refuses it. The written target is clean (a leading run of `..`,
+/// then names), so the rule holds for what the kernel will resolve, whatever the entry said.
+/// `archive.strictNames` instead refuses absolute targets and inner `..`, writing targets as
+/// given.
 pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result<Vec<u8>, Reason> {
     if target.is_empty() {
         return Err(Reason::EmptyName);
@@ -120,11 +124,10 @@ pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result
         ));
     }
     check_bytes(target, limits.strict_names)?;
-    let target = if target[0] == b'/' {
-        if limits.strict_names {
-            return Err(Reason::SymlinkAbsolute);
-        }
-        rebase_absolute(link, target)?
+    let target = if !limits.strict_names {
+        rebase(link, target)?
+    } else if target[0] == b'/' {
+        return Err(Reason::SymlinkAbsolute);
     } else {
         target.to_vec()
     };
@@ -145,9 +148,10 @@ pub fn check_symlink(link: &EntryPath, target: &[u8], limits: &Limits) -> Result
     Ok(target)
 }
 
-/// `Rel(Dir(link), Clean(Join(Dir(link), target)))` for an absolute `target`, computed on
-/// components from the tree's root; climbing above the root is an escape.
-fn rebase_absolute(link: &EntryPath, target: &[u8]) -> Result<Vec<u8>, Reason> {
+/// `Rel(Dir(link), Clean(Join(Dir(link), target)))` (Go's `filepath.Join` reads an absolute
+/// `target` beneath the directory too), computed on components from the tree's root; climbing
+/// above the root is an escape.
+fn rebase(link: &EntryPath, target: &[u8]) -> Result<Vec<u8>, Reason> {
     let (dir, _) = link.split_last();
     let dir: Vec<&[u8]> = if dir.is_empty() {
         Vec::new()
@@ -231,10 +235,30 @@ mod tests {
         assert!(check_symlink(&at("a/link"), b"..", &l).is_ok());
         assert!(check_symlink(&at("link"), b"..", &l).is_err());
         assert!(check_symlink(&at("a/link"), b"../../x", &l).is_err());
-        assert!(check_symlink(&at("a/link"), b"b/../../x", &l).is_err());
+        // Stays inside once cleaned (`a/b/../../x` is `x`): written as Argo CD writes it.
+        assert_eq!(
+            check_symlink(&at("a/link"), b"b/../../x", &l).unwrap(),
+            b"../x"
+        );
+        assert!(check_symlink(&at("a/link"), b"b/../../../x", &l).is_err());
         assert!(check_symlink(&at("a/link"), b"", &l).is_err());
-        // Absolute targets, as Argo CD reads and writes them.
         let w = |p: &str, t: &str| check_symlink(&at(p), t.as_bytes(), &l);
+        // Relative targets are written cleaned, as Argo CD writes them.
+        assert_eq!(w("a/link", "../README.md").unwrap(), b"../README.md");
+        assert_eq!(w("link", "a/../b").unwrap(), b"b");
+        assert_eq!(w("link", "./x").unwrap(), b"x");
+        assert_eq!(w("link", "b/").unwrap(), b"b");
+        assert_eq!(w("a/link", "../a/x").unwrap(), b"x");
+        assert_eq!(w("a/b/l", "x/../../y").unwrap(), b"../y");
+        // Lexically inside but through a name: `cur/..` is the root, written as such (what the
+        // kernel resolves is the clean form, never the name it went through).
+        assert_eq!(w("par", "cur/..").unwrap(), b".");
+        assert_eq!(w("a/l", "../b/..").unwrap(), b"..");
+        assert!(matches!(
+            w("link", "a/../../x"),
+            Err(Reason::SymlinkEscapes)
+        ));
+        // Absolute targets, as Argo CD reads and writes them.
         assert_eq!(w("a/link", "/etc/passwd").unwrap(), b"etc/passwd");
         assert_eq!(w("a/b/null", "/dev/null").unwrap(), b"dev/null");
         assert_eq!(w("a/b/up", "/../x").unwrap(), b"../x");
@@ -253,5 +277,10 @@ mod tests {
             check_symlink(&at("a/link"), b"/etc/passwd", &strict),
             Err(Reason::SymlinkAbsolute)
         ));
+        assert!(matches!(
+            check_symlink(&at("link"), b"a/../b", &strict),
+            Err(Reason::SymlinkInnerDotDot)
+        ));
+        assert_eq!(check_symlink(&at("link"), b"./x", &strict).unwrap(), b"./x");
     }
 }

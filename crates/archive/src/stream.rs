@@ -49,7 +49,7 @@ impl Shared {
 #[derive(Debug)]
 pub(crate) struct Compressed<R> {
     inner: R,
-    hasher: Sha256,
+    hasher: Option<Sha256>,
     cap: u64,
     deadline: Instant,
     wall_secs: u64,
@@ -57,10 +57,16 @@ pub(crate) struct Compressed<R> {
 }
 
 impl<R: Read> Compressed<R> {
-    pub(crate) fn new(inner: R, limits: &Limits, deadline: Instant, wire: Tripwire) -> Self {
+    pub(crate) fn new(
+        inner: R,
+        limits: &Limits,
+        deadline: Instant,
+        wire: Tripwire,
+        digest: bool,
+    ) -> Self {
         Self {
             inner,
-            hasher: Sha256::new(),
+            hasher: digest.then(Sha256::new),
             cap: limits.compressed_bytes,
             deadline,
             wall_secs: limits.wall_clock.as_secs(),
@@ -68,9 +74,9 @@ impl<R: Read> Compressed<R> {
         }
     }
 
-    /// The SHA-256 of everything read.
-    pub(crate) fn finish(self) -> [u8; 32] {
-        self.hasher.finalize().into()
+    /// The SHA-256 of everything read, if it was asked for.
+    pub(crate) fn finish(self) -> Option<[u8; 32]> {
+        self.hasher.map(|h| h.finalize().into())
     }
 }
 
@@ -95,7 +101,9 @@ impl<R: Read> Read for Compressed<R> {
                 .wire
                 .trip(Reason::limit(LimitKind::CompressedBytes, self.cap)));
         }
-        self.hasher.update(&buf[..n]);
+        if let Some(h) = &mut self.hasher {
+            h.update(&buf[..n]);
+        }
         Ok(n)
     }
 }

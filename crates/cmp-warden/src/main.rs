@@ -8,7 +8,7 @@ mod logging;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// A confined, wire-compatible replacement for Argo CD's argocd-cmp-server.
 #[derive(Debug, Parser)]
@@ -65,6 +65,24 @@ fn with_default_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::O
     args
 }
 
+/// Parse flags as Argo CD's cobra/pflag do: a repeated flag's last value wins (list flags
+/// such as `--otlp-headers` collect every value), and an environment variable set to the empty
+/// string counts as unset (Argo's `env.StringFromEnv`; Helm charts often render `value: ""`).
+fn argo_like(cmd: clap::Command) -> clap::Command {
+    cmd.args_override_self(true)
+        .mut_args(|a| {
+            let empty = a
+                .get_env()
+                .is_some_and(|name| std::env::var_os(name).is_some_and(|v| v.is_empty()));
+            if empty {
+                a.env(None::<&'static str>)
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(argo_like)
+}
+
 /// The jail factory (which forks every jail) and the reclaim helper are this binary re-executed by the supervisor with an
 /// internal first argument and a cleared environment: dispatch them before anything else.
 fn internal_entry() -> Option<ExitCode> {
@@ -106,7 +124,12 @@ fn main() -> ExitCode {
     if cmd::askpass::invoked() {
         return cmd::askpass::run();
     }
-    let cli = Cli::parse_from(with_default_subcommand(std::env::args_os().collect()));
+    let matches = argo_like(Cli::command())
+        .get_matches_from(with_default_subcommand(std::env::args_os().collect()));
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let Some(command) = cli.command else {
         eprintln!("no subcommand");
         return ExitCode::from(2);
@@ -114,7 +137,9 @@ fn main() -> ExitCode {
     let serving = matches!(command, Command::Serve(_) | Command::Appset(_));
     // doctor's report already says everything its probe logs would.
     let quiet = matches!(command, Command::Doctor(_));
-    let level = match cli.log_level.as_deref().map(logging::parse_level) {
+    // Empty means the default, as logrus' level and Argo's format flags read it.
+    let log_level = cli.log_level.as_deref().filter(|l| !l.is_empty());
+    let level = match log_level.map(logging::parse_level) {
         Some(Ok(l)) => Some(l.to_owned()),
         // Argo's cmp-server exits 20 on start-up errors; so do we, saying why on stderr.
         Some(Err(e)) => {
@@ -133,14 +158,19 @@ fn main() -> ExitCode {
         }
         .to_owned()
     });
-    let json = match cli.log_format.as_deref() {
+    let format = cli.log_format.as_deref().map(str::to_ascii_lowercase);
+    let json = match format.as_deref() {
         Some("json") => true,
         Some("text") => false,
-        Some(other) => {
-            eprintln!("unknown log format {other:?} (json or text)");
-            return ExitCode::from(2);
+        None | Some("") => serving,
+        // Argo's cmp-server: `log.Fatalf("Unknown log format ...")`, exit 1.
+        Some(_) => {
+            eprintln!(
+                "Unknown log format '{}' (json or text)",
+                cli.log_format.as_deref().unwrap_or_default()
+            );
+            return ExitCode::from(1);
         }
-        None => serving,
     };
     logging::init(&level, json);
     let mut log_args = vec!["--loglevel".to_owned(), level.clone()];

@@ -39,7 +39,9 @@ const MODES: &str = r#"  generate:
                   echo "---" ;;
           sleep) sleep 60 ;;
           slow) sleep 1.5 ;;
+          slow3) echo started >&2; sleep 3 ;;
           amplify) exec /usr/bin/python3 -c 'import sys; sys.stdout.write("a: &x " + "y" * (512 << 10) + "\nb: [" + ", ".join(["*x"] * 200) + "]\n")' ;;
+          large) exec /usr/bin/python3 -c 'import sys; sys.stdout.write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  v: \x27" + "\"q\"" * 700000 + "\x27\n")' ;;
         esac
         cat cm.yaml
 "#;
@@ -540,6 +542,13 @@ fn an_environment_flood_and_a_huge_app_rel_path_are_refused_at_once_with_bounded
     let dir = b.dir();
     // 60,000 distinct ARGOCD_ENV_* entries (~1.6 MB): once a worker thread's ~10 s.
     let flood = generate_in_background(&b.s, &dir, &["-env-flood", "60000"]);
+    // Fewer entries, but over a MiB of values (each argument stays under the kernel's 128 KiB).
+    let value = "v".repeat(120 << 10);
+    let big: Vec<String> = (0..9)
+        .flat_map(|i| ["-env".to_owned(), format!("ARGOCD_ENV_BIG_{i}={value}")])
+        .collect();
+    let big_args: Vec<&str> = big.iter().map(String::as_str).collect();
+    let heavy = generate_in_background(&b.s, &dir, &big_args);
     // A 100,000-character appRelPath: once echoed whole in the status message.
     let long = generate_in_background(&b.s, &dir, &["-app-rel-path", &"a/".repeat(50_000)]);
     // A missing app directory: said plainly, without the server's own paths.
@@ -551,6 +560,16 @@ fn an_environment_flood_and_a_huge_app_rel_path_are_refused_at_once_with_bounded
         msg.contains("the request carries 60000 environment entries; at most 4096"),
         "{msg}"
     );
+    let (code, msg) = heavy
+        .join()
+        .expect("thread")
+        .expect_err("heavy env refused");
+    assert_eq!(code, INVALID_ARGUMENT, "{msg}");
+    assert!(
+        msg.contains("the request's environment holds more than 1048576 bytes"),
+        "{msg}"
+    );
+    assert!(msg.len() < 1024, "{} bytes", msg.len());
     let (code, msg) = long.join().expect("thread").expect_err("long path refused");
     assert_eq!(code, INVALID_ARGUMENT, "{msg}");
     assert!(
@@ -612,6 +631,121 @@ fn yaml_alias_amplification_is_refused_as_it_expands_and_the_supervisor_stays_sm
         grown_kib < 32 * 1024,
         "supervisor peak RSS grew {grown_kib} KiB"
     );
+}
+
+#[test]
+fn concurrent_large_replies_wait_their_turn_and_all_arrive() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    // Four legal replies of ~3.5 MB of manifest each (quotes: ~5.6 MB once escaped in the
+    // jail's frame) against a 4 MiB message limit, whose reply memory (8 MiB) holds one at a
+    // time: they take turns, and every one arrives whole.
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    // The default output budget (each command prints ~2 MB), the other limits small.
+    let limits: Vec<(&str, &str)> = LIMITS
+        .iter()
+        .copied()
+        .filter(|(from, _)| !from.starts_with("outputBytes"))
+        .collect();
+    let (first, count) = write_policy(&pol_file, &limits);
+    let s = Server::start_env(
+        &plugin(MODES),
+        &["--policy", pol_file.to_str().expect("utf8")],
+        &[("ARGOCD_GRPC_MAX_SIZE_MB", "4")],
+    );
+    let b = Bed {
+        s,
+        repo: repo(&[("cm.yaml", CM)]),
+        first,
+        count,
+        _pol: pol,
+    };
+    let before = peak_rss_kib(&b.s);
+    let large: Vec<_> = (0..4).map(|_| b.hostile("large", "60s")).collect();
+    b.honest(2);
+    let value = "\"q\"".repeat(700_000);
+    for l in large {
+        let v = l
+            .join()
+            .expect("thread")
+            .unwrap_or_else(|e| panic!("a large reply failed: {e:?}\n{}", b.s.logs()));
+        let doc: serde_json::Value =
+            serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+        assert_eq!(doc["data"]["v"].as_str(), Some(value.as_str()));
+    }
+    // They took turns: the budget held the others back.
+    assert!(
+        b.s.logs()
+            .contains("a large reply waits for the server's reply memory"),
+        "{}",
+        b.s.logs()
+    );
+    b.assert_clean();
+    // A sanity bound on the process (each reply's copies land in its thread's malloc arena, so
+    // RSS counts every arena's high-water mark, not only what is live at once).
+    let grown_kib = peak_rss_kib(&b.s).saturating_sub(before);
+    assert!(
+        grown_kib < 64 * 1024,
+        "supervisor peak RSS grew {grown_kib} KiB"
+    );
+}
+
+#[test]
+fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_archive_clock() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    // One slot, one queue place, and an archive wall clock shorter than the wait in the queue.
+    let limits: Vec<(&str, &str)> = LIMITS
+        .iter()
+        .copied()
+        .filter(|(from, _)| !from.starts_with("wallSeconds"))
+        .chain([
+            ("wallSeconds: 300", "wallSeconds: 20"),
+            ("wallSeconds: 120", "wallSeconds: 2"),
+        ])
+        .collect();
+    let b = bed_with(&limits, &["--max-in-flight", "1", "--max-queued", "1"]);
+    let dir = b.dir();
+    // Holds the slot ~3 s, past the queued one's 2 s archive clock.
+    let running = generate_in_background(
+        &b.s,
+        &dir,
+        &["-env", "ARGOCD_ENV_MODE=slow3", "-timeout", "30s"],
+    );
+    assert!(wait_for_log(&b.s, "\"phase\":\"generate\""));
+    // Still sending when its slot comes (six 1 KiB chunks, 0.7 s apart), so its archive clock
+    // is really waited on after the queue.
+    let noise = noise_repo();
+    let queued = generate_in_background(
+        &b.s,
+        noise.path().to_str().expect("utf8"),
+        &["-chunk", "1024", "-chunk-delay", "700ms", "-timeout", "30s"],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    // The queue is full: refused at once, saying which flags bound it.
+    let t = Instant::now();
+    let (code, msg) = go(&b.s, "generate", &["-dir", &dir]).expect_err("queue full");
+    assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
+    assert!(
+        msg.contains("--max-in-flight 1, --max-queued 1") && msg.contains("retry"),
+        "{msg}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "refused at once");
+    running
+        .join()
+        .expect("thread")
+        .expect("the running request");
+    // The queued request waited ~3 s for its slot, longer than archive.wallSeconds, and still
+    // succeeds: time in the queue is not time spent receiving.
+    let v = queued
+        .join()
+        .expect("thread")
+        .unwrap_or_else(|e| panic!("the queued request failed: {e:?}\n{}", b.s.logs()));
+    assert_eq!(v["manifests"][0], CM_JSON);
+    b.assert_clean();
 }
 
 /// A server whose range leases 8 UIDs, with a short stream idle timeout.

@@ -145,7 +145,9 @@ fn serve_accepts_what_argo_cd_accepts_and_strict_names_refuses_it() {
     std::os::unix::fs::symlink("/dev/null", r.join("conf/null")).expect("symlink");
     std::fs::write(r.join("conf/dev-x\\x2dy.service"), "unit").expect("write");
     std::fs::write(r.join("conf/new\nline"), "n").expect("write");
-    let show = "  generate:\n    command: [sh, -c, 'cat cm.yaml; echo \"---\"; printf \"kind: Seen\\nlink: %s\\nfiles: %s\\n\" \"$(readlink conf/null)\" \"$(set -- conf/*; echo $#)\"']\n";
+    // A relative target with an inner `..` that stays inside: written cleaned, as Argo CD does.
+    std::os::unix::fs::symlink("../conf/../cm.yaml", r.join("conf/cm")).expect("symlink");
+    let show = "  generate:\n    command: [sh, -c, 'cat cm.yaml; echo \"---\"; printf \"kind: Seen\\nlink: %s\\ninner: %s\\nfiles: %s\\n\" \"$(readlink conf/null)\" \"$(readlink conf/cm)\" \"$(set -- conf/*; echo $#)\"']\n";
     let d = tempfile::tempdir().expect("tmp");
     let policy = d.path().join("policy/policy.yaml");
     write_policy(&policy, &[]);
@@ -153,7 +155,7 @@ fn serve_accepts_what_argo_cd_accepts_and_strict_names_refuses_it() {
     let dir = r.to_str().expect("utf8");
     let v = go(&s, "generate", &["-dir", dir]).expect("accepted as Argo CD accepts it");
     assert_eq!(
-        v["manifests"][1], r#"{"files":3,"kind":"Seen","link":"dev/null"}"#,
+        v["manifests"][1], r#"{"files":4,"inner":"../cm.yaml","kind":"Seen","link":"dev/null"}"#,
         "{v}"
     );
     drop(s);

@@ -256,6 +256,8 @@ fn generate_deadline_kills_the_group() {
         assert!(want.iter().any(|w| ended == *w), "{case}: {audit}");
         assert!(audit["uid"].is_u64(), "{case}: {audit}");
         assert_eq!(audit["limit"], "timeout", "{case}: {audit}");
+        // Start-up, the request, its cancellation and reclaim, as Argo's pipelines read logs.
+        s.assert_logs_are_logrus_json();
     }
 }
 

@@ -437,7 +437,7 @@ fn hostile_generator_through_the_server(namespaces: bool) {
         ("victim.environ", "denied:EACCES"),
         ("victim.signal", "denied:EPERM"),
         ("victim.ptrace", "denied:EPERM"),
-        ("server_socket", "denied:closed"),
+        ("server_socket", "denied:refused"),
         // Landlock ABI 6 scoping: no connecting to abstract sockets made outside the domain.
         ("abstract_socket", "denied:EPERM"),
     ]);
@@ -834,7 +834,7 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
     // Same UID and an allow list of `any`: the server's own socket still refuses its command,
     // because the peer is below the server in the process tree (the supervisor is the
     // subreaper of everything it starts).
-    assert_eq!(d["server_socket"], "denied:closed");
+    assert_eq!(d["server_socket"], "denied:refused");
     // The server's TCP ports (a listener, metrics) are out of reach with `network: none`:
     // no inet socket at all (seccomp), and Landlock denies TCP connect.
     assert_eq!(d["tcp_loopback"], "denied:EACCES");

@@ -57,9 +57,9 @@ fn fixture(example: &str, script: &str, port: u16) -> Fixture {
 }
 
 /// The example README's `sh` block: its first line starts the fixture in the background
-/// (`… PORT &`), its second renders. Returns the fixture, started from that line as written
-/// (without the `&`, so this test owns it), and the render line.
-fn readme(example: &str) -> (Fixture, String) {
+/// (`… PORT &`), the others render. Returns the fixture, started from that line as written
+/// (without the `&`, so this test owns it), and the render lines.
+fn readme(example: &str) -> (Fixture, Vec<String>) {
     let dir = examples_dir().join(example);
     let text = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
     let block = text
@@ -68,7 +68,7 @@ fn readme(example: &str) -> (Fixture, String) {
         .and_then(|b| b.split("```").next())
         .expect("a ```sh block");
     let lines: Vec<&str> = block.lines().collect();
-    assert_eq!(lines.len(), 2, "{example}: fixture line, render line");
+    assert!(lines.len() >= 2, "{example}: fixture line, render lines");
     let start = lines[0]
         .strip_suffix(" &")
         .expect("the fixture line ends with &");
@@ -90,7 +90,7 @@ fn readme(example: &str) -> (Fixture, String) {
         assert!(Instant::now() < deadline, "{start}: never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
-    (f, lines[1].to_owned())
+    (f, lines[1..].iter().map(|l| (*l).to_owned()).collect())
 }
 
 /// Run the README's render line as written, in the example's directory, with `cmp-warden` on
@@ -232,8 +232,10 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
         Path::new(TOOLS).join("bin/helm").exists(),
         "{TOOLS}/bin/helm missing: run scripts/setup"
     );
-    let (_repo, render) = readme("helm-dependencies");
-    readme_render("helm-dependencies", &render);
+    let (_repo, renders) = readme("helm-dependencies");
+    for render in &renders {
+        readme_render("helm-dependencies", render);
+    }
     let pol = tempfile::tempdir().expect("tmp");
     let s = example_server("helm-dependencies", true, &[], pol.path());
     let v = generate(&s, "helm-dependencies").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
@@ -278,8 +280,13 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     if !is_root(NEEDS_ROOT) {
         return;
     }
-    let (_vault, render) = readme("vault-style");
-    readme_render("vault-style", &render);
+    // Both ways the README shows: Kubernetes auth (the token file), a token from the server's
+    // environment (passed by the VAULT_* pattern, never logged).
+    let (_vault, renders) = readme("vault-style");
+    assert_eq!(renders.len(), 2, "{renders:?}");
+    for render in &renders {
+        readme_render("vault-style", render);
+    }
     let pol = tempfile::tempdir().expect("tmp");
     let s = example_server("vault-style", true, VAULT_ENV, pol.path());
     let v = generate(&s, "vault-style").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
@@ -319,11 +326,72 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
         d.logs()
             .contains("server environment variables withheld from commands")
     );
+
+    // The audit event names them too, and `policy suggest` (from the audit events alone, as
+    // `--audit-log FILE` writes them) proposes them as env.pass entries, keeping the input
+    // policy's quantities as written.
+    // (A failed request's event is written once its jail is reclaimed, just after the answer.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events: Vec<String> = loop {
+        let e: Vec<String> = audit_events(&d).iter().map(|e| e.to_string()).collect();
+        if !e.is_empty() || Instant::now() > deadline {
+            break e;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ev: serde_json::Value = serde_json::from_str(events.last().expect("event")).expect("json");
+    assert!(
+        ev["withheldEnv"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|n| n == "VAULT_ADDR")),
+        "{ev}"
+    );
+    assert!(
+        !ev.to_string().contains("vault.example.test:18200"),
+        "values never: {ev}"
+    );
+    let log = pol.path().join("audit.jsonl");
+    std::fs::write(&log, events.join("\n") + "\n").expect("write");
+    let out = pol.path().join("suggested");
+    let run = Command::new(bin())
+        .args(["policy", "suggest", "--audit-log"])
+        .arg(&log)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("suggest");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let suggested = std::fs::read_to_string(out.join("policy.yaml")).expect("policy.yaml");
+    let pass_line = suggested
+        .lines()
+        .find(|l| l.trim_start().starts_with("pass:"))
+        .expect("env.pass");
+    for name in ["VAULT_ADDR", "AVP_TYPE", "AVP_AUTH_TYPE", "AVP_K8S_ROLE"] {
+        assert!(pass_line.contains(name), "{name}: {pass_line}");
+    }
+    assert!(
+        suggested.contains("REVIEW: each reaches every command"),
+        "{suggested}"
+    );
+    for kept in [
+        "compressedBytes: 100Mi",
+        "diskBytes: 2Gi",
+        "fileBytes: 256Mi",
+    ] {
+        assert!(suggested.contains(kept), "{kept}:\n{suggested}");
+    }
 }
 
 /// Every way around the allow list, from inside a request, beside an honest connection.
 const ATTACK: &str = r#"
 import errno, json, os, socket
+if os.environ.get("ARGOCD_ENV_CURL"):
+    # A tool that fails on a refused destination: its error reaches the client with the reason.
+    os.execvp("curl", ["curl", "-sS", "-o", "/dev/null", "https://other.example.test/"])
 P = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
 M = int(os.environ["ARGOCD_ENV_METRICS_PORT"])
 out = {}
@@ -348,6 +416,9 @@ def direct(host, port):
         return "connected"
     except OSError as e:
         return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+# First, so that Landlock's records of them have arrived by the end.
+out["bypass_vault"] = direct("127.0.0.1", 18210)
+out["bypass_metrics"] = direct("127.0.0.1", M)
 out["honest"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
 out["other_host"] = via_proxy("CONNECT other.example.test:443 HTTP/1.1\r\n\r\n")
 out["other_port"] = via_proxy("CONNECT vault.example.test:22 HTTP/1.1\r\n\r\n")
@@ -356,9 +427,8 @@ out["metrics_port"] = via_proxy("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % M)
 out["metadata"] = via_proxy("GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n")
 out["private_name"] = via_proxy("CONNECT intranet.example.test:18210 HTTP/1.1\r\n\r\n")
 out["numeric_name"] = via_proxy("CONNECT 2130706433:18210 HTTP/1.1\r\n\r\n")
+out["resolver_name"] = via_proxy("CONNECT localhost:18210 HTTP/1.1\r\n\r\n")
 out["smuggled"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET http://other.example.test/smuggled HTTP/1.1\r\n\r\n")
-out["bypass_vault"] = direct("127.0.0.1", 18210)
-out["bypass_metrics"] = direct("127.0.0.1", M)
 print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
 "#;
 
@@ -368,13 +438,18 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         return;
     }
     let _vault = fixture("vault-style", "vault.py", 18210);
+    // Landlock's own records of the direct connections, for the audit event.
+    let _audit =
+        AuditOn::enable().unwrap_or_else(|e| panic!("kernel audit cannot be enabled here ({e})"));
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
+    // `intranet` is pinned to a private address; `localhost` is resolved by the system's
+    // resolver (to loopback): neither entry admits internal addresses.
     write_policy(
         &pol_file,
         &[(
             "network: {mode: none}",
-            "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18210], internal: true}, {host: intranet.example.test, ports: [18210]}], hosts: {vault.example.test: [127.0.0.1], intranet.example.test: [10.0.0.1]}}",
+            "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18210], internal: true}, {host: intranet.example.test, ports: [18210]}, {host: localhost, ports: [18210]}], hosts: {vault.example.test: [127.0.0.1], intranet.example.test: [10.0.0.1]}}",
         )],
     );
     let s = Server::start(
@@ -406,6 +481,11 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
             .expect("tasks")
             .count()
     };
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("fds")
+            .count()
+    };
     let r = repo(&[("attack.py", ATTACK)]);
     // Warm up (the spare jail, the runtime's threads), then count.
     let _ = go(
@@ -420,6 +500,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     );
     std::thread::sleep(Duration::from_millis(500));
     let before = threads();
+    let fds_before = fds();
     let v = go(
         &s,
         "generate",
@@ -449,6 +530,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         ("metrics_port", "needs a cidr entry"),
         ("metadata", "needs a cidr entry"),
         ("private_name", "resolves only to internal addresses"),
+        ("resolver_name", "resolves only to internal addresses"),
         ("numeric_name", "not a DNS name or IP address"),
     ] {
         let line = d[k].as_str().unwrap_or_default();
@@ -475,7 +557,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         .iter()
         .filter(|c| c["decision"] == "allowed")
         .collect();
-    assert_eq!((allowed.len(), denied.len()), (2, 7), "{event}");
+    assert_eq!((allowed.len(), denied.len()), (2, 8), "{event}");
     assert!(!egress.iter().any(|c| {
         c["destination"]
             .as_str()
@@ -489,12 +571,25 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         .expect("write");
     c.read_to_string(&mut body).expect("read");
     assert!(
-        body.contains("cmp_warden_egress_connections_total{decision=\"denied\"} 14"),
+        body.contains("cmp_warden_egress_connections_total{decision=\"denied\"} 16"),
         "{body}"
     );
-    // Nothing of the request's connections stays behind in the server.
+    // The direct connections never reached the proxy; Landlock's own records of them are in
+    // the event, naming the field.
+    let landlock = event["landlockDenials"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        landlock.iter().any(|d| d["blockers"] == "net.connect_tcp"
+            && d["allowedBy"]
+                .as_str()
+                .is_some_and(|f| f.contains("allowList"))),
+        "{event}"
+    );
+    // Nothing of the request's connections stays behind in the server: no thread, no socket.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while threads() > before && Instant::now() < deadline {
+    while (threads() > before || fds() > fds_before) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
@@ -502,7 +597,34 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         "{} threads after, {before} before",
         threads()
     );
+    assert!(
+        fds() <= fds_before,
+        "{} fds after, {fds_before} before",
+        fds()
+    );
+
+    // A tool (curl) refused a destination: its own error, then the sandbox's reason, reach the
+    // client (the Argo CD UI).
+    let (code, msg) = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-env",
+            "ARGOCD_ENV_CURL=1",
+        ],
+    )
+    .expect_err("curl fails");
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("curl: (56)"), "{msg}");
+    assert!(
+        msg.contains("egress to other.example.test:443 denied")
+            && msg.contains("spec.network.allow"),
+        "{msg}"
+    );
     s.assert_work_dir_empties();
+    s.assert_logs_are_logrus_json();
 }
 
 /// Writing a network policy from what a plugin does: seccomp audit mode shows inet sockets
@@ -767,4 +889,79 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
         msg.contains("spec.network.mode is none; allowList with spec.network.allow"),
         "{msg}"
     );
+}
+
+/// `GIT_SSH_COMMAND` names a key file on the sidecar's filesystem (a Secret mounted read-only,
+/// root-owned, mode 0444, which ssh accepts from another user): with its directory in
+/// `filesystem.readOnly` ssh's own tooling reads it inside the jail — as the leased UID, which
+/// has a passwd entry there (ssh refuses to run for a UID without one). Under the default
+/// policy the read is refused, and the error names the field.
+#[test]
+fn ssh_keys_named_by_git_ssh_command_are_readable_where_the_policy_lists_them() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    // Landlock's own record of the refused read names the field.
+    let _audit =
+        AuditOn::enable().unwrap_or_else(|e| panic!("kernel audit cannot be enabled here ({e})"));
+    let dir = Path::new("/run/cmp-warden-tests/ssh");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("mkdir");
+    for p in [dir.parent().expect("parent"), dir] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let key = dir.join("id_ed25519");
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "argocd", "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen");
+    assert!(st.success());
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    let public = std::fs::read_to_string(dir.join("id_ed25519.pub")).expect("pub");
+    let public = public.trim();
+    let ssh_command = format!(
+        "ssh -i {} -o StrictHostKeyChecking=yes -o UserKnownHostsFile=/dev/null",
+        key.display()
+    );
+    // The plugin reads the key the way git's ssh would be told to: from GIT_SSH_COMMAND.
+    let spec = r#"  generate:
+    command: [sh, -c]
+    args:
+      - |
+        set -- $GIT_SSH_COMMAND
+        pub=$(ssh-keygen -y -f "$3") || exit 1
+        printf 'kind: KeyRead\nuser: %s\nkey: "%s"\n' "$(id -un)" "$pub"
+"#;
+    let r = repo(&[("cm.yaml", "kind: Repo\n")]);
+    let run = |pol: &Path| {
+        let s = Server::start(&plugin(spec), &["--policy", pol.to_str().expect("utf8")]);
+        let out = go(
+            &s,
+            "generate",
+            &[
+                "-dir",
+                r.path().to_str().expect("utf8"),
+                "-env",
+                &format!("GIT_SSH_COMMAND={ssh_command}"),
+            ],
+        );
+        s.assert_work_dir_empties();
+        out
+    };
+    let t = tempfile::tempdir().expect("tmp");
+    let listed = t.path().join("listed/policy.yaml");
+    write_policy(&listed, &[("/proc]", "/proc, /run/cmp-warden-tests/ssh]")]);
+    let v = run(&listed).unwrap_or_else(|e| panic!("{e:?}"));
+    let doc: serde_json::Value =
+        serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+    assert_eq!(doc["user"], "cmp-warden", "{doc}");
+    assert_eq!(doc["key"], public, "{doc}");
+
+    let default = t.path().join("default/policy.yaml");
+    write_policy(&default, &[]);
+    let (_, msg) = run(&default).expect_err("outside the policy's paths");
+    assert!(msg.contains("id_ed25519"), "{msg}");
+    assert!(msg.contains("spec.filesystem.readOnly"), "{msg}");
 }

@@ -315,9 +315,12 @@ fn peers_are_authorised_by_uid() {
     // A process as uid 4242 can reach the socket (mode 0777) but is refused by peer credentials.
     let out = check_as_uid(&s, 4242);
     assert_ne!(out.status.code(), Some(0), "uid 4242 must be refused");
+    // The log line names the refused UID (a plain number, as logrus writes it).
     assert!(
         s.logs()
-            .contains("connection refused: peer uid not allowed"),
+            .lines()
+            .any(|l| l.contains("connection refused: peer uid not allowed")
+                && l.contains("\"peer_uid\":4242")),
         "{}",
         s.logs()
     );

@@ -147,6 +147,11 @@ impl Proxy {
         self
     }
 
+    /// The askpass socket credential requests are relayed to, if any.
+    pub fn askpass(&self) -> Option<&std::path::Path> {
+        self.askpass.as_deref()
+    }
+
     /// Serve `listener` (a socket in the jail's network namespace) until finished.
     pub fn start(self, listener: TcpListener) -> std::io::Result<ProxyHandle> {
         listener.set_nonblocking(false)?;
@@ -298,7 +303,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
 fn record(shared: &Shared, c: Connection) {
     tracing::info!(
         destination = %c.destination,
-        address = ?c.address,
+        address = %c.address.map(|a| a.to_string()).unwrap_or_default(),
         decision = c.decision.as_str(),
         reason = c.reason.as_deref().unwrap_or(""),
         bytes_up = c.bytes_up,

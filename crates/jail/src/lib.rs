@@ -39,6 +39,7 @@ pub use spec::{
     bounded, parse_generated,
 };
 pub use supervisor::reclaim::{RECLAIM_ARG, reclaim_main};
+pub use supervisor::runner::ReplyShare;
 pub use supervisor::uid::{proc_uid, processes_in_range};
 pub use supervisor::{DenialLog, Enforcement, Owner, Plan, StartError, StartOptions, Supervisor};
 
@@ -49,6 +50,25 @@ pub mod bench {
     pub use crate::inside::run::{CmdSpec, run};
 }
 
+/// What [`Runner::execute`] produced: the outcome, and its share of the server's reply memory,
+/// which the caller holds until the response is written.
+#[derive(Debug)]
+pub struct Executed {
+    /// The request's result.
+    pub outcome: Outcome,
+    /// Held until the response is written (dropping it lets the next large reply in).
+    pub memory: ReplyShare,
+}
+
+impl From<Outcome> for Executed {
+    fn from(outcome: Outcome) -> Self {
+        Executed {
+            outcome,
+            memory: ReplyShare::default(),
+        }
+    }
+}
+
 /// Executes requests. Blocking: the server calls it from a blocking thread.
 pub trait Runner: Send + Sync + std::fmt::Debug {
     /// Run `spec`, reading the archive from `input`, until done or `cancel` fires.
@@ -57,7 +77,7 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         spec: &RequestSpec,
         input: Box<dyn Read + Send>,
         cancel: &CancelToken,
-    ) -> Result<Outcome, RequestError>;
+    ) -> Result<Executed, RequestError>;
     /// Remove everything `execute` left for `spec` (processes, tree, lease). Called once per
     /// request after its result has been sent.
     fn reclaim(&self, spec: &RequestSpec);

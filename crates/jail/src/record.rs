@@ -202,9 +202,14 @@ pub struct RunRecord {
     /// Connections past the proxy's record limit (counted, not itemised).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub egress_unrecorded: u64,
-    /// What Landlock refused commands of a failed request, when the kernel reports it.
+    /// What Landlock refused the request's commands, when the kernel reports it (a failed
+    /// request waits for the records; a successful one has those that arrived in time).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub landlock_denials: Vec<LandlockDenial>,
+    /// A command failed while server variables were withheld from it: their names (never
+    /// values), for the error and for `policy suggest`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld_env: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

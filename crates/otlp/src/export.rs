@@ -70,19 +70,46 @@ pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, crate::OtlpError>
     s.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p
-                .split_once('=')
-                .ok_or_else(|| crate::OtlpError::Header(p.to_owned()))?;
-            let k = k.trim().to_ascii_lowercase();
-            // Valid gRPC metadata, checked once here rather than on every export.
-            MetadataKey::<tonic::metadata::Ascii>::from_bytes(k.as_bytes())
-                .map_err(|_| crate::OtlpError::Header(p.to_owned()))?;
-            MetadataValue::<tonic::metadata::Ascii>::try_from(v.trim())
-                .map_err(|_| crate::OtlpError::Header(p.to_owned()))?;
-            Ok((k, v.trim().to_owned()))
-        })
+        .map(header)
         .collect()
+}
+
+/// [`parse_headers`], keeping the valid pairs and returning the malformed ones apart (Argo CD
+/// warns about those and goes on).
+pub fn parse_headers_lenient(s: &str) -> (Vec<(String, String)>, Vec<String>) {
+    split_lenient(s, header)
+}
+
+/// [`parse_attrs`], keeping the valid attributes and returning the malformed ones apart.
+pub fn parse_attrs_lenient(s: &str) -> (Vec<(String, Value)>, Vec<String>) {
+    split_lenient(s, attr)
+}
+
+fn split_lenient<T>(
+    s: &str,
+    one: impl Fn(&str) -> Result<T, crate::OtlpError>,
+) -> (Vec<T>, Vec<String>) {
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match one(p) {
+            Ok(v) => good.push(v),
+            Err(_) => bad.push(p.to_owned()),
+        }
+    }
+    (good, bad)
+}
+
+fn header(p: &str) -> Result<(String, String), crate::OtlpError> {
+    let (k, v) = p
+        .split_once('=')
+        .ok_or_else(|| crate::OtlpError::Header(p.to_owned()))?;
+    let k = k.trim().to_ascii_lowercase();
+    // Valid gRPC metadata, checked once here rather than on every export.
+    MetadataKey::<tonic::metadata::Ascii>::from_bytes(k.as_bytes())
+        .map_err(|_| crate::OtlpError::Header(p.to_owned()))?;
+    MetadataValue::<tonic::metadata::Ascii>::try_from(v.trim())
+        .map_err(|_| crate::OtlpError::Header(p.to_owned()))?;
+    Ok((k, v.trim().to_owned()))
 }
 
 /// `key:value,key2:value2` (Argo CD's `--otlp-attrs`); the value may itself contain `:`.
@@ -90,13 +117,17 @@ pub fn parse_attrs(s: &str) -> Result<Vec<(String, Value)>, crate::OtlpError> {
     s.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once(':') {
-            Some((k, v)) if !k.trim().is_empty() => {
-                Ok((k.trim().to_owned(), Value::Str(v.trim().to_owned())))
-            }
-            _ => Err(crate::OtlpError::Attr(p.to_owned())),
-        })
+        .map(attr)
         .collect()
+}
+
+fn attr(p: &str) -> Result<(String, Value), crate::OtlpError> {
+    match p.split_once(':') {
+        Some((k, v)) if !k.trim().is_empty() => {
+            Ok((k.trim().to_owned(), Value::Str(v.trim().to_owned())))
+        }
+        _ => Err(crate::OtlpError::Attr(p.to_owned())),
+    }
 }
 
 fn endpoint(address: &str, insecure: bool) -> Result<Endpoint, crate::OtlpError> {
@@ -347,6 +378,11 @@ mod tests {
             ]
         );
         assert!(parse_headers("").expect("empty").is_empty());
+        let (good, bad) = parse_headers_lenient("a=1,novalue,b=2");
+        assert_eq!(good.len(), 2);
+        assert_eq!(bad, ["novalue"]);
+        let (good, bad) = parse_attrs_lenient("env:prod,junk");
+        assert_eq!((good.len(), bad), (1, vec!["junk".to_owned()]));
         assert!(matches!(
             parse_headers("novalue"),
             Err(crate::OtlpError::Header(_))

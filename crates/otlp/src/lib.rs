@@ -9,7 +9,10 @@ mod export;
 mod span;
 
 pub use context::{Parent, Sampler, SpanId, TraceId};
-pub use export::{ExportTask, Exporter, ExporterConfig, ExporterStats, parse_attrs, parse_headers};
+pub use export::{
+    ExportTask, Exporter, ExporterConfig, ExporterStats, parse_attrs, parse_attrs_lenient,
+    parse_headers, parse_headers_lenient,
+};
 pub use span::{Kind, Span, SpanStatus, Value};
 
 /// The OTLP wire types (a subset, see `proto/otlp_trace.proto`): the client the exporter uses

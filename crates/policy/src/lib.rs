@@ -9,7 +9,7 @@ pub mod seccomp;
 
 pub use policy::{
     DEFAULT_POLICY_YAML, LandlockFeature, LandlockRequirement, Namespaces, NetworkMode, Policy,
-    PolicyError, Protection, SeccompMode,
+    PolicyError, Protection, SeccompMode, is_env_name,
 };
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;

@@ -147,6 +147,17 @@ pub enum NetworkMode {
     AllowList,
 }
 
+impl NetworkMode {
+    /// The name used in policy files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::None => "none",
+            NetworkMode::Egress => "egress",
+            NetworkMode::AllowList => "allowList",
+        }
+    }
+}
+
 /// Whether seccomp denies or only logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -155,6 +166,16 @@ pub enum SeccompMode {
     Enforce,
     /// Log what would be denied (for writing a policy).
     Audit,
+}
+
+impl SeccompMode {
+    /// The name used in policy files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeccompMode::Enforce => "enforce",
+            SeccompMode::Audit => "audit",
+        }
+    }
 }
 
 /// A number or a Kubernetes-style quantity string in the file.
@@ -764,10 +785,16 @@ fn check_filesystem(fs: &RawFs) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyEr
 }
 
 /// `spec.env.pass`: variable names or `NAME_*` prefixes.
+/// Whether `n` can be an `env.pass` entry as written: letters, digits and `_` (a variable
+/// name; with a trailing `*`, a prefix).
+pub fn is_env_name(n: &str) -> bool {
+    let stem = n.strip_suffix('*').unwrap_or(n);
+    !stem.is_empty() && stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 fn check_env_pass(env: &RawEnv) -> Result<Vec<String>, PolicyError> {
     for n in &env.pass {
-        let stem = n.strip_suffix('*').unwrap_or(n);
-        if stem.is_empty() || !stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if !is_env_name(n) {
             return Err(invalid(
                 "spec.env.pass",
                 format!("{n:?} is not a variable name or NAME_* prefix"),

@@ -149,7 +149,7 @@ impl AppSetService {
     ) -> Result<Response<Full<Bytes>>, Infallible> {
         let started = Instant::now();
         let request_id = uuid::Uuid::new_v4();
-        let span = tracing::info_span!("appset", %request_id, remote = ?remote, appset = tracing::field::Empty);
+        let span = tracing::info_span!("appset", %request_id, remote = %remote.map(|r| r.to_string()).unwrap_or_default(), appset = tracing::field::Empty);
         let _active = self.metrics.started();
         let mut ctx = Ctx::default();
         let out = tracing::Instrument::instrument(self.serve_one(req, &mut ctx), span).await;
@@ -405,7 +405,8 @@ impl AppSetService {
         if let Some(rec) = &ctx.record {
             ctx.limit = jail::record::snapshot(rec).limit.or(ctx.limit.take());
         }
-        match result {
+        // The generator's reply is one JSON string, bounded by the same reply memory up to here.
+        match result.map(|e| e.outcome) {
             Ok(Outcome::Generated(json)) => Ok(json),
             Ok(other) => Err(internal(format!("unexpected outcome {other:?}"))),
             Err(e) => {

@@ -179,6 +179,9 @@ pub struct AuditEvent {
     /// when the host enables audit), with the policy field that allows it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub landlock_denials: Vec<jail::record::LandlockDenial>,
+    /// A command failed while server variables were withheld: their names (never values).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub withheld_env: Vec<String>,
     /// Policy in force.
     pub policy: PolicyRef,
     /// Wall-clock duration.
@@ -245,6 +248,7 @@ impl AuditEvent {
             egress: Vec::new(),
             egress_unrecorded: 0,
             landlock_denials: Vec::new(),
+            withheld_env: Vec::new(),
             policy,
             duration_ms: elapsed.as_millis() as u64,
         }
@@ -266,6 +270,7 @@ impl AuditEvent {
         self.egress = rec.egress;
         self.egress_unrecorded = rec.egress_unrecorded;
         self.landlock_denials = rec.landlock_denials;
+        self.withheld_env = rec.withheld_env;
         if let Some(a) = rec.archive {
             self.archive.entries = Some(a.entries);
             self.archive.file_bytes = Some(a.file_bytes);
@@ -363,6 +368,7 @@ mod tests {
                 object: "/opt/secret".into(),
                 allowed_by: Some("spec.filesystem.readOnly".into()),
             }],
+            withheld_env: vec!["VAULT_ADDR".into()],
         };
         let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
         let mut e = AuditEvent::finished(
@@ -397,7 +403,7 @@ mod tests {
         );
     }
 
-    const PINNED_EVENT: &str = r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"2026-11-23T01:01:01.999Z","requestId":"r-1","rpc":"GenerateManifest","app":"guestbook","appRelPath":"apps/web","envNames":["ARGOCD_APP_NAME"],"archive":{"sha256":"ab","bytes":99,"entries":4,"fileBytes":321},"uid":20001,"gid":20001,"cgroup":"j20001-7-3","commands":[{"phase":"generate","argv":["sh","-c","yes"],"exitCode":null,"signal":"SIGKILL","durationMs":1500,"peakRssBytes":4096,"stdoutBytes":1024,"stderrBytes":0,"endedBy":"output"}],"peakMemoryBytes":8192,"oomKills":0,"outcome":"error","code":"ResourceExhausted","error":"stdout exceeds 1024 bytes","limit":"output","seccompAudit":[{"syscall":"unshare","action":"denied","count":2,"comm":"sh"}],"egress":[{"method":"CONNECT","destination":"vault.example:8200","address":"10.1.2.3:8200","decision":"allowed","bytesUp":517,"bytesDown":4100,"durationMs":35}],"egressUnrecorded":3,"landlockDenials":[{"blockers":"fs.read_file","object":"/opt/secret","allowedBy":"spec.filesystem.readOnly"}],"policy":{"name":"default","sha256":"cd"},"durationMs":1600}"#;
+    const PINNED_EVENT: &str = r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"2026-11-23T01:01:01.999Z","requestId":"r-1","rpc":"GenerateManifest","app":"guestbook","appRelPath":"apps/web","envNames":["ARGOCD_APP_NAME"],"archive":{"sha256":"ab","bytes":99,"entries":4,"fileBytes":321},"uid":20001,"gid":20001,"cgroup":"j20001-7-3","commands":[{"phase":"generate","argv":["sh","-c","yes"],"exitCode":null,"signal":"SIGKILL","durationMs":1500,"peakRssBytes":4096,"stdoutBytes":1024,"stderrBytes":0,"endedBy":"output"}],"peakMemoryBytes":8192,"oomKills":0,"outcome":"error","code":"ResourceExhausted","error":"stdout exceeds 1024 bytes","limit":"output","seccompAudit":[{"syscall":"unshare","action":"denied","count":2,"comm":"sh"}],"egress":[{"method":"CONNECT","destination":"vault.example:8200","address":"10.1.2.3:8200","decision":"allowed","bytesUp":517,"bytesDown":4100,"durationMs":35}],"egressUnrecorded":3,"landlockDenials":[{"blockers":"fs.read_file","object":"/opt/secret","allowedBy":"spec.filesystem.readOnly"}],"withheldEnv":["VAULT_ADDR"],"policy":{"name":"default","sha256":"cd"},"durationMs":1600}"#;
 
     #[test]
     fn rfc3339_dates() {

@@ -10,6 +10,7 @@ pub mod authority;
 pub mod listener;
 pub mod metrics;
 mod refuse;
+pub mod reply_memory;
 pub mod service;
 pub mod status;
 pub mod tls;

@@ -385,6 +385,7 @@ pub async fn serve(
         let _ = stop_wait.wait_for(|v| *v).await;
     };
     let server = tonic::transport::Server::builder()
+        .layer(crate::reply_memory::HoldReplyMemory)
         .add_service(health)
         .add_service(grpc)
         .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), signal);

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jail::{CancelReason, CancelToken, Limit, Operation, Outcome, Plan, Runner, TimeLimit};
+use jail::{
+    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Runner, TimeLimit,
+};
 use plugin::PluginConfig;
 use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginService;
 use proto::plugin::{
@@ -126,7 +128,7 @@ impl CmpService {
         &self,
         op: Operation,
         req: Request<Streaming<AppStreamRequest>>,
-    ) -> Result<Outcome, Status> {
+    ) -> Result<Executed, Status> {
         let client_deadline = grpc_deadline(&req).map(|d| (d, TimeLimit::Client));
         let (deadline, limit) = self.cfg.plan.deadline(client_deadline);
         let id = self
@@ -182,7 +184,7 @@ impl CmpService {
         op: Operation,
         request_id: uuid::Uuid,
         ctx: Ctx,
-        out: &Result<Outcome, Status>,
+        out: &Result<Executed, Status>,
         elapsed: Duration,
     ) {
         let record = ctx
@@ -221,7 +223,7 @@ impl CmpService {
             record,
         );
         let code = out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
-        let bytes_out = match out {
+        let bytes_out = match out.as_ref().map(|e| &e.outcome) {
             Ok(Outcome::Manifests(m)) => m.iter().map(|s| s.len() as u64).sum(),
             _ => 0,
         };
@@ -259,14 +261,14 @@ impl CmpService {
         id: u64,
         request_id: uuid::Uuid,
         audit: &mut AuditGuard,
-    ) -> Result<Outcome, Status> {
+    ) -> Result<Executed, Status> {
         let Some(ctx) = audit.ctx.as_mut() else {
             return Err(Status::internal("request context missing"));
         };
         let started = Instant::now();
         // Receiving is bounded by the request's deadline, the archive's wall clock and the
         // longest pause between two messages: a stalled client holds nothing for long.
-        let clock = ReceiveClock {
+        let mut clock = ReceiveClock {
             deadline,
             archive_by: Instant::now() + self.cfg.plan.archive.limits.wall_clock,
             archive_secs: self.cfg.plan.archive.limits.wall_clock.as_secs(),
@@ -326,12 +328,16 @@ impl CmpService {
                 _ => return Err(StreamError::NotAFile.to_status()),
             },
         };
-        // A slot, waiting in the queue within the request's deadline.
+        // A slot, waiting in the queue within the request's deadline. Nothing is read
+        // meanwhile (flow control holds the client back), so the wait does not count against
+        // the archive's wall clock.
+        let queued = Instant::now();
         let slot = self
             .admission
             .admit(deadline)
             .await
             .map_err(|e| e.to_status())?;
+        clock.archive_by += queued.elapsed();
 
         // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());
@@ -636,7 +642,7 @@ struct AuditGuard {
 impl AuditGuard {
     /// The handler answered with `out`. An error answered while the runner still works (the
     /// client's deadline) is audited once the runner is done.
-    fn finish(&mut self, out: &Result<Outcome, Status>) {
+    fn finish(&mut self, out: &Result<Executed, Status>) {
         let Some(ctx) = self.ctx.take() else {
             return;
         };
@@ -778,11 +784,17 @@ impl ConfigManagementPluginService for CmpService {
         &self,
         req: Request<Streaming<AppStreamRequest>>,
     ) -> Result<Response<ManifestResponse>, Status> {
-        match self.handle(Operation::Generate, req).await? {
-            Outcome::Manifests(manifests) => Ok(Response::new(ManifestResponse {
-                manifests,
-                source_type: String::new(),
-            })),
+        let done = self.handle(Operation::Generate, req).await?;
+        match done.outcome {
+            // The reply's share of the server's reply memory is held until the response is
+            // written (`reply_memory`).
+            Outcome::Manifests(manifests) => Ok(crate::reply_memory::attach(
+                Response::new(ManifestResponse {
+                    manifests,
+                    source_type: String::new(),
+                }),
+                done.memory,
+            )),
             other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
         }
     }
@@ -802,7 +814,7 @@ impl ConfigManagementPluginService for CmpService {
         &self,
         req: Request<Streaming<AppStreamRequest>>,
     ) -> Result<Response<RepositoryResponse>, Status> {
-        match self.handle(Operation::Match, req).await? {
+        match self.handle(Operation::Match, req).await?.outcome {
             Outcome::Match {
                 supported,
                 discovery_enabled,
@@ -818,10 +830,14 @@ impl ConfigManagementPluginService for CmpService {
         &self,
         req: Request<Streaming<AppStreamRequest>>,
     ) -> Result<Response<ParametersAnnouncementResponse>, Status> {
-        match self.handle(Operation::Parameters, req).await? {
-            Outcome::Parameters(list) => Ok(Response::new(ParametersAnnouncementResponse {
-                parameter_announcements: list.into_iter().map(announcement).collect(),
-            })),
+        let done = self.handle(Operation::Parameters, req).await?;
+        match done.outcome {
+            Outcome::Parameters(list) => Ok(crate::reply_memory::attach(
+                Response::new(ParametersAnnouncementResponse {
+                    parameter_announcements: list.into_iter().map(announcement).collect(),
+                }),
+                done.memory,
+            )),
             other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
         }
     }

@@ -225,7 +225,7 @@ impl jail::Runner for NoCommands {
         _spec: &jail::RequestSpec,
         _input: Box<dyn std::io::Read + Send>,
         _cancel: &jail::CancelToken,
-    ) -> Result<jail::Outcome, jail::RequestError> {
+    ) -> Result<jail::Executed, jail::RequestError> {
         Err(jail::RequestError::internal(
             "this generator has no command source",
         ))

@@ -104,6 +104,8 @@ impl ArchiveOpts {
             limits,
             preserve_file_mode: self.preserve_file_mode,
             expected_sha256,
+            // `archive check` prints the digest.
+            skip_digest: false,
         })
     }
 }

@@ -17,14 +17,51 @@ pub fn load_policy(file: Option<&Path>) -> anyhow::Result<Policy> {
 
 /// `ARGOCD_EXEC_TIMEOUT` (Go duration syntax, e.g. `90s`): Argo CD documents it, but its
 /// cmp-server never applied it; here it is the per-command limit. Unset, empty or zero: none.
-pub fn exec_timeout() -> anyhow::Result<Option<(Duration, String)>> {
-    match std::env::var("ARGOCD_EXEC_TIMEOUT") {
-        Ok(v) if !v.is_empty() => {
-            let d = plugin::duration::parse_go_duration(&v)
-                .with_context(|| format!("ARGOCD_EXEC_TIMEOUT={v}"))?;
-            Ok((!d.is_zero()).then_some((d, v)))
+/// A value Go cannot parse is ignored by Argo CD; here it is warned about and not applied.
+pub fn exec_timeout() -> Option<(Duration, String)> {
+    let v = std::env::var("ARGOCD_EXEC_TIMEOUT")
+        .ok()
+        .filter(|v| !v.is_empty())?;
+    match plugin::duration::parse_go_duration(&v) {
+        Ok(d) => (!d.is_zero()).then_some((d, v)),
+        Err(e) => {
+            tracing::warn!(
+                value = %v,
+                error = %e,
+                "ARGOCD_EXEC_TIMEOUT is not a Go duration (e.g. 90s, 2m30s): no per-command timeout is applied (Argo CD ignores it too)"
+            );
+            None
         }
-        _ => Ok(None),
+    }
+}
+
+/// Environment `argocd-cmp-server` reads that changes nothing here, validated as Argo CD
+/// validates it and logged, so an operator's setting is never silently dropped:
+/// `ARGOCD_GRPC_KEEP_ALIVE_MIN` (the least interval Argo's gRPC server lets a client ping at;
+/// hyper answers every ping and never closes a pinging client, so any value holds) and
+/// `ARGOCD_ENABLE_GRPC_TIME_HISTOGRAM` (which has no visible effect in Argo CD either: its
+/// registry is never served; ours, `--metrics-address`, always has the duration histogram).
+pub fn argo_only_variables() {
+    if let Some(v) = std::env::var("ARGOCD_GRPC_KEEP_ALIVE_MIN")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        match plugin::duration::parse_go_duration(&v) {
+            Ok(_) => tracing::info!(
+                value = %v,
+                "ARGOCD_GRPC_KEEP_ALIVE_MIN: accepted; clients may ping at any interval here (never refused)"
+            ),
+            Err(e) => tracing::warn!(
+                value = %v,
+                error = %e,
+                "ARGOCD_GRPC_KEEP_ALIVE_MIN is not a Go duration: Argo CD would use 10s; clients may ping at any interval here"
+            ),
+        }
+    }
+    if std::env::var("ARGOCD_ENABLE_GRPC_TIME_HISTOGRAM").is_ok_and(|v| v == "true") {
+        tracing::info!(
+            "ARGOCD_ENABLE_GRPC_TIME_HISTOGRAM: request durations are always a histogram here (cmp_warden_request_duration_seconds, --metrics-address)"
+        );
     }
 }
 

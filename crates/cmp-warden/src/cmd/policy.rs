@@ -95,7 +95,8 @@ struct Observed {
     limits_hit: Vec<(String, String)>,
     /// Destinations commands asked the egress proxy for: (host, port) → needed `internal`.
     egress: std::collections::BTreeMap<(String, u16), bool>,
-    /// Server variables withheld from commands (from the server's start-up log line).
+    /// Server variables withheld from commands that failed (from the audit events'
+    /// `withheldEnv`, or the server's start-up log line when the whole log is given).
     withheld: std::collections::BTreeSet<String>,
 }
 
@@ -117,6 +118,13 @@ fn observe(text: &str) -> Observed {
         if e["log"] != "audit" {
             continue;
         }
+        o.withheld.extend(
+            e["withheldEnv"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_owned)),
+        );
         for c in e["egress"].as_array().into_iter().flatten() {
             let Some((host, port)) = c["destination"]
                 .as_str()
@@ -256,12 +264,21 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
         p.egress.rules = rules;
         p.egress.audit = false;
     }
-    if !o.withheld.is_empty() {
-        let names: Vec<&str> = o.withheld.iter().map(String::as_str).collect();
+    // Variables a failing command did not get: proposed as entries, each to be reviewed (every
+    // entry reaches every command of every request, so a secret the plugin does not read
+    // should be taken out again).
+    let new_names: Vec<String> = o
+        .withheld
+        .iter()
+        .filter(|n| !p.env_pass.contains(n) && policy::is_env_name(n))
+        .cloned()
+        .collect();
+    if !new_names.is_empty() {
         notes.push(format!(
-            "env: the server withheld these variables from commands: {}. If the plugin is configured by any of them, add it (or a NAME_* pattern) to spec.env.pass.",
-            names.join(", ")
+            "env.pass: added {} (the server withheld them from commands that failed). REVIEW: each reaches every command; remove those the plugin is not configured by, or use a NAME_* pattern.",
+            new_names.join(", ")
         ));
+        p.env_pass.extend(new_names);
     }
     if let Some(rules) = profile["rules"].as_array_mut() {
         for r in rules.iter_mut() {

@@ -1,7 +1,6 @@
 //! `cmp-warden render`: discovery, init and generate on a local directory through the same code
 //! path the server uses (pack → runner → split), for plugin authors without a cluster.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -83,7 +82,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     let work = std::env::temp_dir().join(format!("cmp-warden-render-{}", std::process::id()));
     let mut start = jail::StartOptions::new(work.clone(), jail::Owner::OneShot);
     start.log_args = log_args;
-    start.overrides.command_timeout = super::flags::exec_timeout()?;
+    start.overrides.command_timeout = super::flags::exec_timeout();
     start.lease_dir = super::flags::lease_dir(None);
     let (supervisor, _) = jail::Supervisor::start(&policy, start)?;
     let plan = supervisor.plan();
@@ -133,11 +132,13 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         if config.spec.discover.is_defined() {
             let s = spec(Operation::Match);
             let t = std::time::Instant::now();
-            let r = runner.execute(
-                &s,
-                Box::new(std::io::Cursor::new(buf.clone())),
-                &CancelToken::new(),
-            );
+            let r = runner
+                .execute(
+                    &s,
+                    Box::new(std::io::Cursor::new(buf.clone())),
+                    &CancelToken::new(),
+                )
+                .map(|e| e.outcome);
             runner.reclaim(&s);
             account(&s, &r, t.elapsed());
             match r {
@@ -157,21 +158,26 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         }
         let s = spec(Operation::Generate);
         let t = std::time::Instant::now();
-        let out = runner.execute(
-            &s,
-            Box::new(std::io::Cursor::new(buf.clone())),
-            &CancelToken::new(),
-        );
+        let out = runner
+            .execute(
+                &s,
+                Box::new(std::io::Cursor::new(buf.clone())),
+                &CancelToken::new(),
+            )
+            .map(|e| e.outcome);
         runner.reclaim(&s);
         account(&s, &out, t.elapsed());
         let out = out?;
         let Outcome::Manifests(m) = out else {
             anyhow::bail!("unexpected outcome")
         };
-        let mut stdout = std::io::stdout().lock();
+        // A reader that went away (`| head`) ends the output quietly.
+        let mut text = String::new();
         for doc in m {
-            writeln!(stdout, "{doc}")?;
+            text.push_str(&doc);
+            text.push('\n');
         }
+        super::print_out(&text);
         Ok(())
     })();
     // The spare jail prepared for a next request lives in `work` and the cgroup instance.

@@ -30,9 +30,10 @@ pub struct ServeArgs {
     /// Parent of the work directory `_cmp_server` [default: $TMPDIR or /tmp].
     #[arg(long, env = "ARGOCD_CMP_WORKDIR")]
     work_dir: Option<PathBuf>,
-    /// gRPC message size limit in MiB.
-    #[arg(long, env = "ARGOCD_GRPC_MAX_SIZE_MB", default_value_t = 100)]
-    grpc_max_size_mb: usize,
+    /// gRPC message size limit in MiB [default: 100; as Argo CD, a value that is not a whole
+    /// number is warned about and the default used].
+    #[arg(long, env = "ARGOCD_GRPC_MAX_SIZE_MB")]
+    grpc_max_size_mb: Option<String>,
     /// Socket mode, octal (e.g. 0660) [default: as created].
     #[arg(long, value_parser = parse_octal)]
     socket_mode: Option<u32>,
@@ -79,20 +80,24 @@ pub struct ServeArgs {
     /// spans are exported over OTLP/gRPC, joined to the caller's trace [default: off].
     #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ADDRESS")]
     otlp_address: Option<String>,
-    /// Plaintext to the collector; false: TLS with the system's roots.
-    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_INSECURE", num_args = 0..=1, default_missing_value = "true", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Plaintext to the collector; false: TLS with the system's roots (Go's boolean spellings:
+    /// 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False).
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_INSECURE", num_args = 0..=1, default_missing_value = "true", default_value = "true", value_parser = parse_go_bool, action = clap::ArgAction::Set)]
     otlp_insecure: bool,
-    /// gRPC metadata sent to the collector, key1=value1,key2=value2.
-    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_HEADERS")]
-    otlp_headers: Option<String>,
-    /// Extra resource attributes on every span, key:value,...
-    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ATTRS")]
-    otlp_attrs: Option<String>,
+    /// gRPC metadata sent to the collector, key1=value1,key2=value2 (repeatable; a malformed
+    /// pair is warned about and skipped, as Argo CD does).
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_HEADERS", action = clap::ArgAction::Append)]
+    otlp_headers: Vec<String>,
+    /// Extra resource attributes on every span, key:value,... (repeatable; malformed ones are
+    /// warned about and skipped).
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ATTRS", action = clap::ArgAction::Append)]
+    otlp_attrs: Vec<String>,
     /// Share of new traces exported (0 to 1); a caller's sampling decision is always followed.
     #[arg(
         long,
         env = "ARGOCD_CMP_SERVER_OTLP_SAMPLE_RATIO",
-        default_value_t = 1.0
+        default_value_t = 1.0,
+        value_parser = parse_ratio
     )]
     otlp_sample_ratio: f64,
     /// Seconds a request's stream may pause between two messages before it is ended.
@@ -102,6 +107,42 @@ pub struct ServeArgs {
 
 fn parse_octal(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s.trim_start_matches("0o"), 8).map_err(|e| e.to_string())
+}
+
+/// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("invalid boolean {s:?} (true or false)")),
+    }
+}
+
+/// A sampling ratio in [0, 1] (Argo CD's bounded float flag).
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{s:?} is not a number between 0 and 1")),
+    }
+}
+
+/// `ARGOCD_GRPC_MAX_SIZE_MB` as Argo CD reads it: a whole number of MiB; anything else is
+/// warned about and the default (100) used.
+pub fn grpc_max_size_mb(v: Option<&str>) -> usize {
+    const DEFAULT: usize = 100;
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => DEFAULT,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if i32::try_from(n).is_ok() => n as usize,
+            _ => {
+                tracing::warn!(
+                    value = v,
+                    "ARGOCD_GRPC_MAX_SIZE_MB is not a whole number of MiB: using the default, 100"
+                );
+                DEFAULT
+            }
+        },
+    }
 }
 
 /// Run the server; exit 0 after a clean shutdown, 20 on start-up failure.
@@ -170,13 +211,15 @@ struct Prepared {
 /// listeners at its step for it), then the service.
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
+    super::flags::argo_only_variables();
     let tracer = otlp_exporter(&a)?;
     let policy = super::flags::load_policy(a.policy.as_deref())?;
+    let grpc_max_size_mb = grpc_max_size_mb(a.grpc_max_size_mb.as_deref());
     let overrides = jail::supervisor::Overrides {
         compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
         output_bytes: super::flags::quantity("--output-bytes", a.output_bytes.as_deref())?,
-        command_timeout: super::flags::exec_timeout()?,
-        reply_bytes: Some(a.grpc_max_size_mb as u64 * 1024 * 1024),
+        command_timeout: super::flags::exec_timeout(),
+        reply_bytes: Some(grpc_max_size_mb as u64 * 1024 * 1024),
     };
     let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
     for k in &loaded.unknown_keys {
@@ -232,8 +275,10 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             "socket mode 0666: the peer-credential check admits only the allowed UIDs (--socket-mode changes the mode)"
         );
     }
-    if a.grpc_max_size_mb == 0 {
-        bail!("ARGOCD_GRPC_MAX_SIZE_MB must be positive");
+    if grpc_max_size_mb == 0 {
+        bail!(
+            "ARGOCD_GRPC_MAX_SIZE_MB is 0: no message could be received (Argo CD would start and fail every request); set a positive number of MiB"
+        );
     }
     if a.no_unix_socket && a.net.listen.is_none() {
         bail!("--no-unix-socket needs --listen");
@@ -243,7 +288,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         socket_mode,
         socket_owner,
         allowed_uids: allowed_uids.clone(),
-        max_message_bytes: a.grpc_max_size_mb * 1024 * 1024,
+        max_message_bytes: grpc_max_size_mb * 1024 * 1024,
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
     };
 
@@ -366,11 +411,20 @@ pub fn otlp_exporter(
         ("service.version".into(), env!("CARGO_PKG_VERSION").into()),
         ("telemetry.sdk.name".into(), "cmp-warden".into()),
     ];
-    resource.extend(otlp::parse_attrs(a.otlp_attrs.as_deref().unwrap_or(""))?);
+    // As Argo CD: a malformed attribute or header is warned about and left out.
+    let (attrs, bad) = otlp::parse_attrs_lenient(&a.otlp_attrs.join(","));
+    for b in bad {
+        tracing::warn!(attr = %b, "--otlp-attrs: not key:value; left out");
+    }
+    resource.extend(attrs);
+    let (headers, bad) = otlp::parse_headers_lenient(&a.otlp_headers.join(","));
+    for b in bad {
+        tracing::warn!(header = %b, "--otlp-headers: not a valid key=value; left out");
+    }
     let (exporter, task) = otlp::Exporter::new(otlp::ExporterConfig {
         address: address.to_owned(),
         insecure: a.otlp_insecure,
-        headers: otlp::parse_headers(a.otlp_headers.as_deref().unwrap_or(""))?,
+        headers,
         resource,
         scope: ("cmp-warden".into(), env!("CARGO_PKG_VERSION").into()),
         sample_ratio: a.otlp_sample_ratio,

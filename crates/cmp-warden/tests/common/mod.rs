@@ -106,6 +106,43 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Every log line is shaped as logrus writes JSON (`time`, a logrus `level`, `msg`) and
+    /// no value is Rust debug text (`Some(…)`, `None`, a struct, a quoted list).
+    #[allow(dead_code)]
+    pub fn assert_logs_are_logrus_json(&self) {
+        let logs = self.logs();
+        let mut n = 0;
+        for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+            let o = v.as_object().expect("object");
+            if o.get("log").and_then(|l| l.as_str()) == Some("audit") {
+                continue;
+            }
+            n += 1;
+            for k in ["time", "level", "msg"] {
+                assert!(o.contains_key(k), "no {k:?}: {line}");
+            }
+            assert!(
+                [
+                    "trace", "debug", "info", "warning", "error", "fatal", "panic"
+                ]
+                .contains(&o["level"].as_str().unwrap_or("")),
+                "level: {line}"
+            );
+            for (k, val) in o {
+                let Some(t) = val.as_str() else { continue };
+                let debug_text = t.starts_with("Some(")
+                    || t == "None"
+                    || t.contains(" { ")
+                    || t.starts_with("[\"")
+                    || t.starts_with("[(");
+                assert!(!debug_text, "{k} is debug text: {line}");
+            }
+        }
+        assert!(n > 0, "no log lines");
+    }
+
     /// `<ARGOCD_CMP_WORKDIR>/_cmp_server` entries.
     /// A work dir that cannot be read is a failure, not an empty directory (only one that does
     /// not exist yet is empty).
@@ -343,3 +380,24 @@ pub const UNKNOWN: i64 = 2;
 pub const PERMISSION_DENIED: i64 = 7;
 pub const DATA_LOSS: i64 = 15;
 pub const UNAVAILABLE: i64 = 14;
+
+/// Turns the host's kernel audit on for a test and restores what it was (even on a panic), so
+/// that Landlock's denial records reach the server.
+#[allow(dead_code)]
+pub struct AuditOn(bool);
+
+#[allow(dead_code)]
+impl AuditOn {
+    pub fn enable() -> std::io::Result<AuditOn> {
+        use jail::supervisor::landlock_log;
+        let was = landlock_log::audit_enabled()?;
+        landlock_log::set_audit_enabled(true)?;
+        Ok(AuditOn(was))
+    }
+}
+
+impl Drop for AuditOn {
+    fn drop(&mut self) {
+        let _ = jail::supervisor::landlock_log::set_audit_enabled(self.0);
+    }
+}

@@ -118,7 +118,14 @@ pub fn jail_main() -> i32 {
             return reply(&internal(e.to_string()));
         }
     };
-    tracing::debug!(?report, us = t0.elapsed().as_micros() as u64, "confined");
+    tracing::debug!(
+        landlock = report.landlock.as_str(),
+        seccomp_filters = report.seccomp_filters,
+        namespaces = %report.namespaces.created.join(", "),
+        degraded = %report.degraded.join("; "),
+        us = t0.elapsed().as_micros() as u64,
+        "confined"
+    );
     // The subreaper of its commands: a daemon that leaves its process tree stays below the
     // jail (and so below the supervisor, which tells its own commands from clients that way),
     // and its zombie is the jail's to reap before the UID goes back to the pool.
@@ -204,8 +211,10 @@ fn run_confined(
     task.env
         .push(("TMPDIR".into(), base.join(TMP_DIR).display().to_string()));
     if let Some(port) = report.egress_port {
-        // Every common client (curl, git, helm and Go, Python, Node) reads one of these; a
-        // passed NO_PROXY would only send a tool to a direct connection that cannot succeed.
+        // curl, git, helm and Go, Python read one of these; Node's own http and fetch read them
+        // from Node 24 on when NODE_USE_ENV_PROXY=1 (set here; older Node needs a proxy agent
+        // in the plugin). A passed NO_PROXY would only send a tool to a direct connection that
+        // cannot succeed.
         let proxy = format!("http://127.0.0.1:{port}");
         const NAMES: [&str; 6] = [
             "HTTPS_PROXY",
@@ -219,6 +228,8 @@ fn run_confined(
             .retain(|(k, _)| !NAMES.contains(&k.as_str()) && k != "NO_PROXY" && k != "no_proxy");
         task.env
             .extend(NAMES.iter().map(|n| ((*n).to_owned(), proxy.clone())));
+        task.env.retain(|(k, _)| k != "NODE_USE_ENV_PROXY");
+        task.env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
     }
     let req = Request {
         task,

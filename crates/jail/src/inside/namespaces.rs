@@ -129,6 +129,9 @@ pub fn enter(
     let mut dir = None;
     if report.has("mount") {
         dir = private_tree(base, disk, &mut report)?;
+        if let Some(d) = &dir {
+            named_identity(creds, d, &base.join(super::confine::HOME_DIR), &mut report);
+        }
     }
     if want.pid {
         match unshare_namespaces(UnshareFlags::NEWPID) {
@@ -240,6 +243,88 @@ fn private_tree(
     report.private_tmp = true;
     report.disk_bytes = Some(disk.bytes);
     Ok(Some(dir))
+}
+
+/// The leased UID and GID have no entry in the image's `/etc/passwd` and `/etc/group`, and
+/// tools that look their user up refuse to run without one (ssh and ssh-keygen: "No user exists
+/// for uid"; git's commit identity, `whoami`, Python's `getpass`). In the jail's own mount
+/// namespace, bind a copy of each file with the lease's entry appended (user `cmp-warden`, home
+/// the request's `home`) over the original, read-only; the copy's name is unlinked at once, so
+/// only the bound file remains. Best effort: a note, never a failure.
+fn named_identity(creds: Creds, dir: &OwnedFd, home: &Path, report: &mut NamespaceReport) {
+    let entries = [
+        (
+            "/etc/passwd",
+            format!(
+                "cmp-warden:x:{}:{}:cmp-warden request:{}:/bin/sh\n",
+                creds.uid,
+                creds.gid,
+                home.display()
+            ),
+            creds.uid,
+        ),
+        (
+            "/etc/group",
+            format!("cmp-warden:x:{}:\n", creds.gid),
+            creds.gid,
+        ),
+    ];
+    for (file, entry, id) in entries {
+        if let Err(e) = bind_with_entry(file, &entry, id, dir) {
+            report
+                .notes
+                .push(format!("{file}: no entry for the lease: {e}"));
+        }
+    }
+}
+
+fn bind_with_entry(file: &str, entry: &str, id: u32, dir: &OwnedFd) -> std::io::Result<()> {
+    let original = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        // Not in the image (or not readable): nothing to extend.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let taken = original
+        .lines()
+        .any(|l| l.split(':').nth(2).and_then(|n| n.parse::<u32>().ok()) == Some(id));
+    if taken {
+        return Ok(());
+    }
+    let name = ".cmp-warden-identity";
+    let fd = rfs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )?;
+    // The jail's umask is 077; the entry is as readable as the image's file.
+    rfs::fchmod(&fd, Mode::from_raw_mode(0o644))?;
+    let mut text = original;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(entry);
+    let written = rustix::io::write(&fd, text.as_bytes());
+    drop(fd);
+    let bound = written.map_err(std::io::Error::from).and_then(|n| {
+        if n != text.len() {
+            return Err(std::io::Error::other("short write"));
+        }
+        let src = format!(
+            "/proc/self/fd/{}/{name}",
+            std::os::fd::AsRawFd::as_raw_fd(dir)
+        );
+        rustix::mount::mount_bind(src.as_str(), file)?;
+        rustix::mount::mount_remount(
+            file,
+            MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+            "",
+        )?;
+        Ok(())
+    });
+    let _ = rfs::unlinkat(dir, name, rfs::AtFlags::empty());
+    bound
 }
 
 fn open_dir(p: &Path) -> Result<OwnedFd, ConfineError> {

@@ -109,7 +109,11 @@ pub(crate) fn extract(req: &Request, input: impl Read) -> Result<(), Failure> {
             duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         })
     });
-    tracing::debug!(entries = summary.entries, bytes = summary.file_bytes, sha256 = %summary.sha256_hex(), "archive extracted");
+    tracing::debug!(
+        entries = summary.entries,
+        bytes = summary.file_bytes,
+        "archive extracted"
+    );
     Ok(())
 }
 

@@ -169,8 +169,9 @@ pub fn prepare(layout: &Layout, own_pid: u32) -> Result<Vec<String>, CgroupError
 }
 
 /// Start-up: remove request cgroups a previous run left (their processes were killed by the
-/// UID sweep; v2 kills again through `cgroup.kill`). Returns how many were removed.
-pub fn sweep(layout: &Layout) -> usize {
+/// UID sweep; v2 kills again through `cgroup.kill`), leaving those `another_instance` says a
+/// live instance sharing the base holds. Returns how many were removed.
+pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize {
     let bases: Vec<&Path> = match layout {
         Layout::V2 { base } => vec![base.as_path()],
         Layout::V1 { controllers } => controllers.iter().map(|(_, d)| d.as_path()).collect(),
@@ -182,7 +183,10 @@ pub fn sweep(layout: &Layout) -> usize {
         };
         for e in rd.flatten() {
             let p = e.path();
-            if !p.is_dir() || e.file_name() == "supervisor" {
+            if !p.is_dir()
+                || e.file_name() == "supervisor"
+                || another_instance(&e.file_name().to_string_lossy())
+            {
                 continue;
             }
             let kill = p.join("cgroup.kill");
@@ -643,6 +647,24 @@ mod tests {
         }
         cg.remove().expect("remove");
         assert!(!base.join("r1").exists());
+    }
+
+    #[test]
+    fn the_sweep_leaves_another_live_instances_request_cgroups_alone() {
+        let t = tempfile::tempdir().expect("tmp");
+        let base = t.path().to_path_buf();
+        for d in ["supervisor", "j20001-10-0", "j20002-11-0"] {
+            std::fs::create_dir(base.join(d)).expect("mkdir");
+        }
+        let layout = Layout::V2 { base: base.clone() };
+        let removed = sweep(&layout, |name| name.starts_with("j20002-"));
+        assert_eq!(removed, 1);
+        assert!(!base.join("j20001-10-0").exists(), "ours: removed");
+        assert!(
+            base.join("j20002-11-0").exists(),
+            "another instance's: kept"
+        );
+        assert!(base.join("supervisor").exists());
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub mod landlock_log;
 mod plan;
 mod privilege;
 pub(crate) mod reclaim;
-mod runner;
+pub(crate) mod runner;
 pub(crate) mod uid;
 
 use std::path::{Path, PathBuf};
@@ -479,7 +479,7 @@ impl Supervisor {
         let gaps = enforcement.shared_uid_gaps();
         if !gaps.is_empty() {
             tracing::warn!(
-                gaps = ?gaps,
+                gaps = %gaps.join("; "),
                 "SHARED UID on this node: {} (what still holds: the socket refuses this server's own commands, the supervisor is not dumpable, Landlock keeps each request in its directory)",
                 gaps.join("; ")
             );
@@ -723,7 +723,7 @@ fn sweep(runner: &Confined, layout: Option<&Layout>) -> Result<(), StartError> {
         );
     }
     if let Some(layout) = layout {
-        let n = cgroup::sweep(layout);
+        let n = cgroup::sweep(layout, |name| runner.held_by_another_instance(name));
         if n > 0 {
             tracing::info!(
                 removed = n,
@@ -772,37 +772,44 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
         policy = %policy.name,
         policy_sha256 = %policy.sha256,
         privilege_model = e.privileges.model.describe(),
-        supervisor_capabilities = ?e.capabilities_kept,
+        supervisor_capabilities = %e.capabilities_kept.join(", "),
         unique_uid = r.unique_uid,
         uid_range = %format!("{}+{}", policy.uid_first, policy.uid_count),
         capabilities_cleared = r.capabilities_cleared,
         bounding_cleared = r.bounding_cleared,
         no_new_privs = r.no_new_privs,
         landlock = r.landlock.as_str(),
-        landlock_abi = ?r.landlock_abi,
+        landlock_abi = r.landlock_abi.unwrap_or(0),
         landlock_tcp_denied = r.landlock_tcp_denied,
         seccomp_filters = r.seccomp_filters,
         seccomp_instructions = e.seccomp_instructions,
-        seccomp_mode = ?policy.seccomp_mode,
-        cgroup_controllers = ?e.cgroup_controllers,
-        unavailable = ?e
+        seccomp_mode = policy.seccomp_mode.as_str(),
+        cgroup_controllers = %e.cgroup_controllers.join(", "),
+        unavailable = %e
             .unavailable
             .iter()
-            .map(|(p, why)| (p.as_str(), why.as_str()))
-            .collect::<Vec<_>>(),
-        network = ?policy.network,
-        namespaces = ?r.namespaces.created,
-        namespaces_unavailable = ?r.namespaces.failed,
+            .map(|(p, why)| format!("{}: {why}", p.as_str()))
+            .collect::<Vec<_>>()
+            .join("; "),
+        network = policy.network.as_str(),
+        namespaces = %r.namespaces.created.join(", "),
+        namespaces_unavailable = %r.namespaces.failed.join("; "),
         private_proc = r.namespaces.private_proc,
-        disk_bytes = ?r.namespaces.disk_bytes,
-        missing_paths = ?r.missing_paths,
-        degraded = ?r.degraded,
+        disk_bytes = r.namespaces.disk_bytes.unwrap_or(0),
+        missing_paths = %r
+            .missing_paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        degraded = %r.degraded.join("; "),
         landlock_denials = %e.denial_log.describe(),
-        self_test = ?r
+        self_test = %r
             .self_test
             .iter()
-            .map(|(dir, outcome)| (dir.as_str(), outcome.to_string()))
-            .collect::<Vec<_>>(),
+            .map(|(dir, outcome)| format!("{dir}: {outcome}"))
+            .collect::<Vec<_>>()
+            .join("; "),
         "sandbox enforced"
     );
 }

@@ -257,6 +257,9 @@ fn archive_options(policy: &Policy, overrides: &Overrides) -> archive::Options {
     opts.limits.path_depth = usize::try_from(a.path_depth).unwrap_or(usize::MAX);
     opts.limits.max_ratio = a.max_ratio;
     opts.limits.wall_clock = Duration::from_secs(a.wall_seconds);
+    // The server hashes every byte it forwards and sends the end frame only when the checksum
+    // matched: a second SHA-256 in the jail would only cost CPU.
+    opts.skip_digest = true;
     opts
 }
 
@@ -307,6 +310,42 @@ mod tests {
             .replacen("maxRatio: 250", "maxRatio: 33", 1)
             .replacen("wallSeconds: 120", "wallSeconds: 11", 1);
         Policy::parse(&text, None).expect("custom policy")
+    }
+
+    #[test]
+    fn git_credentials_are_relayed_only_to_the_servers_own_askpass_socket() {
+        let text = policy::policy::DEFAULT_POLICY_YAML.replacen(
+            "network: {mode: none}",
+            "network: {mode: allowList, allow: [{host: github.com, ports: [443]}]}",
+            1,
+        );
+        let p = Policy::parse(&text, None).expect("allowList policy");
+        let server_env = [("ARGOCD_ASK_PASS_SOCK".to_owned(), "/ask/sock".to_owned())];
+        let plan = Plan::new(&p, &Overrides::default(), server_env);
+        let mut creds = PluginConfig::default();
+        creds.spec.provide_git_creds = true;
+        let relayed = |config: &PluginConfig, sock: &str| {
+            let spec = plan.request(
+                Operation::Generate,
+                config,
+                PathBuf::from("/w/r"),
+                ".",
+                &[("ARGOCD_ASK_PASS_SOCK".into(), sock.into())],
+                plan.deadline(None),
+            );
+            plan.egress_proxy(Some(&spec.task))
+                .expect("a proxy under allowList")
+                .askpass()
+                .map(std::path::Path::to_path_buf)
+        };
+        assert_eq!(
+            relayed(&creds, "/ask/sock"),
+            Some(PathBuf::from("/ask/sock"))
+        );
+        // A request naming another socket cannot aim the supervisor at it.
+        assert_eq!(relayed(&creds, "/run/other.sock"), None);
+        // Without provideGitCreds, nothing is relayed.
+        assert_eq!(relayed(&PluginConfig::default(), "/ask/sock"), None);
     }
 
     #[test]

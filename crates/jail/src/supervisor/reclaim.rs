@@ -58,7 +58,7 @@ impl ReclaimArgs {
 /// directory fd-relative without following links. Exit 0 when both are done.
 pub fn reclaim_main(args: &[String]) -> i32 {
     let Some(a) = ReclaimArgs::parse(args) else {
-        tracing::error!(?args, "reclaim: bad arguments");
+        tracing::error!(args = %args.join(" "), "reclaim: bad arguments");
         return 2;
     };
     if let Some((uid, gid)) = a.creds {

@@ -17,13 +17,13 @@ use super::cgroup::{CgroupStats, Layout, RequestCgroup};
 use super::plan::Plan;
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use super::uid::{Lease, UidPool, proc_uid, processes_in_range};
-use crate::Runner;
 use crate::cancel::CancelToken;
 use crate::factory::{Factory, JailProcess};
 use crate::inside::run::KILL_GRACE;
 use crate::protocol::{Creds, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame};
 use crate::record::{Limit, Recorder};
-use crate::spec::{ErrorKind, Outcome, RequestError, RequestSpec};
+use crate::spec::{ErrorKind, RequestError, RequestSpec};
+use crate::{Executed, Runner};
 
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);
@@ -130,7 +130,8 @@ impl Confined {
     pub fn new(mut cfg: ConfinedConfig) -> Self {
         let pool = cfg.pool.take().map(Mutex::new);
         let factory = Factory::new(cfg.exe.clone(), cfg.log_args.clone());
-        // Two of the largest replies at once; a third waits for neither and is refused.
+        // Two of the largest replies at once, from the jail's pipe until the response is
+        // written; a third waits its turn.
         let reply_budget = cfg.plan.reply_bytes.saturating_mul(2);
         Confined {
             inner: Arc::new(Inner {
@@ -177,6 +178,23 @@ impl Confined {
         self.inner.remove_leftover_dirs()
     }
 
+    /// Whether the request cgroup or directory `name` (`j<uid>-<pid>-<n>`, or `j-<pid>-<n>` in
+    /// the shared-UID model) belongs to another live instance: its identity's lease is held
+    /// elsewhere, or (no identity) the instance that named it is alive and not us.
+    pub fn held_by_another_instance(&self, name: &str) -> bool {
+        let Some(rest) = name.strip_prefix('j') else {
+            return false;
+        };
+        let mut parts = rest.splitn(3, '-');
+        let (uid, pid) = (parts.next(), parts.next());
+        match (uid.and_then(|u| u.parse::<u32>().ok()), &self.inner.pool) {
+            (Some(uid), Some(pool)) => lock(pool).lock_for_sweep(uid).is_none(),
+            _ => pid.and_then(|p| p.parse::<u32>().ok()).is_some_and(|p| {
+                p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
+            }),
+        }
+    }
+
     /// Remove what is left in the work root (each entry as its owner, through the reclaim
     /// helper): a one-shot run's last step, which holds no capability to do it itself.
     pub fn remove_leftover_dirs(&self) -> Result<usize, String> {
@@ -202,7 +220,7 @@ impl Confined {
             &record,
         );
         self.inner.reclaim(&name);
-        match r? {
+        match r?.0 {
             Reply::Ok { report, .. } => {
                 let inside = report.self_test.first().map(|(_, o)| o);
                 let escaped: Vec<_> = report
@@ -491,7 +509,7 @@ impl Inner {
         let start = Instant::now();
         while !cg.is_empty() {
             if start.elapsed() > Duration::from_secs(2) {
-                tracing::error!(dirs = ?cg.dirs, "jail cgroup still has processes");
+                tracing::error!(dirs = %cg.dirs.iter().map(|(_, d)| d.display().to_string()).collect::<Vec<_>>().join(", "), "jail cgroup still has processes");
                 return false;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -591,7 +609,14 @@ impl Inner {
                 }
             }
             _ => {
-                tracing::error!(jail = %name, uid = lease.uid(), helper = ?res, processes = ?left, dir_gone, "reclaim incomplete: UID quarantined");
+                tracing::error!(
+                    jail = %name,
+                    uid = lease.uid(),
+                    helper = %res.as_ref().err().map_or_else(|| "ok".to_owned(), ToString::to_string),
+                    processes = %left.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+                    dir_gone,
+                    "reclaim incomplete: UID quarantined"
+                );
                 lock(&self.quarantined).push(lease);
             }
         }
@@ -684,7 +709,7 @@ impl Inner {
         cancel: &CancelToken,
         deadline: Option<Instant>,
         record: &Recorder,
-    ) -> Result<Reply, RequestError> {
+    ) -> Result<(Reply, ReplyShare), RequestError> {
         let mut jail = self.take(request, deadline, cancel)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
         let mut stdin = jail.stdin.take();
@@ -793,13 +818,16 @@ impl Inner {
         };
 
         // The reply carries at most what one gRPC message may (or an error with a command's
-        // stderr), with room for the record.
+        // stderr), with room for the record. Manifests travel as JSON strings inside the JSON
+        // frame, where escaping (`"` → `\"`) at most doubles them.
         let cap = match header {
             Header::Request { task, .. } => task.reply_bytes.max(task.output_bytes),
             Header::Probe { .. } => 1024,
         }
+        .saturating_mul(2)
         .saturating_add(1 << 20);
-        let raw = stdout.map(|mut s| read_reply(&mut s, cap, &self.reply_memory));
+        let reply_deadline = deadline.map(|d| d + KILL_GRACE);
+        let raw = stdout.map(|mut s| read_reply(&mut s, cap, &self.reply_memory, reply_deadline));
         if let Some(p) = proxy {
             let (connections, unrecorded) = p.finish();
             crate::record::update(record, |r| {
@@ -829,8 +857,9 @@ impl Inner {
                 "request cgroup"
             );
         }
-        // The permit (supervisor-wide reply memory) is held until the raw reply is parsed.
-        let (raw, _permit) = match raw {
+        // The permit (supervisor-wide reply memory) goes with the outcome until the response
+        // is written.
+        let (raw, permit) = match raw {
             Some(Ok(Some((raw, permit)))) => (Some(raw), permit),
             Some(Ok(None)) | None => (None, None),
             Some(Err(e)) => return Err(e),
@@ -843,13 +872,23 @@ impl Inner {
             None
         };
         let reply = verdict(raw, stats, &self.cfg.plan, cancel, record, jail_signal)?;
-        // A failed request: what Landlock refused its commands, if the kernel told us (its
-        // records arrive a few milliseconds after the denial).
-        if let (Reply::Err { .. }, Some((log, uid))) = (&reply, denial_log) {
-            let denied = log.take(uid, LANDLOCK_LOG_WAIT);
-            crate::record::update(record, |r| r.landlock_denials = denied);
+        // What Landlock refused the request's commands, if the kernel told us: a failed
+        // request waits for the records (they arrive a few milliseconds after the denial) to
+        // say why it failed; a successful one takes those already there, for the audit event.
+        if let Some((log, uid)) = denial_log {
+            let wait = match &reply {
+                Reply::Err { .. } => LANDLOCK_LOG_WAIT,
+                Reply::Ok { .. } => Duration::ZERO,
+            };
+            let denied = log.take(uid, wait);
+            if !denied.is_empty() {
+                crate::record::update(record, |r| r.landlock_denials = denied);
+            }
         }
-        Ok(explain_denials(reply, record, &self.cfg.plan))
+        Ok((
+            explain_denials(reply, record, &self.cfg.plan),
+            ReplyShare::new(permit),
+        ))
     }
 }
 
@@ -982,6 +1021,7 @@ fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> Reply {
         .last()
         .is_some_and(|c| c.exit_code != Some(0) || c.signal.is_some());
     if command_failed && !plan.withheld_env.is_empty() {
+        crate::record::update(record, |r| r.withheld_env = plan.withheld_env.clone());
         let shown: Vec<&str> = plan
             .withheld_env
             .iter()
@@ -1133,6 +1173,7 @@ fn read_reply(
     r: &mut impl Read,
     cap: u64,
     budget: &ReplyMemory,
+    deadline: Option<Instant>,
 ) -> Result<Option<RawReply>, RequestError> {
     let max = usize::try_from(cap).unwrap_or(usize::MAX).saturating_add(1);
     // Stderr lines of the running command come first, each logged as it arrives.
@@ -1144,9 +1185,11 @@ fn read_reply(
     match head {
         Ok(None) => Ok(None),
         Ok(Some((b'R', n))) if n as u64 <= cap => {
-            // Small replies (nearly all) are never refused; a large one takes its size from
-            // the supervisor-wide budget first, so concurrent large replies cannot add up.
-            let permit = budget.take(n as u64)?;
+            // Small replies (nearly all) never wait; a large one takes its size from the
+            // supervisor-wide budget first (waiting for it within the request's time), so
+            // concurrent large replies cannot add up. Allocated only once charged, and exactly
+            // (a doubling Vec would hold up to twice the frame).
+            let permit = budget.take(n as u64, deadline)?;
             let mut body = Vec::with_capacity(n);
             r.take(n as u64)
                 .read_to_end(&mut body)
@@ -1194,23 +1237,43 @@ type RawReply = (Vec<u8>, Option<ReplyPermit>);
 /// Replies up to this size are read without a permit.
 const SMALL_REPLY: u64 = 1 << 20;
 
-/// The supervisor-wide budget for large replies being read and parsed at once.
+/// The supervisor-wide budget for large replies, from the jail's pipe until the response is
+/// written (the raw frame, the parsed outcome and the encoded message are each at most the
+/// frame's size, and never all three at once: the raw bytes are gone once parsed).
 #[derive(Debug)]
 pub(crate) struct ReplyMemory {
-    in_use: Arc<AtomicU64>,
+    state: Arc<(Mutex<u64>, Condvar)>,
     limit: u64,
 }
 
 /// A large reply's share of [`ReplyMemory`], returned when dropped.
 #[derive(Debug)]
 pub(crate) struct ReplyPermit {
-    in_use: Arc<AtomicU64>,
+    state: Arc<(Mutex<u64>, Condvar)>,
     bytes: u64,
 }
 
 impl Drop for ReplyPermit {
     fn drop(&mut self) {
-        self.in_use.fetch_sub(self.bytes, Ordering::SeqCst);
+        let (in_use, freed) = &*self.state;
+        *lock(in_use) -= self.bytes;
+        freed.notify_all();
+    }
+}
+
+/// A request's share of the server's reply memory: held (with the outcome) until its response
+/// is written, then dropped, which lets the next large reply in. Empty for small replies.
+#[derive(Debug, Clone, Default)]
+pub struct ReplyShare(Option<Arc<ReplyPermit>>);
+
+impl ReplyShare {
+    fn new(permit: Option<ReplyPermit>) -> Self {
+        ReplyShare(permit.map(Arc::new))
+    }
+
+    /// Bytes of the budget this share holds.
+    pub fn bytes(&self) -> u64 {
+        self.0.as_ref().map_or(0, |p| p.bytes)
     }
 }
 
@@ -1218,32 +1281,58 @@ impl ReplyMemory {
     /// A budget of `limit` bytes.
     pub(crate) fn new(limit: u64) -> Self {
         ReplyMemory {
-            in_use: Arc::new(AtomicU64::new(0)),
+            state: Arc::new((Mutex::new(0), Condvar::new())),
             limit,
         }
     }
 
-    /// `bytes` of the budget, or ResourceExhausted when other replies hold it.
-    fn take(&self, bytes: u64) -> Result<Option<ReplyPermit>, RequestError> {
+    /// `bytes` of the budget (at most all of it), waiting until other replies return enough
+    /// or `deadline` passes (then ResourceExhausted).
+    fn take(
+        &self,
+        bytes: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Option<ReplyPermit>, RequestError> {
         if bytes <= SMALL_REPLY {
             return Ok(None);
         }
-        let before = self.in_use.fetch_add(bytes, Ordering::SeqCst);
-        let permit = ReplyPermit {
-            in_use: self.in_use.clone(),
-            bytes,
-        };
-        if before.saturating_add(bytes) > self.limit {
-            drop(permit);
-            return Err(RequestError::new(
-                ErrorKind::ResourceExhausted,
-                format!(
-                    "this reply ({bytes} bytes) does not fit in the server's reply memory now: other large replies hold {before} of {} bytes (twice ARGOCD_GRPC_MAX_SIZE_MB); retry",
-                    self.limit
-                ),
-            ));
+        let bytes = bytes.min(self.limit);
+        let (in_use, freed) = &*self.state;
+        let mut used = lock(in_use);
+        if *used + bytes > self.limit {
+            tracing::info!(
+                bytes,
+                in_use = *used,
+                budget = self.limit,
+                "a large reply waits for the server's reply memory (twice ARGOCD_GRPC_MAX_SIZE_MB)"
+            );
         }
-        Ok(Some(permit))
+        while *used + bytes > self.limit {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(RequestError::new(
+                    ErrorKind::ResourceExhausted,
+                    format!(
+                        "this reply ({bytes} bytes) did not fit in the server's reply memory before the request's deadline: other large replies hold {} of {} bytes (twice ARGOCD_GRPC_MAX_SIZE_MB)",
+                        *used, self.limit
+                    ),
+                ));
+            }
+            used = match left {
+                Some(left) => {
+                    freed
+                        .wait_timeout(used, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => freed.wait(used).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+        *used += bytes;
+        Ok(Some(ReplyPermit {
+            state: self.state.clone(),
+            bytes,
+        }))
     }
 }
 
@@ -1253,7 +1342,7 @@ impl Runner for Confined {
         spec: &RequestSpec,
         input: Box<dyn Read + Send>,
         cancel: &CancelToken,
-    ) -> Result<Outcome, RequestError> {
+    ) -> Result<Executed, RequestError> {
         let request = name_of(spec)?;
         let header = Header::Request {
             request: request.clone(),
@@ -1262,23 +1351,24 @@ impl Runner for Confined {
                 .deadline
                 .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
         };
-        match self.inner.run_jail(
+        let (reply, memory) = self.inner.run_jail(
             &request,
             &header,
             input,
             cancel,
             spec.deadline,
             &spec.record,
-        )? {
+        )?;
+        match reply {
             Reply::Ok {
-                outcome: Some(o),
+                outcome: Some(outcome),
                 report,
                 ..
             } => {
                 if !report.degraded.is_empty() {
-                    tracing::warn!(degraded = ?report.degraded, "request ran with reduced confinement");
+                    tracing::warn!(degraded = %report.degraded.join("; "), "request ran with reduced confinement");
                 }
-                Ok(o)
+                Ok(Executed { outcome, memory })
             }
             Reply::Ok { outcome: None, .. } => Err(internal("the jail returned no result")),
             Reply::Err { kind, message, .. } => Err(RequestError::new(kind, message)),
@@ -1309,14 +1399,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn large_replies_share_one_budget_and_small_ones_never_wait() {
-        let m = ReplyMemory::new(10 << 20);
-        let a = m.take(6 << 20).expect("fits").expect("a permit");
-        let refused = m.take(6 << 20).expect_err("over the budget");
+    fn large_replies_share_one_budget_wait_their_turn_and_small_ones_never_wait() {
+        let m = Arc::new(ReplyMemory::new(10 << 20));
+        let a = m.take(6 << 20, None).expect("fits").expect("a permit");
+        // Past its deadline, a reply that does not fit is refused, naming the budget.
+        let refused = m
+            .take(6 << 20, Some(Instant::now() + Duration::from_millis(20)))
+            .expect_err("over the budget");
         assert_eq!(refused.kind, ErrorKind::ResourceExhausted);
-        assert!(m.take(1 << 20).expect("small").is_none());
+        assert!(refused.message.contains("ARGOCD_GRPC_MAX_SIZE_MB"));
+        assert!(m.take(1 << 20, None).expect("small").is_none());
+        // Within its deadline it waits until the first is returned.
+        let m2 = m.clone();
+        let waiter = std::thread::spawn(move || {
+            m2.take(6 << 20, Some(Instant::now() + Duration::from_secs(10)))
+                .map(|p| p.map(|p| p.bytes))
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "must wait while the budget is held");
         drop(a);
-        assert!(m.take(6 << 20).expect("returned").is_some());
-        assert_eq!(m.in_use.load(Ordering::SeqCst), 0);
+        assert_eq!(waiter.join().expect("thread").expect("fits"), Some(6 << 20));
+        // One larger than the whole budget takes all of it rather than never fitting.
+        let all = m.take(64 << 20, None).expect("fits").expect("permit");
+        assert_eq!(all.bytes, 10 << 20);
+        drop(all);
+        assert_eq!(*lock(&m.state.0), 0);
     }
 }
