@@ -22,7 +22,7 @@ pub fn options() -> Options {
             ..Limits::default()
         },
         preserve_file_mode: true,
-        expected_sha256: None,
+        ..Options::default()
     }
 }
 
