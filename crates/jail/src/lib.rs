@@ -19,6 +19,7 @@
 mod cancel;
 mod factory;
 mod inside;
+mod keeper;
 mod protocol;
 mod reaper;
 pub mod record;
@@ -33,6 +34,7 @@ use std::io::Read;
 pub use cancel::{CancelReason, CancelToken};
 pub use factory::{FACTORY_ARG, factory_main};
 pub use inside::run::KILL_GRACE;
+pub use keeper::{KEEPER_ARG, keeper_main};
 pub use record::{Limit, RunRecord};
 pub use spec::{
     ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, RequestSpec, Task, TimeLimit,

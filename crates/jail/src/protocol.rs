@@ -4,6 +4,8 @@
 //! answer is input).
 //!
 //! stdin:  `P` len json(prepare) · `H` len json(header) · (`D` len bytes)* · `E`
+//!         (with the tree cache: the jail first sends `T` + its mounter's socket, over which
+//!         the supervisor has a lent tree mounted before `H`, which then says so)
 //!         `P` is written when the jail is started (a spare confines itself while it waits for
 //!         a request); `E` only after the checksum matched; after `E`, EOF on stdin means
 //!         "cancel". Closing without `E` aborts the extraction; closing before `H` retires an
@@ -48,6 +50,10 @@ pub enum Header {
         task: Box<Task>,
         /// Milliseconds left until the request's deadline.
         deadline_ms: Option<u64>,
+        /// The tree is already under the request directory (from the cache): no `D` frame
+        /// follows, only `E` once the request's bytes matched their checksum.
+        #[serde(default)]
+        tree_attached: bool,
     },
     /// Confine, run the extractor self-test, report, exit (start-up probe and `doctor`).
     Probe {
@@ -116,6 +122,12 @@ pub struct Sandbox {
     pub namespaces: policy::Namespaces,
     /// The request's tmpfs (with a mount namespace).
     pub disk: DiskLimit,
+    /// The tree cache is on: with its mount and PID namespaces the jail keeps a mounter (the
+    /// namespace's unconfined parent, holding capabilities over the jail's own namespaces
+    /// only) that can put a lent tree under the request directory before the request is
+    /// read; the supervisor gets its socket (`T`) as the jail confines itself.
+    #[serde(default)]
+    pub tree_attach: bool,
 }
 
 /// How much of the Landlock ruleset the kernel enforces.
@@ -247,6 +259,11 @@ pub struct Report {
 
 /// The one byte that comes with the egress listener over the jail's stdin socket.
 pub const EGRESS_LISTENER: u8 = b'L';
+/// The tag of the jail's mounter socket on its stdin socket (`T`, with the descriptor), or of
+/// its absence (`N`: no mount or PID namespace here).
+pub const MOUNTER_SOCKET: u8 = b'T';
+/// See [`MOUNTER_SOCKET`].
+pub const NO_MOUNTER: u8 = b'N';
 
 /// The jail's answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -444,4 +461,169 @@ mod tests {
         huge.extend_from_slice(&u32::MAX.to_be_bytes());
         assert!(FrameReader::new(&huge[..]).read(&mut [0; 4]).is_err());
     }
+}
+
+/// A command from the supervisor to the tree cache's keeper (one `SOCK_SEQPACKET` message of
+/// JSON, descriptors as `SCM_RIGHTS`). The keeper runs none of it on request data: it makes
+/// directories, forks the confined filler, renames, removes and lends mounts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum KeeperCmd {
+    /// Extract an archive into the new staging directory `id`, in a confined filler process.
+    /// Descriptors: the archive (frames `D`… `E`, read end) and the filler's reply (write end).
+    Fill {
+        /// The staging directory's number.
+        id: u64,
+        /// How to extract (limits, file modes), exactly as a jail would.
+        options: archive::Options,
+        /// The filler's resource limits.
+        limits: FillLimits,
+    },
+    /// The fill `id` succeeded and its bytes were verified: it becomes the sealed tree `key`.
+    Seal {
+        /// The staging directory's number.
+        id: u64,
+        /// The tree's key.
+        key: String,
+    },
+    /// Stop the fill `id` (if it runs) and remove what it wrote.
+    Discard {
+        /// The staging directory's number.
+        id: u64,
+    },
+    /// Remove the sealed tree `key` (no request holds it).
+    Evict {
+        /// The tree's key.
+        key: String,
+    },
+    /// A read-only, idmapped clone of the sealed tree `key` in which its files appear owned by
+    /// `uid`/`gid` (answered with the mount's descriptor).
+    Lend {
+        /// The tree's key.
+        key: String,
+        /// The borrowing jail's UID.
+        uid: u32,
+        /// The borrowing jail's GID.
+        gid: u32,
+    },
+}
+
+/// The keeper's answer to one [`KeeperCmd`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum KeeperReply {
+    /// Done (`Lend`: the mount's descriptor comes with it).
+    Ok,
+    /// The filler was started.
+    Started {
+        /// Its PID (in the keeper's namespaces: for the logs).
+        pid: i32,
+    },
+    /// Refused or failed, and why.
+    Failed(String),
+}
+
+/// The filler's one answer (an `R` frame on its reply pipe), then it exits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum FillReply {
+    /// Extracted completely.
+    Ok {
+        /// Entries accepted.
+        entries: u64,
+        /// Bytes of regular-file content written.
+        file_bytes: u64,
+    },
+    /// Refused or failed: the class and the message a request extracting it would have
+    /// answered with (the same words either way).
+    Err {
+        /// The error class.
+        kind: ErrorKind,
+        /// The message.
+        message: String,
+    },
+}
+
+/// What bounds one filler (the process that extracts a tree into the cache).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct FillLimits {
+    /// RLIMIT_CPU (seconds): the archive's wall clock bounds it in time as well.
+    pub cpu_seconds: u64,
+    /// RLIMIT_DATA.
+    pub data_bytes: u64,
+    /// RLIMIT_AS.
+    pub address_space_bytes: u64,
+    /// RLIMIT_FSIZE.
+    pub file_size_bytes: u64,
+}
+
+/// Largest keeper message (commands and answers are small).
+const MAX_KEEPER_MESSAGE: usize = 64 << 10;
+
+/// Send `msg` as one `SOCK_SEQPACKET` message with `fds` as `SCM_RIGHTS`.
+pub(crate) fn send_msg(
+    sock: std::os::fd::BorrowedFd<'_>,
+    msg: &impl Serialize,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("too many descriptors for one message"));
+    }
+    rustix::net::sendmsg(
+        sock,
+        &[io::IoSlice::new(&body)],
+        &mut anc,
+        SendFlags::NOSIGNAL,
+    )?;
+    Ok(())
+}
+
+/// Receive one message sent by [`send_msg`] (`None` when the peer closed its end).
+pub(crate) fn recv_msg<T: serde::de::DeserializeOwned>(
+    sock: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<Option<(T, Vec<std::os::fd::OwnedFd>)>> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut buf = vec![0u8; MAX_KEEPER_MESSAGE];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match rustix::net::recvmsg(
+            sock,
+            &mut [io::IoSliceMut::new(&mut buf)],
+            &mut anc,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r?,
+        }
+    };
+    let mut fds = Vec::new();
+    for m in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(r) = m {
+            fds.extend(r);
+        }
+    }
+    if got.bytes == 0 {
+        return Ok(None);
+    }
+    let msg = serde_json::from_slice(&buf[..got.bytes]).map_err(io::Error::other)?;
+    Ok(Some((msg, fds)))
+}
+
+/// The supervisor's one command to a jail's mounter (`SOCK_SEQPACKET`; the lent tree's mount
+/// as `SCM_RIGHTS`). Closing the socket instead means "no tree: the jail extracts".
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum MounterCmd {
+    /// Put the lent tree under the request directory (`repo/`) with a private writable layer.
+    Attach,
+}
+
+/// The mounter's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum MounterReply {
+    /// `repo/` is the tree with its private layer.
+    Ok,
+    /// Nothing was mounted, and why.
+    Failed(String),
 }

@@ -210,6 +210,33 @@ pub struct RunRecord {
     /// values), for the error and for `policy suggest`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub withheld_env: Vec<String>,
+    /// Where the request's tree came from, when the tree cache runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_cache: Option<TreeCacheUse>,
+}
+
+/// Where a request's tree came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TreeCacheUse {
+    /// A sealed tree (its archive was extracted for an earlier request).
+    Hit,
+    /// This request's archive filled the tree it ran on.
+    Filled,
+    /// Extracted in the request's own jail (no claim to key it, the fills busy, the cache out
+    /// of service).
+    Uncached,
+}
+
+impl TreeCacheUse {
+    /// `hit`, `filled` or `uncached`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TreeCacheUse::Hit => "hit",
+            TreeCacheUse::Filled => "filled",
+            TreeCacheUse::Uncached => "uncached",
+        }
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -309,6 +309,85 @@ pub fn compile(
     })
 }
 
+/// What the filler (the process that writes a tree into the cache) may not do: create a
+/// process or run a program, signal or trace another, open a socket, enter or make a
+/// namespace, or touch mounts. Its work — reading a pipe, creating files and directories
+/// beneath one descriptor, writing its answer — needs none of it, and without them nothing of
+/// it survives its exit, so a sealed tree has no writer left.
+const FILL_DENIED: &[&str] = &[
+    "clone",
+    "clone3",
+    "fork",
+    "vfork",
+    "execve",
+    "execveat",
+    "kill",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+    "pidfd_open",
+    "pidfd_send_signal",
+    "pidfd_getfd",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "mount_setattr",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "bpf",
+    "perf_event_open",
+    "io_uring_setup",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "setuid",
+    "setgid",
+    "setreuid",
+    "setregid",
+    "setresuid",
+    "setresgid",
+    "setgroups",
+    "capset",
+    "personality",
+    "modify_ldt",
+];
+
+/// Install the filler's filter ([`FILL_DENIED`] → EPERM, x32 numbers → ENOSYS).
+pub fn install_fill_filter() -> Result<(), SeccompError> {
+    let arch = target_arch()?;
+    let doc = json!({ "fill": {
+        "mismatch_action": "allow",
+        "match_action": { "errno": libc::EPERM },
+        "filter": FILL_DENIED.iter().map(|n| json!({ "syscall": n })).collect::<Vec<_>>(),
+    }});
+    let mut map = seccompiler::compile_from_json(doc.to_string().as_bytes(), arch)
+        .map_err(|e| SeccompError::Compile(e.to_string()))?;
+    let mut prog = map
+        .remove("fill")
+        .ok_or_else(|| SeccompError::Compile("no program".into()))?;
+    refuse_x32(&mut prog)?;
+    seccompiler::apply_filter(&prog).map_err(|e| SeccompError::Install(e.to_string()))
+}
+
 /// Put `nr >= X32_SYSCALL_BIT → ENOSYS` right after the program's first load of the syscall
 /// number (seccompiler's prologue: check the architecture, then load the number). Nothing
 /// before that point may jump past it, which is checked, so no jump offset changes.

@@ -79,6 +79,10 @@ pub struct Task {
     pub deadline_limit: TimeLimit,
     /// Per-command limit (`ARGOCD_EXEC_TIMEOUT`) and its configured text.
     pub command_timeout: Option<(Duration, String)>,
+    /// The SHA-256 the client claims for the archive (`metadata.checksum`): it only chooses
+    /// a cached tree; the bytes are verified as they arrive all the same.
+    #[serde(default)]
+    pub archive_sha256: Option<String>,
 }
 
 /// One request as the caller hands it to a [`crate::Runner`].

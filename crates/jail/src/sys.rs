@@ -223,3 +223,86 @@ pub fn loopback_up() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `mount_setattr(2)` on the detached mount `mnt` (from `open_tree(OPEN_TREE_CLONE)`),
+/// recursively: read-only, nosuid, nodev, and idmapped through the user namespace `userns`
+/// (files appear owned as that namespace maps their owners). rustix has no wrapper.
+pub fn mount_setattr_idmapped_readonly(
+    mnt: std::os::fd::BorrowedFd<'_>,
+    userns: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // struct mount_attr (linux/mount.h), size 32 (MOUNT_ATTR_SIZE_VER0).
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    const MOUNT_ATTR_NODEV: u64 = 0x4;
+    const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+    const AT_RECURSIVE: libc::c_int = 0x8000;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: `attr` is a live, correctly laid out `struct mount_attr` whose size is passed;
+    // the path is a NUL-terminated empty string (AT_EMPTY_PATH: the fd itself); both fds are
+    // open for the duration of the call; the kernel only reads this memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            mnt.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            size_of::<MountAttr>(),
+        )
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Close every descriptor numbered `first` or above (`close_range(2)`). For a freshly forked
+/// process that will never return to its caller's frames (it exits): descriptors those frames
+/// own are closed here and never dropped again.
+pub fn close_fds_from(first: i32) -> io::Result<()> {
+    let first = u32::try_from(first).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain integer arguments; the kernel closes descriptors of this process only.
+    // The caller guarantees no live object will use or close them again (see above).
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Own descriptor `fd`, which this process was given for that purpose (placed at a fixed
+/// number by its parent before the fork and owned by nothing else here).
+pub fn take_fd(fd: i32) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: by the caller's contract `fd` is open and no other object owns it.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// Place `fd` at number `at` (`dup2(2)`), closing what was there. Same contract as
+/// [`close_fds_from`]: for a forked process that never returns to its caller's frames.
+pub fn dup_to(fd: std::os::fd::BorrowedFd<'_>, at: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if fd.as_raw_fd() == at {
+        return Ok(());
+    }
+    // SAFETY: plain integer arguments; `fd` is open. What was at `at` is closed, which the
+    // caller's contract allows (nothing will use or close it again).
+    if unsafe { libc::dup2(fd.as_raw_fd(), at) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

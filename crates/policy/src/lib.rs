@@ -8,8 +8,8 @@ pub mod quantity;
 pub mod seccomp;
 
 pub use policy::{
-    DEFAULT_POLICY_YAML, LandlockFeature, LandlockRequirement, Namespaces, NetworkMode, Policy,
-    PolicyError, Protection, SeccompMode, is_env_name,
+    CachePolicy, DEFAULT_POLICY_YAML, LandlockFeature, LandlockRequirement, Namespaces,
+    NetworkMode, Policy, PolicyError, Protection, SeccompMode, is_env_name,
 };
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;

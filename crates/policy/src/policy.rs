@@ -229,6 +229,19 @@ struct RawSpec {
     env: RawEnv,
     #[serde(default)]
     landlock: Option<RawLandlock>,
+    #[serde(default)]
+    cache: Option<RawCache>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawCache {
+    #[serde(default)]
+    enabled: Option<bool>,
+    #[serde(default)]
+    bytes: Option<RawQty>,
+    #[serde(default)]
+    uid: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -443,8 +456,23 @@ pub struct Policy {
     pub env_pass: Vec<String>,
     /// What Landlock must provide (when `landlock` is required).
     pub landlock: LandlockRequirement,
+    /// The tree cache (`spec.cache`).
+    pub cache: CachePolicy,
     /// SHA-256 of the policy text, for the audit log.
     pub sha256: String,
+}
+
+/// `spec.cache`: extracted trees kept, sealed, for requests with the same archive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachePolicy {
+    /// On (default) or off.
+    pub enabled: bool,
+    /// Bytes of sealed trees kept (least recently used ones are evicted beyond it).
+    pub bytes: u64,
+    /// The identity that owns the trees: never leased, never runs a command (default: the
+    /// UID just above `uidRange`).
+    pub uid: u32,
 }
 
 /// Why a policy was refused; messages name the field.
@@ -656,6 +684,7 @@ impl Policy {
         let (egress, egress_max_connections) = check_network(&s.network, &namespaces)?;
         let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
         let landlock = check_landlock(s.landlock.as_ref(), &require)?;
+        let cache = check_cache(s.cache.as_ref(), uid_first, uid_count)?;
         Ok(Policy {
             name: raw.metadata.name,
             require,
@@ -674,9 +703,46 @@ impl Policy {
             archive,
             env_pass,
             landlock,
+            cache,
             sha256: sha256_hex(text),
         })
     }
+}
+
+/// `spec.cache`: on by default, 512 MiB, its identity outside the UID range.
+fn check_cache(
+    raw: Option<&RawCache>,
+    uid_first: u32,
+    uid_count: u32,
+) -> Result<CachePolicy, PolicyError> {
+    let raw_default = RawCache::default();
+    let raw = raw.unwrap_or(&raw_default);
+    let bytes = match &raw.bytes {
+        Some(q) => qty(q, "spec.cache.bytes", 1 << 20)?,
+        None => 512 << 20,
+    };
+    let uid = match raw.uid {
+        Some(u) => u,
+        None => uid_first.checked_add(uid_count).ok_or_else(|| {
+            invalid(
+                "spec.cache.uid",
+                "no UID above spec.uidRange: give one outside it",
+            )
+        })?,
+    };
+    if (uid_first..uid_first.saturating_add(uid_count)).contains(&uid) || uid == 0 {
+        return Err(invalid(
+            "spec.cache.uid",
+            format!(
+                "{uid} must be outside spec.uidRange ({uid_first}+{uid_count}) and not 0: the trees' owner never runs a command"
+            ),
+        ));
+    }
+    Ok(CachePolicy {
+        enabled: raw.enabled.unwrap_or(true),
+        bytes,
+        uid,
+    })
 }
 
 /// `apiVersion`, `kind` and `metadata.name`.

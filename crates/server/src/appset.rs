@@ -219,6 +219,7 @@ impl AppSetService {
                 .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
                 .collect(),
             egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
+            tree_cache: None,
         });
         self.audit.emit(&event);
     }

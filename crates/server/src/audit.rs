@@ -182,6 +182,10 @@ pub struct AuditEvent {
     /// A command failed while server variables were withheld: their names (never values).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub withheld_env: Vec<String>,
+    /// Where the request's tree came from, when the tree cache runs: `hit`, `filled` or
+    /// `uncached`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree_cache: Option<jail::record::TreeCacheUse>,
     /// Policy in force.
     pub policy: PolicyRef,
     /// Wall-clock duration.
@@ -249,6 +253,7 @@ impl AuditEvent {
             egress_unrecorded: 0,
             landlock_denials: Vec::new(),
             withheld_env: Vec::new(),
+            tree_cache: None,
             policy,
             duration_ms: elapsed.as_millis() as u64,
         }
@@ -271,6 +276,7 @@ impl AuditEvent {
         self.egress_unrecorded = rec.egress_unrecorded;
         self.landlock_denials = rec.landlock_denials;
         self.withheld_env = rec.withheld_env;
+        self.tree_cache = rec.tree_cache;
         if let Some(a) = rec.archive {
             self.archive.entries = Some(a.entries);
             self.archive.file_bytes = Some(a.file_bytes);
@@ -369,6 +375,7 @@ mod tests {
                 allowed_by: Some("spec.filesystem.readOnly".into()),
             }],
             withheld_env: vec!["VAULT_ADDR".into()],
+            tree_cache: None,
         };
         let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
         let mut e = AuditEvent::finished(

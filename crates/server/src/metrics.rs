@@ -31,9 +31,23 @@ pub struct Metrics {
     rejections: Mutex<BTreeMap<String, u64>>,
     seccomp: Mutex<BTreeMap<(String, String), u64>>,
     egress: Mutex<BTreeMap<String, u64>>,
+    tree_cache: Mutex<BTreeMap<String, u64>>,
     active: AtomicI64,
     /// (in use, capacity) of the UID pool, read at scrape time.
     pool: Mutex<Option<PoolSource>>,
+    /// The tree cache's (bytes, trees, evictions), read at scrape time (only a server whose
+    /// cache runs sets it).
+    cache: Mutex<Option<CacheSource>>,
+}
+
+type CacheFn = dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync;
+
+struct CacheSource(Box<CacheFn>);
+
+impl std::fmt::Debug for CacheSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CacheSource")
+    }
 }
 
 type PoolFn = dyn Fn() -> Option<(usize, usize)> + Send + Sync;
@@ -71,6 +85,8 @@ pub struct Finished<'a> {
     pub seccomp: Vec<(&'a str, &'a str, u64)>,
     /// Egress connections by decision (`allowed`, `denied`, `audited`).
     pub egress: Vec<&'a str>,
+    /// Where the tree came from (`hit`, `filled`, `uncached`), when the cache runs.
+    pub tree_cache: Option<&'a str>,
 }
 
 /// Keeps a request in `cmp_warden_active_requests` while alive.
@@ -84,6 +100,14 @@ impl Drop for ActiveGuard {
 }
 
 impl Metrics {
+    /// Report the tree cache's (bytes, trees, evictions) through `f` at each scrape.
+    pub fn set_cache_source(
+        &self,
+        f: impl Fn() -> Option<(u64, u64, u64)> + Send + Sync + 'static,
+    ) {
+        *lock(&self.cache) = Some(CacheSource(Box::new(f)));
+    }
+
     /// Report the UID pool's usage through `f` at each scrape.
     pub fn set_pool_source(&self, f: impl Fn() -> Option<(usize, usize)> + Send + Sync + 'static) {
         *lock(&self.pool) = Some(PoolSource(Box::new(f)));
@@ -131,6 +155,9 @@ impl Metrics {
         }
         for d in &f.egress {
             *lock(&self.egress).entry((*d).to_owned()).or_default() += 1;
+        }
+        if let Some(t) = f.tree_cache {
+            *lock(&self.tree_cache).entry(t.to_owned()).or_default() += 1;
         }
     }
 
@@ -251,6 +278,41 @@ impl Metrics {
                 o,
                 "cmp_warden_egress_connections_total{{decision=\"{d}\"}} {n}"
             );
+        }
+        if let Some((bytes, trees, evictions)) = lock(&self.cache).as_ref().and_then(|s| (s.0)()) {
+            head(
+                &mut o,
+                "cmp_warden_tree_cache_requests_total",
+                "counter",
+                "Requests by where their tree came from: a sealed one (hit), one they filled, or their own extraction (uncached).",
+            );
+            for (r, n) in lock(&self.tree_cache).iter() {
+                let _ = writeln!(
+                    o,
+                    "cmp_warden_tree_cache_requests_total{{result=\"{r}\"}} {n}"
+                );
+            }
+            head(
+                &mut o,
+                "cmp_warden_tree_cache_bytes",
+                "gauge",
+                "Bytes of sealed trees in the cache (spec.cache.bytes bounds it).",
+            );
+            let _ = writeln!(o, "cmp_warden_tree_cache_bytes {bytes}");
+            head(
+                &mut o,
+                "cmp_warden_tree_cache_trees",
+                "gauge",
+                "Sealed trees in the cache.",
+            );
+            let _ = writeln!(o, "cmp_warden_tree_cache_trees {trees}");
+            head(
+                &mut o,
+                "cmp_warden_tree_cache_evictions_total",
+                "counter",
+                "Trees removed to stay within spec.cache.bytes (least recently used, never one in use).",
+            );
+            let _ = writeln!(o, "cmp_warden_tree_cache_evictions_total {evictions}");
         }
         head(
             &mut o,

@@ -249,6 +249,7 @@ impl CmpService {
                 .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
                 .collect(),
             egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
+            tree_cache: event.tree_cache.map(jail::record::TreeCacheUse::as_str),
         });
         self.cfg.audit.emit(&event);
     }
@@ -346,7 +347,7 @@ impl CmpService {
             .iter()
             .map(|e| (e.name.clone(), e.value.clone()))
             .collect();
-        let spec = self.cfg.plan.request(
+        let mut spec = self.cfg.plan.request(
             op,
             &self.cfg.plugin,
             tree,
@@ -354,6 +355,8 @@ impl CmpService {
             &env,
             (deadline, limit.clone()),
         );
+        // Chooses a cached tree; the bytes are verified as they arrive all the same.
+        spec.task.archive_sha256 = Some(meta.checksum.clone());
         ctx.record = Some(spec.record.clone());
         let cancel = CancelToken::new();
         self.active

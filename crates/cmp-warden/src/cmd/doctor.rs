@@ -957,6 +957,7 @@ mod tests {
             cgroup_controllers: vec!["memory".into()],
             unavailable: Vec::new(),
             denial_log: DenialLog::Unavailable("not in tests".into()),
+            tree_cache: Err("not in tests".into()),
             probe: Report {
                 uid: 20001,
                 gid: 20001,

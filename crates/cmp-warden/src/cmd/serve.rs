@@ -353,6 +353,9 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         None => None,
     };
     metrics.set_pool_source(supervisor.pool_gauge());
+    if supervisor.tree_cache_stats().is_some() {
+        metrics.set_cache_source(supervisor.cache_gauge());
+    }
     // With a UID per request, never admit more than the range can lease beside the spare:
     // a request then waits for a UID instead of failing for lack of one.
     let uid_room = supervisor

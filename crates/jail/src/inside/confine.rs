@@ -32,7 +32,7 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
-use crate::protocol::{Creds, LandlockStatus, Report, Sandbox};
+use crate::protocol::{Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Report, Sandbox};
 
 /// The Landlock ABI whose access rights this build requests and was tested against (Linux
 /// 6.15+). Newer kernels' extra rights are never requested implicitly.
@@ -183,7 +183,8 @@ pub fn confine(
         uid: rustix::process::getuid().as_raw(),
         gid: rustix::process::getgid().as_raw(),
     };
-    let entered = super::namespaces::enter(sb.namespaces, me, &base, sb.disk)?;
+    let entered = super::namespaces::enter(sb.namespaces, me, &base, sb.disk, sb.tree_attach)?;
+    let mounter = entered.mounter;
     let namespaces = entered.report;
     match entered.dir {
         Some(d) => dir = d,
@@ -223,6 +224,17 @@ pub fn confine(
     // 7b. `network: allowList`: the egress listener, on the new namespace's loopback (the
     // only place commands can connect to), handed to the supervisor, which proxies it.
     let egress_port = egress_listener(sb, &namespaces)?;
+
+    // 7c. The tree cache: the socket to the mounter (the PID namespace's parent), handed to
+    // the supervisor; the jail keeps no copy. Or word that there is none here.
+    if sb.tree_attach {
+        match &mounter {
+            Some(m) => hand_over(MOUNTER_SOCKET, Some(m.as_fd())),
+            None => hand_over(NO_MOUNTER, None),
+        }
+        .map_err(|e| fail("tree cache", format!("handing the mounter over: {e}")))?;
+    }
+    drop(mounter);
 
     // 8. Not dumpable: commands of the same UID cannot reach our fds, memory or environ.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
@@ -315,7 +327,6 @@ fn egress_listener(
     sb: &Sandbox,
     ns: &crate::protocol::NamespaceReport,
 ) -> Result<Option<u16>, ConfineError> {
-    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     if sb.network != NetworkMode::AllowList {
         return Ok(None);
     }
@@ -328,18 +339,27 @@ fn egress_listener(
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail(step, e))?;
     let port = listener.local_addr().map_err(|e| fail(step, e))?.port();
+    hand_over(crate::protocol::EGRESS_LISTENER, Some(listener.as_fd()))
+        .map_err(|e| fail(step, format!("handing the egress listener over: {e}")))?;
+    Ok(Some(port))
+}
+
+/// Send the supervisor one tagged byte over stdin (a socket), with `fd` as `SCM_RIGHTS`.
+fn hand_over(tag: u8, fd: Option<std::os::fd::BorrowedFd<'_>>) -> rustix::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut anc = SendAncillaryBuffer::new(&mut space);
-    let fds = [listener.as_fd()];
-    anc.push(SendAncillaryMessage::ScmRights(&fds));
+    let fds: Vec<_> = fd.into_iter().collect();
+    if !fds.is_empty() {
+        anc.push(SendAncillaryMessage::ScmRights(&fds));
+    }
     rustix::net::sendmsg(
         std::io::stdin().as_fd(),
-        &[std::io::IoSlice::new(&[crate::protocol::EGRESS_LISTENER])],
+        &[std::io::IoSlice::new(&[tag])],
         &mut anc,
         SendFlags::NOSIGNAL,
     )
-    .map_err(|e| fail(step, format!("handing the egress listener over: {e}")))?;
-    Ok(Some(port))
+    .map(|_| ())
 }
 
 /// The layout under the request directory.
@@ -386,7 +406,7 @@ pub(crate) fn make_subdirs(dir: &OwnedFd) -> Result<(), ConfineError> {
 }
 
 /// Empty the bounding set when CAP_SETPCAP is held (a no-op otherwise; reported by the caller).
-fn clear_bounding_set() -> Result<(), ConfineError> {
+pub(crate) fn clear_bounding_set() -> Result<(), ConfineError> {
     let caps = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
     if caps.effective.contains(CapabilitySet::SETPCAP) {
         for n in 0..=last_cap() {
@@ -399,7 +419,7 @@ fn clear_bounding_set() -> Result<(), ConfineError> {
 }
 
 /// Clear the ambient, inheritable, permitted and effective sets and read them back.
-fn clear_capabilities() -> Result<(), ConfineError> {
+pub(crate) fn clear_capabilities() -> Result<(), ConfineError> {
     match rustix::thread::clear_ambient_capability_set() {
         Ok(()) | Err(rustix::io::Errno::INVAL) => {}
         Err(e) => return Err(fail("ambient capabilities", e)),

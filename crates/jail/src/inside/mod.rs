@@ -5,6 +5,8 @@
 //! through the pipe protocol (`crate::protocol`).
 
 pub(crate) mod confine;
+pub(crate) mod fill;
+mod mounter;
 mod namespaces;
 pub(crate) mod request;
 pub(crate) mod run;
@@ -161,9 +163,10 @@ pub fn jail_main() -> i32 {
             request,
             task,
             deadline_ms,
+            tree_attached,
         } => {
             tracing::debug!(%request, us = t0.elapsed().as_micros() as u64, "header read");
-            run_confined(*task, deadline_ms, report, &dir)
+            run_confined(*task, deadline_ms, report, &dir, tree_attached)
         }
     };
     tracing::debug!(us = t0.elapsed().as_micros() as u64, "replied");
@@ -172,6 +175,24 @@ pub fn jail_main() -> i32 {
         return 3;
     }
     code
+}
+
+/// With the tree from the cache: the `E` that says the request's bytes matched (nothing else).
+fn archive_end(frames: &mut FrameReader<impl Read>) -> Result<(), Failure> {
+    let mut b = [0u8; 1];
+    let io = |e: std::io::Error| {
+        Failure::Archive(archive::ExtractError::new(archive::Reason::Io {
+            op: "reading the end of the archive",
+            source: e,
+        }))
+    };
+    match frames.read(&mut b) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(io(std::io::Error::other(
+            "archive bytes for a tree from the cache",
+        ))),
+        Err(e) => Err(io(e)),
+    }
 }
 
 /// The start-up probe: the extractor self-test, then the report.
@@ -200,6 +221,7 @@ fn run_confined(
     deadline_ms: Option<u64>,
     report: crate::protocol::Report,
     dir: &std::os::fd::OwnedFd,
+    tree_attached: bool,
 ) -> i32 {
     let deadline = deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
     let stdin = std::io::stdin();
@@ -239,7 +261,13 @@ fn run_confined(
     };
     let cancel = CancelToken::new();
     let mut frames = FrameReader::new(input);
-    let result = extract(&req, &mut frames).and_then(|()| {
+    // A tree from the cache is already in place: only the end of the verified archive comes.
+    let tree = if tree_attached {
+        archive_end(&mut frames)
+    } else {
+        extract(&req, &mut frames)
+    };
+    let result = tree.and_then(|()| {
         // From here on stdin carries nothing; its end means "stop" (client cancel, deadline,
         // or the supervisor died).
         let watch = cancel.clone();

@@ -34,6 +34,9 @@ pub struct Entered {
     pub report: NamespaceReport,
     /// The request directory, reopened inside the private tmpfs (None: unchanged).
     pub dir: Option<OwnedFd>,
+    /// The socket to the mounter (the PID namespace's parent), for the supervisor: with
+    /// `attach`, a mount namespace and a PID namespace.
+    pub mounter: Option<OwnedFd>,
 }
 
 fn errno(e: impl std::fmt::Display) -> String {
@@ -55,10 +58,15 @@ pub fn enter(
     creds: Creds,
     base: &Path,
     disk: DiskLimit,
+    attach: bool,
 ) -> Result<Entered, ConfineError> {
     let mut report = NamespaceReport::default();
     if !want.any() {
-        return Ok(Entered { report, dir: None });
+        return Ok(Entered {
+            report,
+            dir: None,
+            mounter: None,
+        });
     }
     // The UID switch made us non-dumpable, which makes /proc/self/*_map root-owned; nothing
     // untrusted runs yet and no other process of this UID exists, so be dumpable while the maps
@@ -79,7 +87,11 @@ pub fn enter(
                 report.failed.push(format!("{n}: needs a user namespace"));
             }
         }
-        return Ok(Entered { report, dir: None });
+        return Ok(Entered {
+            report,
+            dir: None,
+            mounter: None,
+        });
     }
     report.created.push("user".into());
     write_proc("setgroups", "deny")?;
@@ -133,10 +145,12 @@ pub fn enter(
             named_identity(creds, d, &base.join(super::confine::HOME_DIR), &mut report);
         }
     }
+    let mut mounter = None;
     if want.pid {
         match unshare_namespaces(UnshareFlags::NEWPID) {
             Ok(()) => {
-                become_init()?;
+                let tree = (attach && dir.is_some()).then(|| (base.to_owned(), disk));
+                mounter = become_init(tree)?;
                 report.created.push("pid".into());
                 if report.has("mount") {
                     match rustix::mount::mount(
@@ -157,7 +171,11 @@ pub fn enter(
             Err(e) => report.failed.push(format!("pid: {}", errno(e))),
         }
     }
-    Ok(Entered { report, dir })
+    Ok(Entered {
+        report,
+        dir,
+        mounter,
+    })
 }
 
 /// Mount the request's tmpfs (size `disk`) so that both the request directory `base` and `/tmp`
@@ -347,22 +365,48 @@ fn openat_dir(at: &OwnedFd, name: &std::ffi::OsStr) -> Result<OwnedFd, ConfineEr
 }
 
 /// After `unshare(CLONE_NEWPID)`: fork; the child is PID 1 of the new namespace and returns;
-/// the parent stays outside it, waits, and exits with the child's status.
-fn become_init() -> Result<(), ConfineError> {
+/// the parent stays outside it, waits, and exits with the child's status. With `tree` (the
+/// request directory's path and its disk limit) the parent is first the mounter: the child
+/// gets the socket to it (for the supervisor).
+fn become_init(tree: Option<(PathBuf, DiskLimit)>) -> Result<Option<OwnedFd>, ConfineError> {
     let step = "pid namespace";
     // The child learns of the parent's death through this pipe as well as PDEATHSIG (which
     // cannot cover a parent that died before the child set it).
     let (alive_r, alive_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| fail(step, e))?;
+    let pair = match &tree {
+        Some(_) => Some(
+            rustix::net::socketpair(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC,
+                None,
+            )
+            .map_err(|e| fail(step, e))?,
+        ),
+        None => None,
+    };
     match fork_single_threaded().map_err(|e| fail(step, e))? {
         Forked::Parent(child) => {
             drop(alive_r);
+            // Not dumpable before anything else: the jail's commands share our UID.
+            let _ = rustix::process::set_dumpable_behavior(
+                rustix::process::DumpableBehavior::NotDumpable,
+            );
+            if let (Some((ours, theirs)), Some((base, disk))) = (pair, tree) {
+                drop(theirs);
+                super::mounter::serve_once(&ours, &base, disk);
+            }
             let code = wait_for_init(child);
             drop(alive_w);
             std::process::exit(code);
         }
         Forked::Child => {
             drop(alive_w);
+            let mounter = pair.map(|(ours, theirs)| {
+                drop(ours);
+                theirs
+            });
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
                 .map_err(|e| fail(step, e))?;
             let mut fds = [rustix::event::PollFd::new(
@@ -376,7 +420,7 @@ fn become_init() -> Result<(), ConfineError> {
                 std::process::exit(1);
             }
             drop(alive_r);
-            Ok(())
+            Ok(mounter)
         }
     }
 }

@@ -5,6 +5,7 @@
 //! The reclaim helper (`reclaim`) is ours too: started privileged, it switches to a request's
 //! UID only to kill and remove what the request left.
 
+pub mod cache;
 mod cgroup;
 pub mod landlock_log;
 mod plan;
@@ -174,6 +175,18 @@ pub struct Enforcement {
     pub probe: Report,
     /// Whether Landlock's own denial records reach us (explaining refused file access).
     pub denial_log: DenialLog,
+    /// The tree cache: its budget in bytes when it runs, else why not.
+    pub tree_cache: Result<u64, String>,
+}
+
+impl Enforcement {
+    /// The tree cache in one phrase (logs and doctor).
+    pub fn tree_cache_phrase(&self) -> String {
+        match &self.tree_cache {
+            Ok(bytes) => format!("on ({} MiB of sealed trees)", bytes >> 20),
+            Err(why) => format!("off: {why}"),
+        }
+    }
 }
 
 /// Whether the supervisor reads Landlock's denial records from the kernel's audit log.
@@ -453,6 +466,20 @@ impl Supervisor {
             ));
         }
 
+        // 11b. The tree cache (`spec.cache`, server only): its keeper, once the probe showed
+        //      the jails have the mount and PID namespaces a lent tree needs. Best effort:
+        //      without it every request extracts in its own jail, as before (said loudly).
+        let tree_cache = if owner != Owner::Server {
+            Err("not in one-shot commands".to_owned())
+        } else if !(probe.namespaces.has("mount") && probe.namespaces.has("pid")) {
+            Err("the jails have no mount or PID namespace here (see namespaces)".to_owned())
+        } else {
+            runner.start_cache(&work_root)
+        };
+        if let (Err(why), Owner::Server, Some(_)) = (&tree_cache, owner, &plan.cache) {
+            tracing::warn!(why = %why, "TREE CACHE UNAVAILABLE: every request extracts its archive in its own jail");
+        }
+
         // 12. Say exactly what is enforced, once; reap the orphans we are the subreaper of;
         //     start reading Landlock's denial records.
         let denial_log = match denial_sub.and_then(|s| s.start().map_err(|e| e.to_string())) {
@@ -474,6 +501,7 @@ impl Supervisor {
             unavailable,
             probe,
             denial_log,
+            tree_cache: tree_cache.map(|()| policy.cache.bytes),
         };
         log_enforced(policy, &enforcement);
         let gaps = enforcement.shared_uid_gaps();
@@ -507,6 +535,11 @@ impl Supervisor {
         self.plan.clone()
     }
 
+    /// The tree cache's counters (`None` when it does not run).
+    pub fn tree_cache_stats(&self) -> Option<cache::CacheStats> {
+        self.runner.cache_stats()
+    }
+
     /// UIDs leased by requests and the pool's capacity (`None` in the shared-UID model).
     pub fn pool_usage(&self) -> Option<(usize, usize)> {
         self.runner.pool_usage()
@@ -516,6 +549,12 @@ impl Supervisor {
     pub fn pool_gauge(&self) -> impl Fn() -> Option<(usize, usize)> + Send + Sync + 'static {
         let r = self.runner.clone();
         move || r.pool_usage()
+    }
+
+    /// A closure reporting the tree cache's (bytes, trees, evictions) (for the metrics).
+    pub fn cache_gauge(&self) -> impl Fn() -> Option<(u64, u64, u64)> + Send + Sync + 'static {
+        let r = self.runner.clone();
+        move || r.cache_stats().map(|s| (s.bytes, s.trees, s.evictions))
     }
 
     /// Retire the spare jail and reclaim it; a one-shot run also removes its work root (what a
@@ -804,6 +843,7 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
             .join(", "),
         degraded = %r.degraded.join("; "),
         landlock_denials = %e.denial_log.describe(),
+        tree_cache = %e.tree_cache_phrase(),
         self_test = %r
             .self_test
             .iter()

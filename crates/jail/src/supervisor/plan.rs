@@ -70,6 +70,9 @@ pub struct Plan {
     /// `network: allowList`: the destinations and the proxy's bounds
     /// (`spec.network.allow`, `audit`, `maxConnections`).
     pub egress: Option<(egress::AllowList, egress::Limits)>,
+    /// The tree cache (`spec.cache`), when on and the jails can take a tree (their own user,
+    /// mount and PID namespaces).
+    pub cache: Option<super::cache::CacheConfig>,
     /// What each jail applies to itself, without its lease (`spec.filesystem`, `network`,
     /// `limits`, `namespaces`, `require`, and the compiled `seccomp` profile).
     sandbox: Sandbox,
@@ -81,6 +84,11 @@ impl Plan {
     /// `spec.limits.dataBytes`: each process's heap (the jail's own too).
     pub fn data_bytes(&self) -> u64 {
         self.sandbox.rlimits.data_bytes
+    }
+
+    /// `spec.limits.addressSpaceBytes`.
+    pub fn address_space_bytes(&self) -> u64 {
+        self.sandbox.rlimits.address_space_bytes
     }
 
     /// Translate `policy`, with `overrides` over it and `env` as the server's environment.
@@ -125,6 +133,7 @@ impl Plan {
                     },
                 )
             }),
+            cache: cache_config(policy),
             sandbox: sandbox(policy, seccomp),
             seccomp_error,
         }
@@ -236,6 +245,7 @@ impl Plan {
                 reply_bytes: self.reply_bytes,
                 deadline_limit,
                 command_timeout: self.command_timeout.clone(),
+                archive_sha256: None,
             },
             tree,
             deadline,
@@ -261,6 +271,23 @@ fn archive_options(policy: &Policy, overrides: &Overrides) -> archive::Options {
     // matched: a second SHA-256 in the jail would only cost CPU.
     opts.skip_digest = true;
     opts
+}
+
+/// Fills under way at once: each may need up to `archive.extractedBytes` of the cache's
+/// memory before it is sealed; more concurrent first requests extract in their own jails.
+const MAX_FILLS: usize = 2;
+
+/// `spec.cache`, when on and the jails have what taking a tree needs.
+fn cache_config(p: &Policy) -> Option<super::cache::CacheConfig> {
+    let ns = p.namespaces;
+    // (The user namespace comes with any of them.)
+    (p.cache.enabled && ns.mount && ns.pid).then_some(super::cache::CacheConfig {
+        budget: p.cache.bytes,
+        max_fills: MAX_FILLS,
+        uid: p.cache.uid,
+        range: (p.uid_first, p.uid_count),
+        extracted_bytes: p.archive.extracted_bytes,
+    })
 }
 
 /// The jail's confinement from `spec.filesystem`, `network`, `limits`, `namespaces` and
@@ -292,6 +319,7 @@ fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
             // memory, so they are bounded too.
             inodes: p.archive.entries.saturating_mul(2).saturating_add(65_536),
         },
+        tree_attach: cache_config(p).is_some(),
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::cache::{Borrow, Lookup};
 use super::cgroup::{CgroupStats, Layout, RequestCgroup};
 use super::plan::Plan;
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
@@ -67,6 +68,8 @@ struct Jail {
     lease: Option<Lease>,
     creds: Option<Creds>,
     cgroup: Option<RequestCgroup>,
+    /// The cached tree its request runs on, held until the jail is gone.
+    tree: Option<Borrow>,
 }
 
 /// The jail kept ready for the next request.
@@ -115,10 +118,30 @@ struct Inner {
     landlock_log: std::sync::OnceLock<super::landlock_log::LandlockLog>,
     /// Memory for large replies, shared by every request.
     reply_memory: ReplyMemory,
+    /// The tree cache, once its keeper runs.
+    cache: std::sync::OnceLock<super::cache::SharedCache>,
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
     RequestError::internal(message)
+}
+
+/// What a jail's request works on: the archive, to extract as it arrives, or a tree from the
+/// cache (the archive's bytes already received and verified).
+enum Feed {
+    Archive(Box<dyn Read + Send>),
+    Tree(Borrow),
+}
+
+/// A borrowed tree, returned to the cache when dropped.
+struct TreeHold(Option<Borrow>, Option<super::cache::SharedCache>);
+
+impl Drop for TreeHold {
+    fn drop(&mut self) {
+        if let (Some(b), Some(c)) = (self.0.take(), &self.1) {
+            c.release(b);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -146,6 +169,7 @@ impl Confined {
                 seq: AtomicU64::new(0),
                 landlock_log: std::sync::OnceLock::new(),
                 reply_memory: ReplyMemory::new(reply_budget),
+                cache: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -167,6 +191,31 @@ impl Confined {
     }
 
     /// Read Landlock's denial records from now on (start-up step 12).
+    /// Start the tree cache's keeper (its tmpfs mounted over `mount_at` in its own mount
+    /// namespace) and serve requests from the cache from now on.
+    pub fn start_cache(&self, mount_at: &Path) -> Result<(), String> {
+        let cfg = self
+            .inner
+            .cfg
+            .plan
+            .cache
+            .clone()
+            .ok_or("off in the policy (spec.cache.enabled), or no mount and PID namespaces in spec.namespaces")?;
+        let cache = super::cache::TreeCache::start(
+            &self.inner.cfg.exe,
+            &self.inner.cfg.log_args,
+            mount_at,
+            cfg,
+        )?;
+        let _ = self.inner.cache.set(Arc::new(cache));
+        Ok(())
+    }
+
+    /// The tree cache's counters, when it runs.
+    pub fn cache_stats(&self) -> Option<super::cache::CacheStats> {
+        self.inner.cache.get().map(|c| c.stats())
+    }
+
     pub fn set_landlock_log(&self, log: super::landlock_log::LandlockLog) {
         let _ = self.inner.landlock_log.set(log);
     }
@@ -214,7 +263,7 @@ impl Confined {
         let r = self.inner.run_jail(
             &name,
             &header,
-            Box::new(std::io::empty()),
+            Feed::Archive(Box::new(std::io::empty())),
             &CancelToken::new(),
             deadline,
             &record,
@@ -276,6 +325,7 @@ impl Inner {
             lease: None,
             creds: None,
             cgroup: None,
+            tree: None,
         };
         if let Some(pool) = &self.pool {
             let lease = lock(pool).lease().map_err(|e| {
@@ -540,9 +590,12 @@ impl Inner {
             stdin,
             lease,
             cgroup,
+            tree,
             ..
         } = jail;
         drop(stdin);
+        // The tree goes back once the jail (and with it its mount namespace) is gone.
+        let _tree = TreeHold(tree, self.cache.get().cloned());
         // Fast path: the jail killed its UID's other processes and emptied its directory
         // after replying; all that is left is the empty directory entry in the work root
         // (which the supervisor owns, so it may remove it from the sticky directory).
@@ -705,15 +758,27 @@ impl Inner {
         self: &Arc<Self>,
         request: &str,
         header: &Header,
-        mut input: Box<dyn Read + Send>,
+        feed: Feed,
         cancel: &CancelToken,
         deadline: Option<Instant>,
         record: &Recorder,
     ) -> Result<(Reply, ReplyShare), RequestError> {
+        let (mut input, tree): (Box<dyn Read + Send>, _) = match feed {
+            Feed::Archive(input) => (input, None),
+            // The bytes were received (and verified) already: only the end is sent.
+            Feed::Tree(b) => (Box::new(std::io::empty()), Some(b)),
+        };
         let mut jail = self.take(request, deadline, cancel)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
         let mut stdin = jail.stdin.take();
         let stdout = jail.stdout.take();
+        // A cached tree: lent for this jail's UID, held until the jail is gone.
+        let lent = match (&tree, creds, self.cache.get()) {
+            (Some(b), Some(c), Some(cache)) => Some(cache.lend(b, c.uid, c.gid)),
+            (Some(_), _, _) => Some(Err(internal("tree cache: a tree needs a leased UID"))),
+            _ => None,
+        };
+        jail.tree = tree;
         let denial_log = self.landlock_log.get().zip(creds.map(|c| c.uid));
         if let Some((log, uid)) = denial_log {
             log.clear(uid);
@@ -742,6 +807,33 @@ impl Inner {
                 }
             },
             _ => None,
+        };
+
+        // The tree cache: the jail's mounter puts the lent tree in place before the header;
+        // without one, its socket is closed and the jail extracts.
+        let mounter = match (&self.cfg.plan.cache, stdin.as_ref()) {
+            (Some(_), Some(sock)) => receive_mounter(sock).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "no word of the jail's mounter");
+                None
+            }),
+            _ => None,
+        };
+        let body = match (lent, mounter) {
+            (Some(tree), Some(m)) => {
+                attach_tree(&m, tree?)
+                    .map_err(|e| internal(format!("tree cache: attaching the tree: {e}")))?;
+                let mut h = header.clone();
+                if let Header::Request { tree_attached, .. } = &mut h {
+                    *tree_attached = true;
+                }
+                serde_json::to_vec(&h).map_err(|e| internal(e.to_string()))?
+            }
+            (Some(_), None) => {
+                return Err(internal(
+                    "tree cache: the jail has no mounter (no mount or PID namespace here)",
+                ));
+            }
+            (None, _) => body,
         };
 
         // Feed: header, then the archive as it arrives. A write error means the jail already
@@ -893,6 +985,95 @@ impl Inner {
 }
 
 impl Inner {
+    /// The request's tree from the cache: a sealed one (its bytes drained from `input`, which
+    /// ends only once they matched their checksum), or one this request fills; `None` when
+    /// the request extracts in its own jail. The audit record says which.
+    fn cached_tree(
+        &self,
+        spec: &RequestSpec,
+        input: &mut Box<dyn Read + Send>,
+    ) -> Result<Option<Borrow>, RequestError> {
+        use crate::record::TreeCacheUse;
+        let Some(cache) = self.cache.get() else {
+            return Ok(None);
+        };
+        let mut options = spec.task.archive.clone();
+        options.preserve_file_mode = spec.task.config.spec.preserve_file_mode;
+        let key = spec
+            .task
+            .archive_sha256
+            .as_deref()
+            .and_then(|c| super::cache::tree_key(c, &options));
+        let Some(key) = key else {
+            crate::record::update(&spec.record, |r| {
+                r.tree_cache = Some(TreeCacheUse::Uncached)
+            });
+            return Ok(None);
+        };
+        let borrow = match cache.lookup(&key, spec.deadline) {
+            Lookup::Hit(b) => {
+                let mut sink = [0u8; 64 * 1024];
+                loop {
+                    match input.read(&mut sink) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        // Aborted (checksum mismatch, client gone): the service says which.
+                        Err(_) => {
+                            cache.release(b);
+                            return Err(RequestError::new(
+                                ErrorKind::Cancelled,
+                                "archive stream aborted",
+                            ));
+                        }
+                    }
+                }
+                b
+            }
+            Lookup::Fill(ticket) => {
+                let limits = crate::protocol::FillLimits {
+                    cpu_seconds: options.limits.wall_clock.as_secs().max(1),
+                    data_bytes: self.cfg.plan.data_bytes(),
+                    address_space_bytes: self.cfg.plan.address_space_bytes(),
+                    file_size_bytes: options.limits.file_bytes,
+                };
+                match cache.fill(ticket, input, &options, limits, spec.deadline) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        crate::record::update(&spec.record, |r| {
+                            r.tree_cache = Some(TreeCacheUse::Filled);
+                            if e.kind != ErrorKind::Internal && e.kind != ErrorKind::Cancelled {
+                                r.limit = Some(Limit::Archive);
+                            }
+                        });
+                        return Err(e);
+                    }
+                }
+            }
+            Lookup::Uncached(why) => {
+                tracing::debug!(why, "tree cache: this request extracts in its own jail");
+                crate::record::update(&spec.record, |r| {
+                    r.tree_cache = Some(TreeCacheUse::Uncached)
+                });
+                return Ok(None);
+            }
+        };
+        crate::record::update(&spec.record, |r| {
+            r.tree_cache = Some(if borrow.filled {
+                TreeCacheUse::Filled
+            } else {
+                TreeCacheUse::Hit
+            });
+            r.archive = Some(crate::record::ArchiveRecord {
+                entries: borrow.entries,
+                file_bytes: borrow.file_bytes,
+                started_unix_nanos: crate::record::unix_nanos(),
+                duration_us: 0,
+            });
+        });
+        Ok(Some(borrow))
+    }
+
     /// The signal that ended `request`'s jail (or its PID namespace's init), if one did
     /// (waiting briefly: its stdout closes as it exits).
     fn jail_signal(&self, request: &str) -> Option<i32> {
@@ -924,6 +1105,48 @@ impl Inner {
 /// Receive the jail's egress listener (one `L` byte with the descriptor) from its stdin
 /// socket, waiting at most as long as a jail may take to confine itself.
 fn receive_listener(sock: &std::fs::File) -> std::io::Result<std::net::TcpListener> {
+    match receive_tagged(sock)? {
+        (crate::protocol::EGRESS_LISTENER, Some(fd)) => Ok(std::net::TcpListener::from(fd)),
+        _ => Err(std::io::Error::other("the jail sent no listener")),
+    }
+}
+
+/// Receive the jail's mounter socket (`T` with the descriptor; `N` when it has none).
+fn receive_mounter(sock: &std::fs::File) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    match receive_tagged(sock)? {
+        (crate::protocol::MOUNTER_SOCKET, Some(fd)) => Ok(Some(fd)),
+        (crate::protocol::NO_MOUNTER, None) => Ok(None),
+        _ => Err(std::io::Error::other(
+            "the jail sent no word of its mounter",
+        )),
+    }
+}
+
+/// Have the jail's mounter put the lent tree `tree` under its `repo/`.
+fn attach_tree(mounter: &std::os::fd::OwnedFd, tree: std::os::fd::OwnedFd) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    rustix::net::sockopt::set_socket_timeout(
+        mounter,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(Duration::from_secs(10)),
+    )
+    .map_err(|e| e.to_string())?;
+    crate::protocol::send_msg(
+        mounter.as_fd(),
+        &crate::protocol::MounterCmd::Attach,
+        &[tree.as_fd()],
+    )
+    .map_err(|e| e.to_string())?;
+    match crate::protocol::recv_msg::<crate::protocol::MounterReply>(mounter.as_fd()) {
+        Ok(Some((crate::protocol::MounterReply::Ok, _))) => Ok(()),
+        Ok(Some((crate::protocol::MounterReply::Failed(e), _))) => Err(e),
+        Ok(None) => Err("the mounter is gone".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// One tagged byte from the jail's stdin socket, with the descriptor that came with it.
+fn receive_tagged(sock: &std::fs::File) -> std::io::Result<(u8, Option<std::os::fd::OwnedFd>)> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     use std::os::fd::AsFd;
     rustix::net::sockopt::set_socket_timeout(
@@ -945,12 +1168,10 @@ fn receive_listener(sock: &std::fs::File) -> std::io::Result<std::net::TcpListen
         _ => None,
     });
     rustix::net::sockopt::set_socket_timeout(sock, rustix::net::sockopt::Timeout::Recv, None)?;
-    match fd {
-        Some(fd) if got.bytes == 1 && byte[0] == crate::protocol::EGRESS_LISTENER => {
-            Ok(std::net::TcpListener::from(fd))
-        }
-        _ => Err(std::io::Error::other("the jail sent no listener")),
+    if got.bytes != 1 {
+        return Err(std::io::Error::other("the jail closed its socket"));
     }
+    Ok((byte[0], fd))
 }
 
 /// A failed request in which the sandbox refused something says what and which policy field
@@ -1340,25 +1561,27 @@ impl Runner for Confined {
     fn execute(
         &self,
         spec: &RequestSpec,
-        input: Box<dyn Read + Send>,
+        mut input: Box<dyn Read + Send>,
         cancel: &CancelToken,
     ) -> Result<Executed, RequestError> {
         let request = name_of(spec)?;
+        // From the tree cache when it can: the bytes are then received and verified (and, on
+        // a fill, extracted by the filler) before the jail is taken.
+        let feed = match self.inner.cached_tree(spec, &mut input)? {
+            Some(tree) => Feed::Tree(tree),
+            None => Feed::Archive(input),
+        };
         let header = Header::Request {
             request: request.clone(),
             task: Box::new(spec.task.clone()),
             deadline_ms: spec
                 .deadline
                 .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+            tree_attached: false,
         };
-        let (reply, memory) = self.inner.run_jail(
-            &request,
-            &header,
-            input,
-            cancel,
-            spec.deadline,
-            &spec.record,
-        )?;
+        let (reply, memory) =
+            self.inner
+                .run_jail(&request, &header, feed, cancel, spec.deadline, &spec.record)?;
         match reply {
             Reply::Ok {
                 outcome: Some(outcome),

@@ -1,0 +1,591 @@
+//! The tree cache, supervisor side: which archives have a sealed tree, the budget and the
+//! least-recently-used order, one fill at a time per archive, and the keeper process that
+//! holds the trees (`crate::keeper`).
+//!
+//! A request's archive is looked up by its key (the client's claimed SHA-256 and the options
+//! that change the extracted bytes, [`tree_key`]); the claim only chooses the tree: the bytes
+//! are hashed as they arrive all the same, and a tree is given to a jail only after they
+//! matched (the service delivers the archive's end only then).
+//!  - **hit**: the request's bytes are received and hashed, not extracted; its jail gets the
+//!    sealed tree under a private writable layer;
+//!  - **fill**: the first request for an archive streams it into a confined filler (as the
+//!    cache identity, into a staging directory), which is sealed once it succeeded and the
+//!    bytes matched; then that request runs on it like a hit. Requests for the same archive
+//!    meanwhile wait (without reading their streams) and then hit, or fill in turn if it failed;
+//!  - **uncached**: everything else (no claim, the fills busy, the cache broken) extracts in
+//!    its own jail as before.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::net::{AddressFamily, SocketFlags, SocketType};
+use sha2::{Digest, Sha256};
+
+use crate::keeper::{KEEPER_ARG, KeeperArgs};
+use crate::protocol::{FillLimits, FillReply, KeeperCmd, KeeperReply, recv_msg, send_msg};
+use crate::spec::{ErrorKind, RequestError};
+
+/// How long the keeper may take to answer a command (a lend maps a namespace: milliseconds).
+const KEEPER_ANSWER: Duration = Duration::from_secs(10);
+/// Per-entry overhead charged to the budget beyond the file bytes (inodes, directory entries,
+/// the last partial page of each file).
+const ENTRY_OVERHEAD: u64 = 4096;
+
+/// The cache's configuration (from the policy's `spec.cache`, translated by the plan).
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// Sealed trees kept, in bytes.
+    pub budget: u64,
+    /// Fills under way at once (each may need up to the archive's extracted-bytes limit).
+    pub max_fills: usize,
+    /// The cache identity (never runs a plugin command; outside the UID range).
+    pub uid: u32,
+    /// The jails' UID (and GID) range, mapped into the keeper's namespace.
+    pub range: (u32, u32),
+    /// The archive's extracted-bytes limit (room one fill may need beyond the budget).
+    pub extracted_bytes: u64,
+}
+
+/// Hits, fills, uncached requests and evictions so far, and bytes held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CacheStats {
+    /// Requests served from a sealed tree (after a wait for a fill, too).
+    pub hits: u64,
+    /// Requests whose archive filled a tree.
+    pub fills: u64,
+    /// Requests extracted in their own jail.
+    pub uncached: u64,
+    /// Trees removed to stay in the budget.
+    pub evictions: u64,
+    /// Bytes of sealed trees.
+    pub bytes: u64,
+    /// Sealed trees.
+    pub trees: u64,
+}
+
+#[derive(Debug)]
+enum Entry {
+    Filling,
+    Ready(Tree),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tree {
+    bytes: u64,
+    entries: u64,
+    file_bytes: u64,
+    refs: u32,
+    last_used: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    used: u64,
+    fills: usize,
+    clock: u64,
+    broken: Option<String>,
+    stats: CacheStats,
+}
+
+/// What a request's key finds.
+#[derive(Debug)]
+pub(crate) enum Lookup {
+    /// A sealed tree, held for this request until released.
+    Hit(Borrow),
+    /// No tree: this request fills it.
+    Fill(FillTicket),
+    /// Not from the cache: extract in the request's own jail.
+    Uncached(&'static str),
+}
+
+/// A sealed tree a request holds (released after its jail is reclaimed).
+#[derive(Debug)]
+pub(crate) struct Borrow {
+    key: String,
+    /// Entries of the archive the tree holds.
+    pub entries: u64,
+    /// Its regular-file bytes.
+    pub file_bytes: u64,
+    /// Whether this request filled it.
+    pub filled: bool,
+}
+
+/// The right (and the duty) to fill the tree of a key.
+#[derive(Debug)]
+pub(crate) struct FillTicket {
+    key: String,
+}
+
+/// The keeper process and our end of its socket.
+#[derive(Debug)]
+struct KeeperConn {
+    child: Child,
+    sock: OwnedFd,
+}
+
+/// The tree cache.
+#[derive(Debug)]
+pub(crate) struct TreeCache {
+    cfg: CacheConfig,
+    keeper: Mutex<KeeperConn>,
+    state: Mutex<State>,
+    changed: Condvar,
+    next_fill: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The key of a request's tree: the claimed SHA-256 of its archive (lowercase hex, as Argo CD
+/// sends it) and a digest of the options that change what is extracted. `None` for a claim
+/// that is not a SHA-256.
+pub fn tree_key(claimed_sha256: &str, options: &archive::Options) -> Option<String> {
+    let hex_ok = claimed_sha256.len() == 64
+        && claimed_sha256
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex_ok {
+        return None;
+    }
+    let mut opts = options.clone();
+    // What only checks the bytes (not what is written) is not part of the key.
+    opts.expected_sha256 = None;
+    opts.skip_digest = false;
+    let fp = Sha256::digest(serde_json::to_vec(&opts).ok()?);
+    Some(format!("{claimed_sha256}-{}", hex::encode(&fp[..8])))
+}
+
+impl TreeCache {
+    /// Start the keeper and hand it its namespace's maps: the cache identity and the jails'
+    /// range onto themselves (the supervisor holds CAP_SETUID and CAP_SETGID for this).
+    pub fn start(
+        exe: &std::path::Path,
+        log_args: &[String],
+        mount_at: &std::path::Path,
+        cfg: CacheConfig,
+    ) -> Result<TreeCache, String> {
+        let (first, count) = cfg.range;
+        if (first..first.saturating_add(count)).contains(&cfg.uid) {
+            return Err(format!(
+                "spec.cache.uid {} is inside spec.uidRange {first}+{count}: the cache identity must never run a request",
+                cfg.uid
+            ));
+        }
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        rustix::net::sockopt::set_socket_timeout(
+            &ours,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(KEEPER_ANSWER),
+        )
+        .map_err(|e| e.to_string())?;
+        let tmpfs = cfg
+            .budget
+            .saturating_add((cfg.max_fills as u64).saturating_mul(cfg.extracted_bytes));
+        let args = KeeperArgs {
+            uid: cfg.uid,
+            gid: cfg.uid,
+            mount: mount_at.to_owned(),
+            bytes: tmpfs,
+        };
+        let mut cmd = Command::new(exe);
+        cmd.arg(KEEPER_ARG)
+            .args(log_args)
+            .args(args.to_args())
+            .env_clear()
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let mut child = crate::reaper::spawn_tracked(&mut cmd).map_err(|e| e.to_string())?;
+        let pid = child.id();
+        let handshake = (|| {
+            expect_ok(recv_msg::<KeeperReply>(ours.as_fd()))?;
+            for (file, id) in [("uid_map", cfg.uid), ("gid_map", cfg.uid)] {
+                std::fs::write(
+                    format!("/proc/{pid}/{file}"),
+                    format!("{id} {id} 1\n{first} {first} {count}\n"),
+                )
+                .map_err(|e| format!("keeper's {file}: {e}"))?;
+            }
+            send_msg(ours.as_fd(), &KeeperReply::Ok, &[]).map_err(|e| e.to_string())?;
+            expect_ok(recv_msg::<KeeperReply>(ours.as_fd()))
+        })();
+        if let Err(e) = handshake {
+            // Closing the socket ends it (a signal may not reach it once it is the cache
+            // identity); reaped by the orphan reaper if it takes longer than this.
+            drop(ours);
+            let _ = child.kill();
+            let end = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < end && !matches!(child.try_wait(), Ok(Some(_))) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            crate::reaper::untrack(pid as i32);
+            return Err(e);
+        }
+        tracing::debug!(pid, bytes = tmpfs, "tree cache keeper started");
+        Ok(TreeCache {
+            cfg,
+            keeper: Mutex::new(KeeperConn { child, sock: ours }),
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            next_fill: AtomicU64::new(0),
+        })
+    }
+
+    /// The tree of `key`: held, to be filled by the caller, or not from the cache. Waits
+    /// (until `deadline`) while another request fills it.
+    pub fn lookup(&self, key: &str, deadline: Option<Instant>) -> Lookup {
+        let mut st = lock(&self.state);
+        loop {
+            if st.broken.is_some() {
+                st.stats.uncached += 1;
+                return Lookup::Uncached("the cache is out of service");
+            }
+            st.clock += 1;
+            let now = st.clock;
+            let fills = st.fills;
+            match st.entries.get_mut(key) {
+                Some(Entry::Ready(t)) => {
+                    t.refs += 1;
+                    t.last_used = now;
+                    let b = Borrow {
+                        key: key.to_owned(),
+                        entries: t.entries,
+                        file_bytes: t.file_bytes,
+                        filled: false,
+                    };
+                    st.stats.hits += 1;
+                    return Lookup::Hit(b);
+                }
+                Some(Entry::Filling) => {
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if left == Some(Duration::ZERO) {
+                        st.stats.uncached += 1;
+                        return Lookup::Uncached("the archive's tree is still being filled");
+                    }
+                    st = match left {
+                        Some(l) => {
+                            self.changed
+                                .wait_timeout(st, l)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0
+                        }
+                        None => self.changed.wait(st).unwrap_or_else(|e| e.into_inner()),
+                    };
+                }
+                None if fills < self.cfg.max_fills => {
+                    st.entries.insert(key.to_owned(), Entry::Filling);
+                    st.fills += 1;
+                    return Lookup::Fill(FillTicket {
+                        key: key.to_owned(),
+                    });
+                }
+                None => {
+                    st.stats.uncached += 1;
+                    return Lookup::Uncached("other archives are being filled");
+                }
+            }
+        }
+    }
+
+    /// Fill the ticket's tree from `input` (the archive as it arrives; its end only after the
+    /// bytes matched their checksum) in a confined filler, and seal it. On failure the entry
+    /// is gone (a waiting request may fill it in turn) and the error is the one extracting
+    /// in the request's own jail would have given.
+    pub fn fill(
+        &self,
+        ticket: FillTicket,
+        input: &mut dyn Read,
+        options: &archive::Options,
+        limits: FillLimits,
+        deadline: Option<Instant>,
+    ) -> Result<Borrow, RequestError> {
+        let key = ticket.key.clone();
+        let id = self.next_fill.fetch_add(1, Ordering::Relaxed);
+        let result = self.fill_inner(id, &key, input, options, limits, deadline);
+        let mut st = lock(&self.state);
+        st.fills -= 1;
+        let out = match result {
+            Ok((entries, file_bytes)) => {
+                let bytes = file_bytes.saturating_add(entries.saturating_mul(ENTRY_OVERHEAD));
+                st.clock += 1;
+                let last_used = st.clock;
+                st.entries.insert(
+                    key.clone(),
+                    Entry::Ready(Tree {
+                        bytes,
+                        entries,
+                        file_bytes,
+                        refs: 1,
+                        last_used,
+                    }),
+                );
+                st.used += bytes;
+                st.stats.fills += 1;
+                Ok(Borrow {
+                    key,
+                    entries,
+                    file_bytes,
+                    filled: true,
+                })
+            }
+            Err(e) => {
+                st.entries.remove(&key);
+                Err(e)
+            }
+        };
+        drop(st);
+        self.changed.notify_all();
+        self.evict_over_budget();
+        out
+    }
+
+    fn fill_inner(
+        &self,
+        id: u64,
+        key: &str,
+        input: &mut dyn Read,
+        options: &archive::Options,
+        limits: FillLimits,
+        deadline: Option<Instant>,
+    ) -> Result<(u64, u64), RequestError> {
+        let broken = |e: String| self.out_of_service(format!("fill: {e}"));
+        let (arch_r, arch_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| broken(e.to_string()))?;
+        let (reply_r, reply_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| broken(e.to_string()))?;
+        self.command(
+            &KeeperCmd::Fill {
+                id,
+                options: options.clone(),
+                limits,
+            },
+            &[arch_r.as_fd(), reply_w.as_fd()],
+        )
+        .map_err(broken)?;
+        drop((arch_r, reply_w));
+        // Feed: the archive as it arrives, `E` once it ended (verified), nothing more if it
+        // was aborted. A write error means the filler stopped; its reply says why.
+        let mut w = std::fs::File::from(arch_w);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut ended = false;
+        loop {
+            match input.read(&mut buf) {
+                Ok(0) => {
+                    ended = crate::protocol::write_frame(&mut w, b'E', &[]).is_ok()
+                        && w.flush().is_ok();
+                    break;
+                }
+                Ok(n) => {
+                    if crate::protocol::write_frame(&mut w, b'D', &buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        drop(w);
+        let reply = read_fill_reply(std::fs::File::from(reply_r), deadline);
+        match (reply, ended) {
+            (
+                Ok(FillReply::Ok {
+                    entries,
+                    file_bytes,
+                }),
+                true,
+            ) => {
+                self.command(
+                    &KeeperCmd::Seal {
+                        id,
+                        key: key.to_owned(),
+                    },
+                    &[],
+                )
+                .map_err(|e| {
+                    let _ = self.command(&KeeperCmd::Discard { id }, &[]);
+                    RequestError::internal(format!("tree cache: {e}"))
+                })?;
+                Ok((entries, file_bytes))
+            }
+            (reply, _) => {
+                let _ = self.command(&KeeperCmd::Discard { id }, &[]);
+                Err(match reply {
+                    Ok(FillReply::Err { kind, message }) => RequestError::new(kind, message),
+                    // Aborted before its end: the service says why (checksum, client gone).
+                    Ok(FillReply::Ok { .. }) => {
+                        RequestError::new(ErrorKind::Cancelled, "archive stream aborted")
+                    }
+                    Err(e) => RequestError::internal(format!("tree cache: the filler: {e}")),
+                })
+            }
+        }
+    }
+
+    /// A read-only clone of the borrowed tree whose files appear owned by `uid`/`gid`.
+    pub fn lend(&self, b: &Borrow, uid: u32, gid: u32) -> Result<OwnedFd, RequestError> {
+        let mut fds = self
+            .command_fds(
+                &KeeperCmd::Lend {
+                    key: b.key.clone(),
+                    uid,
+                    gid,
+                },
+                &[],
+            )
+            .map_err(|e| RequestError::internal(format!("tree cache: {e}")))?;
+        fds.pop()
+            .ok_or_else(|| RequestError::internal("tree cache: lend: no mount"))
+    }
+
+    /// The request holding `b` is reclaimed (its jail, and so its clone, is gone).
+    pub fn release(&self, b: Borrow) {
+        {
+            let mut st = lock(&self.state);
+            if let Some(Entry::Ready(t)) = st.entries.get_mut(&b.key) {
+                t.refs = t.refs.saturating_sub(1);
+            }
+        }
+        self.evict_over_budget();
+    }
+
+    /// Remove least-recently-used trees no request holds until the budget holds.
+    fn evict_over_budget(&self) {
+        loop {
+            let victim = {
+                let mut st = lock(&self.state);
+                if st.used <= self.cfg.budget {
+                    return;
+                }
+                let v = st
+                    .entries
+                    .iter()
+                    .filter_map(|(k, e)| match e {
+                        Entry::Ready(t) if t.refs == 0 => Some((t.last_used, k.clone(), t.bytes)),
+                        _ => None,
+                    })
+                    .min();
+                let Some((_, key, bytes)) = v else { return };
+                st.entries.remove(&key);
+                st.used -= bytes;
+                st.stats.evictions += 1;
+                key
+            };
+            if let Err(e) = self.command(&KeeperCmd::Evict { key: victim }, &[]) {
+                tracing::warn!(error = %e, "tree cache: eviction failed");
+                return;
+            }
+        }
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> CacheStats {
+        let st = lock(&self.state);
+        let mut s = st.stats;
+        s.bytes = st.used;
+        s.trees = st
+            .entries
+            .values()
+            .filter(|e| matches!(e, Entry::Ready(_)))
+            .count() as u64;
+        s
+    }
+
+    /// The cache stops serving (every later request extracts in its own jail) and says why.
+    fn out_of_service(&self, why: String) -> RequestError {
+        let mut st = lock(&self.state);
+        if st.broken.is_none() {
+            tracing::error!(error = %why, "TREE CACHE OUT OF SERVICE: requests extract in their own jails from now on");
+            st.broken = Some(why.clone());
+        }
+        RequestError::internal(format!("tree cache: {why}"))
+    }
+
+    fn command(&self, cmd: &KeeperCmd, fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<(), String> {
+        self.command_fds(cmd, fds).map(|_| ())
+    }
+
+    fn command_fds(
+        &self,
+        cmd: &KeeperCmd,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+    ) -> Result<Vec<OwnedFd>, String> {
+        let k = lock(&self.keeper);
+        send_msg(k.sock.as_fd(), cmd, fds).map_err(|e| format!("keeper: {e}"))?;
+        match recv_msg::<KeeperReply>(k.sock.as_fd()) {
+            Ok(Some((KeeperReply::Ok | KeeperReply::Started { .. }, fds))) => Ok(fds),
+            Ok(Some((KeeperReply::Failed(e), _))) => Err(e),
+            Ok(None) => Err("keeper: gone".into()),
+            Err(e) => Err(format!("keeper: {e}")),
+        }
+    }
+
+    /// Stop the keeper (the cache's tmpfs goes with its namespaces).
+    pub fn shutdown(&self) {
+        let mut k = lock(&self.keeper);
+        let _ = rustix::net::shutdown(&k.sock, rustix::net::Shutdown::Both);
+        let pid = k.child.id() as i32;
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = k.child.try_wait() {
+                crate::reaper::untrack(pid);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Still running (it should have seen its socket close): it cannot outlive us by
+        // much, and its cache goes with its namespaces.
+        let _ = k.child.kill();
+        crate::reaper::untrack(pid);
+    }
+}
+
+fn expect_ok(r: std::io::Result<Option<(KeeperReply, Vec<OwnedFd>)>>) -> Result<(), String> {
+    match r {
+        Ok(Some((KeeperReply::Ok, _))) => Ok(()),
+        Ok(Some((KeeperReply::Failed(e), _))) => Err(e),
+        Ok(Some((other, _))) => Err(format!("keeper: unexpected {other:?}")),
+        Ok(None) => Err("keeper: exited during start-up".into()),
+        Err(e) => Err(format!("keeper: {e}")),
+    }
+}
+
+/// The filler's `R` frame (it is written as the filler ends; bounded in time by `deadline`
+/// and in size by the frame limit).
+fn read_fill_reply(r: std::fs::File, deadline: Option<Instant>) -> Result<FillReply, String> {
+    let timeout = deadline
+        .map(|d| d.saturating_duration_since(Instant::now()))
+        .unwrap_or(Duration::from_secs(600))
+        .max(Duration::from_millis(100));
+    let mut fds = [rustix::event::PollFd::new(&r, rustix::event::PollFlags::IN)];
+    let t = rustix::event::Timespec::try_from(timeout).ok();
+    match rustix::event::poll(&mut fds, t.as_ref()) {
+        Ok(0) => return Err("no answer before the request's deadline".into()),
+        Ok(_) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let mut r = r;
+    crate::protocol::read_json_frame::<FillReply>(&mut r, b'R')?
+        .ok_or_else(|| "it ended without an answer".to_owned())
+}
+
+impl Drop for TreeCache {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The cache shared by the runner's threads.
+pub(crate) type SharedCache = Arc<TreeCache>;
