@@ -116,6 +116,18 @@ spec:
             ""
         },
     );
+    let default_uid = p.uid_first.checked_add(p.uid_count);
+    let _ = writeln!(
+        o,
+        "  cache: {{enabled: {}, bytes: {}{}}}",
+        p.cache.enabled,
+        bytes(p.cache.bytes),
+        if Some(p.cache.uid) == default_uid {
+            String::new()
+        } else {
+            format!(", uid: {}", p.cache.uid)
+        }
+    );
     let ll = &p.landlock;
     if p.require.contains(&crate::Protection::Landlock)
         && (ll.min_abi > 1 || !ll.features.is_empty())

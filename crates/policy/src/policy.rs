@@ -466,7 +466,7 @@ pub struct Policy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CachePolicy {
-    /// On (default) or off.
+    /// On or off (default).
     pub enabled: bool,
     /// Bytes of sealed trees kept (least recently used ones are evicted beyond it).
     pub bytes: u64,
@@ -709,7 +709,7 @@ impl Policy {
     }
 }
 
-/// `spec.cache`: on by default, 512 MiB, its identity outside the UID range.
+/// `spec.cache`: off unless enabled, 512 MiB, its identity outside the UID range.
 fn check_cache(
     raw: Option<&RawCache>,
     uid_first: u32,
@@ -739,7 +739,7 @@ fn check_cache(
         ));
     }
     Ok(CachePolicy {
-        enabled: raw.enabled.unwrap_or(true),
+        enabled: raw.enabled.unwrap_or(false),
         bytes,
         uid,
     })

@@ -258,12 +258,13 @@ pub fn idle_jails_in(log: &str) -> Vec<IdleJail> {
     idle
 }
 
-/// A UID range no other server of this test process (or a concurrent one) uses.
+/// A UID range no other server of this test process (or a concurrent one) uses, with the UID
+/// just above it (the tree cache's identity) free as well.
 pub fn private_uid_range() -> (u32, u32) {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::SeqCst) % 64;
-    (200_000 + (std::process::id() % 20_000) * 1024 + n * 16, 16)
+    let n = N.fetch_add(1, Ordering::SeqCst) % 32;
+    (200_000 + (std::process::id() % 20_000) * 1024 + n * 32, 16)
 }
 
 /// Write the default policy with a private UID range and `edits` (from, to) applied, plus

@@ -333,10 +333,19 @@ fn run_confined(
 
 /// Whether the request's tmpfs has (almost) no blocks or inodes left.
 fn disk_full(dir: &std::os::fd::OwnedFd) -> bool {
-    rfs::fstatvfs(dir).is_ok_and(|st| {
+    let full = |st: rfs::StatVfs| {
         // A few pages may stay free when a write of a larger block failed.
         st.f_bavail.saturating_mul(st.f_bsize) < 64 * 1024 || st.f_favail == 0
-    })
+    };
+    // A tree from the cache writes into its overlay's own layer, which `repo/` reports.
+    let repo = rfs::openat(
+        dir,
+        REPO_DIR,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok();
+    rfs::fstatvfs(dir).is_ok_and(full) || repo.is_some_and(|r| rfs::fstatvfs(&r).is_ok_and(full))
 }
 
 /// The confinement self-test: pack a one-file tree and run the real extractor, confined, into

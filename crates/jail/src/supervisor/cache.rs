@@ -137,6 +137,8 @@ pub(crate) struct TreeCache {
     state: Mutex<State>,
     changed: Condvar,
     next_fill: AtomicU64,
+    /// The lock on the cache identity in the lease directory, held while the cache lives.
+    _identity: Option<std::fs::File>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -241,7 +243,13 @@ impl TreeCache {
             state: Mutex::default(),
             changed: Condvar::new(),
             next_fill: AtomicU64::new(0),
+            _identity: None,
         })
+    }
+
+    /// Keep `lock` (the cache identity's lease lock) for as long as the cache lives.
+    pub fn hold_identity(&mut self, lock: Option<std::fs::File>) {
+        self._identity = lock;
     }
 
     /// The tree of `key`: held, to be filled by the caller, or not from the cache. Waits

@@ -194,19 +194,33 @@ impl Confined {
     /// Start the tree cache's keeper (its tmpfs mounted over `mount_at` in its own mount
     /// namespace) and serve requests from the cache from now on.
     pub fn start_cache(&self, mount_at: &Path) -> Result<(), String> {
-        let cfg = self
+        let mut cfg = self
             .inner
             .cfg
             .plan
             .cache
             .clone()
             .ok_or("off in the policy (spec.cache.enabled), or no mount and PID namespaces in spec.namespaces")?;
-        let cache = super::cache::TreeCache::start(
+        // The cache identity is locked in the lease directory like a lease: another instance
+        // on the node never leases or sweeps it; a second instance with the same policy takes
+        // the next free one above.
+        let (uid, lock) = match &self.inner.pool {
+            Some(pool) => lock(pool).lock_outside(cfg.uid, 16).ok_or_else(|| {
+                format!(
+                    "spec.cache.uid {} and the 15 above it are held by other instances on this node",
+                    cfg.uid
+                )
+            })?,
+            None => return Err("the shared-UID model (the cache needs a leased UID per request)".into()),
+        };
+        cfg.uid = uid;
+        let mut cache = super::cache::TreeCache::start(
             &self.inner.cfg.exe,
             &self.inner.cfg.log_args,
             mount_at,
             cfg,
         )?;
+        cache.hold_identity(lock);
         let _ = self.inner.cache.set(Arc::new(cache));
         Ok(())
     }

@@ -180,6 +180,21 @@ impl UidPool {
         Err(UidError::Exhausted(n as u32))
     }
 
+    /// Lock an identity outside the range for as long as the returned file lives: the first of
+    /// `uid`, `uid + 1`, … (`tries` of them) no other instance holds. Without a lease
+    /// directory (one instance on the node) `uid` itself, unlocked.
+    pub fn lock_outside(&self, uid: u32, tries: u32) -> Option<(u32, Option<std::fs::File>)> {
+        let Some(dir) = &self.lock_dir else {
+            return Some((uid, None));
+        };
+        (uid..uid.saturating_add(tries))
+            .filter(|u| !(self.first..self.first + self.capacity() as u32).contains(u))
+            .find_map(|u| match try_lock(dir, u) {
+                Ok(Some(f)) => Some((u, Some(f))),
+                _ => None,
+            })
+    }
+
     /// For the start-up sweep: lock `uid` unless another live instance holds it (`None`).
     pub fn lock_for_sweep(&self, uid: u32) -> Option<SweepLock> {
         match &self.lock_dir {

@@ -1,0 +1,315 @@
+//! The tree cache through the real server (issue 23): a request whose archive was extracted
+//! before runs on the sealed tree, seeing exactly what a fresh extraction gives (its own UID
+//! owns every file, modes and links as extracted), and nothing a command does — writing,
+//! chmod, unlinking, renaming, replacing a link — reaches the tree or the next request, also
+//! when hostile requests run at the same time as honest ones. The policy's off switch gives
+//! the same answers without it; the budget evicts trees no request holds.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const NEEDS_ROOT: &str =
+    "tree cache tests need root (CI runs as root): leased UIDs need CAP_SETUID";
+
+/// Describe the tree as commands see it (`MODE=show`), or attack it (`MODE=attack`) and then
+/// describe what the attack left in this request's own view.
+const SPEC: &str = r#"  generate:
+    command: [sh, -c]
+    args:
+      - |
+        me=$(id -u)
+        if [ "$ARGOCD_ENV_MODE" = attack ]; then
+          echo tampered >> a.txt
+          chmod 000 dir
+          chmod 777 a.txt
+          rm -f dir/b.txt 2>/dev/null; chmod 755 dir; rm -f dir/b.txt
+          mv sub gone
+          ln -sf /etc/passwd link
+          echo new > planted.txt
+          # The layers the overlay was made of are nowhere to be found.
+          # (The markers are split so that the logged argv does not contain them.)
+          test -e ../.cmp-warden-layers && echo LAYERS-VIS''IBLE >&2
+          grep -q ' cmp-warden-cache ' /proc/self/mountinfo && echo CACHE-VIS''IBLE >&2
+        fi
+        echo "kind: Tree"
+        echo "listing:"
+        find . -path ./.git -prune -o -print | sort | while read -r p; do
+          owner=other; [ "$(stat -c %u "$p")" = "$me" ] && owner=me
+          if [ -L "$p" ]; then
+            echo "- \"$p link $(readlink "$p") $owner\""
+          elif [ -f "$p" ]; then
+            echo "- \"$p $(stat -c %a "$p") $(sha256sum < "$p" | cut -c1-12) $owner\""
+          else
+            echo "- \"$p $(stat -c %a "$p") dir $owner\""
+          fi
+        done
+"#;
+
+/// The policy edit that turns the cache on.
+const CACHE_ON: (&str, &str) = (
+    "cache: {enabled: false, bytes: 512Mi}",
+    "cache: {enabled: true, bytes: 512Mi}",
+);
+
+const FILES: &[(&str, &str)] = &[
+    ("a.txt", "alpha\n"),
+    ("dir/b.txt", "beta\n"),
+    ("sub/deep/c.yaml", "kind: C\n"),
+    ("link", "->a.txt"),
+    ("up", "->sub/../dir/b.txt"),
+];
+
+fn listing(v: &serde_json::Value) -> Vec<String> {
+    let doc: serde_json::Value =
+        serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+    doc["listing"]
+        .as_array()
+        .expect("listing")
+        .iter()
+        .map(|l| l.as_str().expect("line").to_owned())
+        .collect()
+}
+
+fn audit_events(s: &Server) -> Vec<serde_json::Value> {
+    s.logs()
+        .lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn server(pol: &std::path::Path, edits: &[(&str, &str)], extra: &[&str]) -> Server {
+    write_policy(pol, edits);
+    let mut args = vec!["--policy", pol.to_str().expect("utf8")];
+    args.extend_from_slice(extra);
+    Server::start(&plugin(SPEC), &args)
+}
+
+#[test]
+fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let r = repo(FILES);
+    let dir = r.path().to_str().expect("utf8");
+
+    // The reference: the cache off (the default), every request extracts in its own jail.
+    let off = server(&t.path().join("off/policy.yaml"), &[], &[]);
+    let fresh = listing(&go(&off, "generate", &["-dir", dir]).expect("fresh"));
+    assert!(
+        fresh
+            .iter()
+            .all(|l| l.ends_with(" me\"") || l.ends_with(" me")),
+        "{fresh:?}"
+    );
+    assert!(
+        audit_events(&off)
+            .iter()
+            .all(|e| e.get("treeCache").is_none()),
+        "the off switch leaves no cache in the audit event"
+    );
+    drop(off);
+
+    let s = server(&t.path().join("on/policy.yaml"), &[CACHE_ON], &[]);
+    // Start-up says the cache runs (logged once the probe is done, after the socket exists).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.logs().contains("\"tree_cache\":\"on (") {
+        assert!(
+            Instant::now() < deadline,
+            "start-up says the cache runs:\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The first request fills the tree; the second is served from it: both see exactly the
+    // fresh extraction (each owns every file: its own UID).
+    let first = listing(&go(&s, "generate", &["-dir", dir]).expect("fill"));
+    let second = listing(&go(&s, "generate", &["-dir", dir]).expect("hit"));
+    assert_eq!(first, fresh);
+    assert_eq!(second, fresh);
+
+    // Hostile requests on the same tree beside honest ones: each attack succeeds in its own
+    // writable layer only; every honest request sees the pristine tree.
+    let attacks: Vec<_> = (0..3)
+        .map(|_| {
+            let sock = s.sock.clone();
+            let d = dir.to_owned();
+            std::thread::spawn(move || {
+                let out = std::process::Command::new(go_client())
+                    .arg("-socket")
+                    .arg(&sock)
+                    .args([
+                        "-rpc",
+                        "generate",
+                        "-dir",
+                        &d,
+                        "-env",
+                        "ARGOCD_ENV_MODE=attack",
+                    ])
+                    .output()
+                    .expect("go client");
+                parse_client_output(&out)
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        assert_eq!(
+            listing(&go(&s, "generate", &["-dir", dir]).expect("honest")),
+            fresh
+        );
+    }
+    for a in attacks {
+        let seen = listing(&a.join().expect("thread").expect("attack request"));
+        // Its own view changed as it asked...
+        assert!(
+            seen.iter().any(|l| l.starts_with("./planted.txt")),
+            "{seen:?}"
+        );
+        assert!(seen.iter().any(|l| l.starts_with("./gone")), "{seen:?}");
+        assert!(
+            !seen.iter().any(|l| l.starts_with("./dir/b.txt")),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter()
+                .any(|l| l.starts_with("./link link /etc/passwd")),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter().any(|l| l.starts_with("./a.txt 777")),
+            "{seen:?}"
+        );
+    }
+    // ... and nothing of it reached the tree: the next request sees it pristine.
+    assert_eq!(
+        listing(&go(&s, "generate", &["-dir", dir]).expect("after")),
+        fresh
+    );
+    assert!(!s.logs().contains("LAYERS-VISIBLE"), "{}", s.logs());
+    assert!(!s.logs().contains("CACHE-VISIBLE"), "{}", s.logs());
+
+    let uses: Vec<String> = audit_events(&s)
+        .iter()
+        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(uses.first().map(String::as_str), Some("filled"), "{uses:?}");
+    assert!(uses[1..].iter().all(|u| u == "hit"), "{uses:?}");
+    assert_eq!(uses.len(), 9, "{uses:?}");
+    s.assert_work_dir_empties();
+}
+
+/// A request whose claimed checksum names a cached tree but whose bytes differ is refused as
+/// a checksum mismatch, and never runs on the tree it claimed.
+#[test]
+fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let s = server(&t.path().join("policy.yaml"), &[CACHE_ON], &[]);
+    let r = repo(FILES);
+    let dir = r.path().to_str().expect("utf8");
+    let pristine = listing(&go(&s, "generate", &["-dir", dir]).expect("fill"));
+    let event = audit_events(&s).pop().expect("event");
+    let sha = event["archive"]["sha256"].as_str().expect("sha").to_owned();
+    // Other bytes, the cached tree's checksum claimed.
+    let other = repo(&[("evil.txt", "not the cached tree\n")]);
+    let (code, msg) = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            other.path().to_str().expect("utf8"),
+            "-checksum",
+            &sha,
+        ],
+    )
+    .expect_err("mismatch");
+    assert_eq!(code, DATA_LOSS, "{msg}");
+    assert!(msg.contains("checksum"), "{msg}");
+    // The tree is still there and still pristine.
+    assert_eq!(
+        listing(&go(&s, "generate", &["-dir", dir]).expect("hit")),
+        pristine
+    );
+}
+
+/// Within `spec.cache.bytes` the least recently used tree no request holds is evicted;
+/// requests keep getting the right tree.
+#[test]
+fn the_budget_evicts_least_recently_used_trees() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let s = server(
+        &t.path().join("policy.yaml"),
+        &[(
+            "cache: {enabled: false, bytes: 512Mi}",
+            "cache: {enabled: true, bytes: 1Mi}",
+        )],
+        &["--metrics-address", "127.0.0.1:0"],
+    );
+    // Three repositories of ~600 KiB each (incompressible names keep them distinct).
+    let repos: Vec<_> = (0..3)
+        .map(|i| {
+            let body: String = (0..600_000u32)
+                .map(|j| char::from(b'a' + ((j.wrapping_mul(2_654_435_761) ^ i) >> 27) as u8 % 26))
+                .collect();
+            repo(&[("big.txt", body.as_str()), ("n.txt", &i.to_string())])
+        })
+        .collect();
+    for r in &repos {
+        go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("request");
+    }
+    // The first again: evicted meanwhile, so filled again, with the right content.
+    let v = go(
+        &s,
+        "generate",
+        &["-dir", repos[0].path().to_str().expect("utf8")],
+    )
+    .expect("again");
+    assert!(listing(&v).iter().any(|l| l.starts_with("./n.txt")));
+    let uses: Vec<String> = audit_events(&s)
+        .iter()
+        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(uses, ["filled", "filled", "filled", "filled"], "{uses:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        if let Some(a) = s.logs().lines().find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v["msg"].as_str()?.starts_with("metrics on"))
+                .then(|| v["address"].as_str().map(str::to_owned))?
+        }) {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "metrics address never logged");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let body = http_get(&metrics, "/metrics");
+    let evictions = body
+        .lines()
+        .find_map(|l| l.strip_prefix("cmp_warden_tree_cache_evictions_total "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .expect("evictions metric");
+    assert!(evictions >= 2, "{body}");
+    assert!(
+        body.contains("cmp_warden_tree_cache_requests_total{result=\"filled\"} 4"),
+        "{body}"
+    );
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .expect("write");
+    let mut body = String::new();
+    c.read_to_string(&mut body).expect("read");
+    body
+}
