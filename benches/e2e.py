@@ -24,14 +24,17 @@ FULL_SIZES = [("small", 100, 400 << 10, 30), ("1k", 1000, 4 << 20, 20), ("medium
 QUICK_SIZES = [("small", 20, 20 << 10, 3), ("medium", 200, 400 << 10, 3), ("large", 500, 1 << 20, 3)]
 
 
+PLUGIN = ("apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata: {name: bench}\n"
+          "spec:\n  generate:\n    command: [cat, manifest.yaml]\n")
+
+
 class Server:
-    def __init__(self, binary, work, extra=()):
+    def __init__(self, binary, work, extra=(), plugin=PLUGIN):
         cfg, socks = os.path.join(work, "cfg"), os.path.join(work, "socks")
         os.makedirs(cfg)
         os.makedirs(socks)
         with open(os.path.join(cfg, "plugin.yaml"), "w") as f:
-            f.write("apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata: {name: bench}\n"
-                    "spec:\n  generate:\n    command: [cat, manifest.yaml]\n")
+            f.write(plugin)
         env = dict(os.environ, ARGOCD_PLUGINSOCKFILEPATH=socks, ARGOCD_CMP_WORKDIR=work)
         self.log_path = os.path.join(work, "server.log")
         self.proc = subprocess.Popen([binary, "--loglevel", "info", "--config-dir-path", cfg,

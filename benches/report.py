@@ -15,6 +15,8 @@ def targets(res):
         _sandbox_targets(res["sandbox"], out)
     if "e2e" in res:
         _e2e_targets(res["e2e"], out)
+    if "cache" in res:
+        _cache_targets(res["cache"], out)
     return [{"target": t, "measured": m, "met": bool(ok)} for t, m, ok in out]
 
 
@@ -61,6 +63,17 @@ def _e2e_targets(e, out):
                     q["failures"], q["failures"] == 0))
 
 
+def _cache_targets(c, out):
+    for r in c["sizes"]:
+        out.append((f"tree cache: a cached request ≤ 0.15× the same request uncached, {r['files']:,} files",
+                    f"{r['ratio']:.3f}× ({r['cached_p50_s'] * 1000:.1f} vs {r['uncached_p50_s'] * 1000:.1f} ms)",
+                    r["ratio"] <= 0.15))
+    m = c["monorepo"]
+    out.append((f"tree cache: monorepo, match + parameters + {m['applications']} generate ≤ 0.2× uncached",
+                f"{m['ratio']:.3f}× ({m['cached_total_s'] * 1000:.0f} vs {m['uncached_total_s'] * 1000:.0f} ms)",
+                m["ratio"] <= 0.2))
+
+
 def _ratio(a, b):
     return f"{a / b:.2f}" if a is not None and b else "—"
 
@@ -83,6 +96,8 @@ def markdown(res, plot_rel):
         _e2e_md(res["e2e"], L)
     if "egress" in res:
         _egress_md(res["egress"], L)
+    if "cache" in res:
+        _cache_md(res["cache"], L)
     if plot_rel:
         L += [f"![latency vs repo size and vs concurrency]({plot_rel})", ""]
     return "\n".join(L)
@@ -98,6 +113,22 @@ def _egress_md(g, L):
           f"100 tunnels open at once: {g['rss_per_tunnel_kib']:.0f} KiB of resident memory and "
           f"{g['threads_per_tunnel']:.2f} threads per tunnel in the measuring process (the proxy's two relay "
           f"threads, plus the test upstream's one); all joined when the request ends.", ""]
+
+
+def _cache_md(c, L):
+    L += ["", "### Tree cache (`spec.cache`): the same requests, cache on vs off, same run", "",
+          "| case | requests | uncached | cached | cached/uncached |", "| --- | --- | --- | --- | --- |"]
+    for r in c["sizes"]:
+        L.append(f"| GenerateManifest, {r['files']:,} files (server p50) | {r['requests']} each | "
+                 f"{r['uncached_p50_s'] * 1000:.1f} ms | {r['cached_p50_s'] * 1000:.1f} ms | {r['ratio']:.3f} |")
+    m = c["monorepo"]
+    L.append(f"| monorepo: match + parameters + {m['applications']} generate, one archive of {m['files']:,} "
+             f"files (server total, median of {m['rounds']}) | {m['applications'] + 2} each | "
+             f"{m['uncached_total_s'] * 1000:.0f} ms | {m['cached_total_s'] * 1000:.0f} ms | {m['ratio']:.3f} |")
+    k = c["concurrency"]
+    L += ["", f"Cached server at concurrency {k['concurrency']} ({k['requests']} requests, {k['failures']} failed): "
+              f"server + keeper + jails + commands peak {k['tree_peak_rss_MiB']} MiB (PSS); the trees themselves "
+              f"are on the cache's tmpfs, counted against `spec.cache.bytes`, not here.", ""]
 
 
 def _archive_md(archive, L):
@@ -247,4 +278,13 @@ def problems(res):
         q = e.get("queue")
         if q and q["failures"]:
             out.append(f"e2e queue: {q['failures']} failed request(s) against --max-in-flight {q['max_in_flight']}")
+    c = res.get("cache")
+    if c:
+        for r in c["sizes"]:
+            for k in ("uncached_p50_s", "cached_p50_s"):
+                if not r[k] > 0:
+                    out.append(f"cache {r['size']}: {k} = {r[k]}")
+        if c["concurrency"]["failures"]:
+            out.append(f"cache: {c['concurrency']['failures']} failed request(s) at concurrency "
+                       f"{c['concurrency']['concurrency']}")
     return out

@@ -1,0 +1,177 @@
+"""The tree cache (issue 23, `spec.cache`): the same requests against two servers of the same
+build, one with the cache on and one with it off, alternating A/B in one run.
+
+- cached vs uncached: GenerateManifest of one archive at 1,000 and 5,000 files (`cat` of one
+  file, so the server's work is what is measured); the cached server has the tree already;
+  reported as the ratio of server-side p50s (first message to response, the server's own log);
+- the monorepo pattern: one archive holding 20 applications, and for it one MatchRepository,
+  one GetParametersAnnouncement and 20 GenerateManifest calls with 20 different `appRelPath`s,
+  as the repo-server makes them for 20 Applications at one revision; the total server time of
+  the sequence with the cache (the first call fills it) against without;
+- peak memory of the cached server's process tree (server, keeper, jails, commands) at
+  concurrency 16 on the 5,000-file archive.
+Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed emptyDir would.
+"""
+import concurrent.futures as cf, os, shutil, sys, tempfile, time
+
+from common import ROOT, PeakTreeRss, log, make_tree, median, pack, pct, timed
+
+from e2e import Server
+
+FULL_SIZES = [("1k", 1000, 4 << 20, 15), ("5k", 5000, 20 << 20, 11)]
+QUICK_SIZES = [("1k", 200, 400 << 10, 3)]
+APPS = 20
+
+PLUGIN = """apiVersion: argoproj.io/v1alpha1
+kind: ConfigManagementPlugin
+metadata: {name: bench}
+spec:
+  discover:
+    find:
+      command: [sh, -c, "ls apps"]
+  parameters:
+    dynamic:
+      command: [echo, '[{"name": "apps", "string": "20"}]']
+  generate:
+    command: [cat, manifest.yaml]
+"""
+
+
+def policy(work, on):
+    """A copy of `policies/` (the default policy names its seccomp profile relative to itself)
+    with `spec.cache.enabled` set."""
+    d = os.path.join(work, "policies-%s" % ("on" if on else "off"))
+    shutil.copytree(os.path.join(ROOT, "policies"), d)
+    path = os.path.join(d, "default.yaml")
+    with open(path) as f:
+        text = f.read()
+    off = "cache: {enabled: false, bytes: 512Mi}"
+    if off not in text:
+        sys.exit("policies/default.yaml has no `" + off + "` line to switch")
+    with open(path, "w") as f:
+        f.write(text.replace(off, off.replace("false", "true")) if on else text)
+    return path
+
+
+def start(binary, work, on):
+    d = os.path.join(work, "cache-on" if on else "cache-off")
+    os.makedirs(d)
+    os.chmod(d, 0o755)
+    srv = Server(binary, d, ("--policy", policy(work, on)), plugin=PLUGIN)
+    if on:
+        # The cache starts once the start-up probe is done (after the socket exists).
+        for _ in range(200):
+            with open(srv.log_path) as f:
+                text = f.read()
+            if '"tree_cache":"on (' in text:
+                break
+            if '"tree_cache":' in text and '"sandbox enforced"' in text:
+                sys.exit("the tree cache did not start:\n" + text[-4000:])
+            time.sleep(0.05)
+        else:
+            sys.exit("no start-up report from the cached server")
+    return srv
+
+
+def client(binary, sock, rpc, repo, tgz, app="."):
+    return [binary, "client", "--socket", sock, rpc, repo, "--archive", tgz, "--app-rel-path", app,
+            "--chunk-size", "1024"]
+
+
+def ok(cmd):
+    dt, r = timed(cmd)
+    if r.returncode != 0:
+        sys.exit(f"request failed: {' '.join(cmd)}\n{r.stderr.decode()}")
+    return dt
+
+
+def monorepo(work, files, total):
+    """A repository of 20 applications (apps/app-NN/manifest.yaml) beside `files` other files."""
+    repo = os.path.join(work, "mono")
+    make_tree(repo, files, total)
+    for i in range(APPS):
+        d = os.path.join(repo, "apps", f"app-{i:02d}")
+        os.makedirs(d)
+        with open(os.path.join(d, "manifest.yaml"), "w") as f:
+            f.write(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{i:02d}\n")
+    tgz = os.path.join(work, "mono.tgz")
+    pack(repo, tgz)
+    return repo, tgz
+
+
+def sequence(binary, srv, repo, tgz):
+    """The repo-server's calls for 20 Applications at one revision; server seconds in all."""
+    mark = srv.mark()
+    ok(client(binary, srv.sock, "match", repo, tgz))
+    ok(client(binary, srv.sock, "params", repo, tgz, "apps/app-00"))
+    for i in range(APPS):
+        ok(client(binary, srv.sock, "generate", repo, tgz, f"apps/app-{i:02d}"))
+    secs = srv.server_seconds(mark)
+    if len(secs) != APPS + 2:
+        sys.exit(f"expected {APPS + 2} finished requests in the server log, found {len(secs)}")
+    return sum(secs)
+
+
+def run(binary, quick):
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    work = tempfile.mkdtemp(prefix="cmpw-cache-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
+    os.chmod(work, 0o755)
+    on = off = None
+    try:
+        off, on = start(binary, work, False), start(binary, work, True)
+        by_size = []
+        for name, files, total, runs in sizes:
+            log(f"cache: {name} archive, {files:,} files, {runs} requests per server")
+            repo = os.path.join(work, "repo-" + name)
+            make_tree(repo, files, total)
+            tgz = os.path.join(work, name + ".tgz")
+            pack(repo, tgz)
+            cmd_on = client(binary, on.sock, "generate", repo, tgz)
+            cmd_off = client(binary, off.sock, "generate", repo, tgz)
+            ok(cmd_off)  # warm-up (page cache, spare jail)
+            ok(cmd_on)  # fills the tree
+            m_on, m_off = on.mark(), off.mark()
+            for _ in range(runs):
+                ok(cmd_off)
+                ok(cmd_on)
+            s_on, s_off = on.server_seconds(m_on), off.server_seconds(m_off)
+            if len(s_on) != runs or len(s_off) != runs:
+                sys.exit(f"expected {runs} finished requests per server, found {len(s_on)} and {len(s_off)}")
+            by_size.append({
+                "size": name, "files": files + 1, "requests": runs,
+                "uncached_p50_s": round(median(s_off), 4), "cached_p50_s": round(median(s_on), 4),
+                "cached_p99_s": round(pct(s_on, 99), 4),
+                "ratio": round(median(s_on) / median(s_off), 3),
+            })
+            shutil.rmtree(repo)
+        log(f"cache: monorepo, {APPS} applications, match + parameters + {APPS} generate")
+        files, total = (200, 400 << 10) if quick else (5000, 20 << 20)
+        repo, tgz = monorepo(work, files, total)
+        rounds = 1 if quick else 3
+        t_on, t_off = [], []
+        for r in range(rounds):
+            # Each round is a new revision: an archive neither server has seen, so the cached
+            # server's first call fills its tree.
+            with open(os.path.join(repo, "apps", "revision"), "w") as f:
+                f.write(str(r))
+            pack(repo, tgz)
+            t_off.append(sequence(binary, off, repo, tgz))
+            t_on.append(sequence(binary, on, repo, tgz))
+        mono = {"applications": APPS, "files": files, "rounds": rounds,
+                "uncached_total_s": round(median(t_off), 4), "cached_total_s": round(median(t_on), 4),
+                "ratio": round(median(t_on) / median(t_off), 3)}
+        conc = 4 if quick else 16
+        n = conc * 4
+        log(f"cache: concurrency {conc} on the monorepo archive, {n} requests, peak memory")
+        cmd = client(binary, on.sock, "generate", repo, tgz, "apps/app-01")
+        with PeakTreeRss(on.proc.pid) as peak, cf.ThreadPoolExecutor(conc) as ex:
+            res = list(ex.map(lambda _: timed(cmd), range(n)))
+        failures = sum(1 for _, r in res if r.returncode != 0)
+        return {"sizes": by_size, "monorepo": mono,
+                "concurrency": {"concurrency": conc, "requests": n, "failures": failures,
+                                "tree_peak_rss_MiB": round(peak.peak_kib / 1024, 1)}}
+    finally:
+        for s in (on, off):
+            if s:
+                s.stop()
+        shutil.rmtree(work, ignore_errors=True)
