@@ -84,7 +84,7 @@ fn audit_events(s: &Server) -> Vec<serde_json::Value> {
 /// A `generate` request for `dir` on a thread of its own.
 fn in_background(s: &Server, dir: &str, extra: &[&str]) -> std::thread::JoinHandle<CallResult> {
     let sock = s.sock.clone();
-    let mut args: Vec<String> = ["-rpc", "generate", "-dir", dir]
+    let args: Vec<String> = ["-rpc", "generate", "-dir", dir]
         .iter()
         .chain(extra)
         .map(|a| (*a).to_owned())
