@@ -232,6 +232,18 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
     .expect_err("mismatch");
     assert_eq!(code, DATA_LOSS, "{msg}");
     assert!(msg.contains("checksum"), "{msg}");
+    // The jail had the tree while the bytes arrived, but no command ran on it.
+    // (Its event follows the response.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        if let Some(e) = audit_events(&s).into_iter().find(|e| e["code"] == "DataLoss") {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "no audit event:\n{}", s.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(refused["treeCache"], "hit", "{refused}");
+    assert_eq!(refused["commands"], serde_json::json!([]), "{refused}");
     // The tree is still there and still pristine.
     assert_eq!(
         listing(&go(&s, "generate", &["-dir", dir]).expect("hit")),

@@ -127,10 +127,11 @@ fn internal(message: impl Into<String>) -> RequestError {
 }
 
 /// What a jail's request works on: the archive, to extract as it arrives, or a tree from the
-/// cache (the archive's bytes already received and verified).
+/// cache with what is left of the archive's stream to receive and verify (nothing after a
+/// fill; all of it on a hit, drained while the jail gets the tree, before its `E`).
 enum Feed {
     Archive(Box<dyn Read + Send>),
-    Tree(Borrow),
+    Tree(Borrow, Box<dyn Read + Send>),
 }
 
 /// A borrowed tree, returned to the cache when dropped.
@@ -777,11 +778,12 @@ impl Inner {
         deadline: Option<Instant>,
         record: &Recorder,
     ) -> Result<(Reply, ReplyShare), RequestError> {
-        let (mut input, tree): (Box<dyn Read + Send>, _) = match feed {
+        // With a tree, the bytes are received and verified but not sent: only their end is.
+        let (mut input, tree) = match feed {
             Feed::Archive(input) => (input, None),
-            // The bytes were received (and verified) already: only the end is sent.
-            Feed::Tree(b) => (Box::new(std::io::empty()), Some(b)),
+            Feed::Tree(b, rest) => (rest, Some(b)),
         };
+        let forward = tree.is_none();
         let mut jail = self.take(request, deadline, cancel)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
         let mut stdin = jail.stdin.take();
@@ -850,8 +852,10 @@ impl Inner {
             (None, _) => body,
         };
 
-        // Feed: header, then the archive as it arrives. A write error means the jail already
-        // stopped (it refused the archive, or could not confine itself); its reply says why.
+        // Feed: header, then the archive as it arrives (with a tree: drained), then its end,
+        // which the service lets through only once the bytes matched their checksum. A write
+        // error means the jail already stopped (it refused the archive, or could not confine
+        // itself); its reply says why.
         if let Some(w) = stdin.as_mut() {
             let mut ok = write_frame(w, b'H', &body).is_ok();
             let mut buf = vec![0u8; 64 * 1024];
@@ -861,7 +865,8 @@ impl Inner {
                         ok = write_frame(w, b'E', &[]).is_ok() && w.flush().is_ok();
                         break;
                     }
-                    Ok(n) => ok = write_frame(w, b'D', &buf[..n]).is_ok(),
+                    Ok(n) if forward => ok = write_frame(w, b'D', &buf[..n]).is_ok(),
+                    Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     // Aborted (checksum mismatch, client gone): close without `E`.
                     Err(_) => {
@@ -999,17 +1004,18 @@ impl Inner {
 }
 
 impl Inner {
-    /// The request's tree from the cache: a sealed one (its bytes drained from `input`, which
-    /// ends only once they matched their checksum), or one this request fills; `None` when
-    /// the request extracts in its own jail. The audit record says which.
+    /// What the request's jail works on: a sealed tree from the cache (with `input` still to
+    /// drain: it ends only once the bytes matched their checksum, and the jail gets the tree
+    /// meanwhile), a tree this request fills (from `input`), or the archive to extract in its
+    /// own jail. The audit record says which.
     fn cached_tree(
         &self,
         spec: &RequestSpec,
-        input: &mut Box<dyn Read + Send>,
-    ) -> Result<Option<Borrow>, RequestError> {
+        mut input: Box<dyn Read + Send>,
+    ) -> Result<Feed, RequestError> {
         use crate::record::TreeCacheUse;
         let Some(cache) = self.cache.get() else {
-            return Ok(None);
+            return Ok(Feed::Archive(input));
         };
         let mut options = spec.task.archive.clone();
         options.preserve_file_mode = spec.task.config.spec.preserve_file_mode;
@@ -1022,28 +1028,11 @@ impl Inner {
             crate::record::update(&spec.record, |r| {
                 r.tree_cache = Some(TreeCacheUse::Uncached)
             });
-            return Ok(None);
+            return Ok(Feed::Archive(input));
         };
-        let borrow = match cache.lookup(&key, spec.deadline) {
-            Lookup::Hit(b) => {
-                let mut sink = [0u8; 64 * 1024];
-                loop {
-                    match input.read(&mut sink) {
-                        Ok(0) => break,
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        // Aborted (checksum mismatch, client gone): the service says which.
-                        Err(_) => {
-                            cache.release(b);
-                            return Err(RequestError::new(
-                                ErrorKind::Cancelled,
-                                "archive stream aborted",
-                            ));
-                        }
-                    }
-                }
-                b
-            }
+        let (borrow, rest) = match cache.lookup(&key, spec.deadline) {
+            // Drained by `run_jail` while the jail takes the tree.
+            Lookup::Hit(b) => (b, input),
             Lookup::Fill(ticket) => {
                 let limits = crate::protocol::FillLimits {
                     cpu_seconds: options.limits.wall_clock.as_secs().max(1),
@@ -1051,8 +1040,9 @@ impl Inner {
                     address_space_bytes: self.cfg.plan.address_space_bytes(),
                     file_size_bytes: options.limits.file_bytes,
                 };
-                match cache.fill(ticket, input, &options, limits, spec.deadline) {
-                    Ok(b) => b,
+                match cache.fill(ticket, &mut input, &options, limits, spec.deadline) {
+                    // Received, verified and sealed: nothing left to drain.
+                    Ok(b) => (b, Box::new(std::io::empty()) as Box<dyn Read + Send>),
                     Err(e) => {
                         crate::record::update(&spec.record, |r| {
                             r.tree_cache = Some(TreeCacheUse::Filled);
@@ -1069,7 +1059,7 @@ impl Inner {
                 crate::record::update(&spec.record, |r| {
                     r.tree_cache = Some(TreeCacheUse::Uncached)
                 });
-                return Ok(None);
+                return Ok(Feed::Archive(input));
             }
         };
         crate::record::update(&spec.record, |r| {
@@ -1085,7 +1075,7 @@ impl Inner {
                 duration_us: 0,
             });
         });
-        Ok(Some(borrow))
+        Ok(Feed::Tree(borrow, rest))
     }
 
     /// The signal that ended `request`'s jail (or its PID namespace's init), if one did
@@ -1575,16 +1565,13 @@ impl Runner for Confined {
     fn execute(
         &self,
         spec: &RequestSpec,
-        mut input: Box<dyn Read + Send>,
+        input: Box<dyn Read + Send>,
         cancel: &CancelToken,
     ) -> Result<Executed, RequestError> {
         let request = name_of(spec)?;
         // From the tree cache when it can: the bytes are then received and verified (and, on
         // a fill, extracted by the filler) before the jail is taken.
-        let feed = match self.inner.cached_tree(spec, &mut input)? {
-            Some(tree) => Feed::Tree(tree),
-            None => Feed::Archive(input),
-        };
+        let feed = self.inner.cached_tree(spec, input)?;
         let header = Header::Request {
             request: request.clone(),
             task: Box::new(spec.task.clone()),
