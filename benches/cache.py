@@ -45,11 +45,11 @@ def policy(work, on):
     path = os.path.join(d, "default.yaml")
     with open(path) as f:
         text = f.read()
-    off = "cache: {enabled: false, bytes: 512Mi}"
-    if off not in text:
-        sys.exit("policies/default.yaml has no `" + off + "` line to switch")
+    on_line = "cache: {enabled: true, bytes: 512Mi}"
+    if on_line not in text:
+        sys.exit("policies/default.yaml has no `" + on_line + "` line to switch")
     with open(path, "w") as f:
-        f.write(text.replace(off, off.replace("false", "true")) if on else text)
+        f.write(text if on else text.replace(on_line, on_line.replace("true", "false")))
     return path
 
 

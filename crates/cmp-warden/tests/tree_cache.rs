@@ -48,10 +48,10 @@ const SPEC: &str = r#"  generate:
         done
 "#;
 
-/// The policy edit that turns the cache on.
-const CACHE_ON: (&str, &str) = (
-    "cache: {enabled: false, bytes: 512Mi}",
+/// The policy edit that turns the cache off (it is on by default).
+const CACHE_OFF: (&str, &str) = (
     "cache: {enabled: true, bytes: 512Mi}",
+    "cache: {enabled: false, bytes: 512Mi}",
 );
 
 const FILES: &[(&str, &str)] = &[
@@ -116,8 +116,8 @@ fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
     let r = repo(FILES);
     let dir = r.path().to_str().expect("utf8");
 
-    // The reference: the cache off (the default), every request extracts in its own jail.
-    let off = server(&t.path().join("off/policy.yaml"), &[], &[]);
+    // The reference: the cache off, every request extracts in its own jail.
+    let off = server(&t.path().join("off/policy.yaml"), &[CACHE_OFF], &[]);
     let fresh = listing(&go(&off, "generate", &["-dir", dir]).expect("fresh"));
     assert!(
         fresh
@@ -133,7 +133,8 @@ fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
     );
     drop(off);
 
-    let s = server(&t.path().join("on/policy.yaml"), &[CACHE_ON], &[]);
+    // The default policy: the cache on.
+    let s = server(&t.path().join("on/policy.yaml"), &[], &[]);
     // Start-up says the cache runs (logged once the probe is done, after the socket exists).
     let deadline = Instant::now() + Duration::from_secs(10);
     while !s.logs().contains("\"tree_cache\":\"on (") {
@@ -211,7 +212,7 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
         return;
     }
     let t = tempfile::tempdir().expect("tmp");
-    let s = server(&t.path().join("policy.yaml"), &[CACHE_ON], &[]);
+    let s = server(&t.path().join("policy.yaml"), &[], &[]);
     let r = repo(FILES);
     let dir = r.path().to_str().expect("utf8");
     let pristine = listing(&go(&s, "generate", &["-dir", dir]).expect("fill"));
@@ -236,7 +237,10 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
     // (Its event follows the response.)
     let deadline = Instant::now() + Duration::from_secs(10);
     let refused = loop {
-        if let Some(e) = audit_events(&s).into_iter().find(|e| e["code"] == "DataLoss") {
+        if let Some(e) = audit_events(&s)
+            .into_iter()
+            .find(|e| e["code"] == "DataLoss")
+        {
             break e;
         }
         assert!(Instant::now() < deadline, "no audit event:\n{}", s.logs());
@@ -262,7 +266,7 @@ fn the_budget_evicts_least_recently_used_trees() {
     let s = server(
         &t.path().join("policy.yaml"),
         &[(
-            "cache: {enabled: false, bytes: 512Mi}",
+            "cache: {enabled: true, bytes: 512Mi}",
             "cache: {enabled: true, bytes: 1Mi}",
         )],
         &["--metrics-address", "127.0.0.1:0"],

@@ -466,7 +466,7 @@ pub struct Policy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CachePolicy {
-    /// On or off (default).
+    /// On (default) or off.
     pub enabled: bool,
     /// Bytes of sealed trees kept (least recently used ones are evicted beyond it).
     pub bytes: u64,
@@ -709,7 +709,7 @@ impl Policy {
     }
 }
 
-/// `spec.cache`: off unless enabled, 512 MiB, its identity outside the UID range.
+/// `spec.cache`: on unless disabled, 512 MiB, its identity outside the UID range.
 fn check_cache(
     raw: Option<&RawCache>,
     uid_first: u32,
@@ -739,7 +739,7 @@ fn check_cache(
         ));
     }
     Ok(CachePolicy {
-        enabled: raw.enabled.unwrap_or(false),
+        enabled: raw.enabled.unwrap_or(true),
         bytes,
         uid,
     })

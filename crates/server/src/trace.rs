@@ -130,19 +130,24 @@ impl RequestTrace {
         }
         if let Some(a) = record.archive.as_ref().filter(|a| a.started_unix_nanos > 0) {
             let start = at(a.started_unix_nanos);
+            let mut attrs = vec![
+                (
+                    "cmp.archive.entries",
+                    i64::try_from(a.entries).unwrap_or(i64::MAX).into(),
+                ),
+                (
+                    "cmp.archive.file_bytes",
+                    i64::try_from(a.file_bytes).unwrap_or(i64::MAX).into(),
+                ),
+            ];
+            // With the tree cache: `hit` (nothing extracted: a zero-length span), `filled`.
+            if let Some(t) = record.tree_cache {
+                attrs.push(("cmp.tree_cache", t.as_str().into()));
+            }
             out.push(self.child(
                 "cmp.Untgz",
                 (start, start + Duration::from_micros(a.duration_us)),
-                vec![
-                    (
-                        "cmp.archive.entries",
-                        i64::try_from(a.entries).unwrap_or(i64::MAX).into(),
-                    ),
-                    (
-                        "cmp.archive.file_bytes",
-                        i64::try_from(a.file_bytes).unwrap_or(i64::MAX).into(),
-                    ),
-                ],
+                attrs,
                 SpanStatus::Unset,
             ));
         }

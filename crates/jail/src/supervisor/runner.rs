@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::cache::{Borrow, Lookup};
+use super::cache::{Borrow, FillTicket, Lookup};
 use super::cgroup::{CgroupStats, Layout, RequestCgroup};
 use super::plan::Plan;
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
@@ -132,6 +132,15 @@ fn internal(message: impl Into<String>) -> RequestError {
 enum Feed {
     Archive(Box<dyn Read + Send>),
     Tree(Borrow, Box<dyn Read + Send>),
+    /// This request fills the tree from its stream, once its jail is taken (so that the
+    /// jail's identity and cgroup are in its record whatever the fill's outcome).
+    Fill(FillTicket, Box<dyn Read + Send>, Box<FillJob>),
+}
+
+/// How a fill extracts: the request's archive options and the filler's limits.
+struct FillJob {
+    options: archive::Options,
+    limits: crate::protocol::FillLimits,
 }
 
 /// A borrowed tree, returned to the cache when dropped.
@@ -779,22 +788,44 @@ impl Inner {
         record: &Recorder,
     ) -> Result<(Reply, ReplyShare), RequestError> {
         // With a tree, the bytes are received and verified but not sent: only their end is.
-        let (mut input, tree) = match feed {
-            Feed::Archive(input) => (input, None),
-            Feed::Tree(b, rest) => (rest, Some(b)),
+        let (mut input, tree, fill) = match feed {
+            Feed::Archive(input) => (input, None, None),
+            Feed::Tree(b, rest) => (rest, Some(b), None),
+            Feed::Fill(ticket, input, job) => (input, None, Some((ticket, job))),
         };
-        let forward = tree.is_none();
+        let forward = tree.is_none() && fill.is_none();
+        // Returned to the cache if this ends before a jail holds it.
+        let mut hold = TreeHold(tree, self.cache.get().cloned());
         let mut jail = self.take(request, deadline, cancel)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
+        // A fill: the stream goes to the filler; the jail gets the tree once it is sealed.
+        if let Some((ticket, job)) = fill {
+            match self.fill_tree(ticket, &mut input, &job, deadline, record) {
+                Ok(b) => {
+                    input = Box::new(std::io::empty());
+                    hold.0 = Some(b);
+                }
+                Err(e) => {
+                    crate::record::update(record, |r| {
+                        r.uid = creds.map(|c| c.uid);
+                        r.gid = creds.map(|c| c.gid);
+                        r.cgroup = cgroup.as_ref().map(|_| jail_name.clone());
+                    });
+                    // Reclaimed with the request, as every jail it took.
+                    lock(&self.pending).insert(request.to_owned(), jail);
+                    return Err(e);
+                }
+            }
+        }
         let mut stdin = jail.stdin.take();
         let stdout = jail.stdout.take();
         // A cached tree: lent for this jail's UID, held until the jail is gone.
-        let lent = match (&tree, creds, self.cache.get()) {
+        let lent = match (&hold.0, creds, self.cache.get()) {
             (Some(b), Some(c), Some(cache)) => Some(cache.lend(b, c.uid, c.gid)),
             (Some(_), _, _) => Some(Err(internal("tree cache: a tree needs a leased UID"))),
             _ => None,
         };
-        jail.tree = tree;
+        jail.tree = hold.0.take();
         let denial_log = self.landlock_log.get().zip(creds.map(|c| c.uid));
         if let Some((log, uid)) = denial_log {
             log.clear(uid);
@@ -1011,7 +1042,7 @@ impl Inner {
     fn cached_tree(
         &self,
         spec: &RequestSpec,
-        mut input: Box<dyn Read + Send>,
+        input: Box<dyn Read + Send>,
     ) -> Result<Feed, RequestError> {
         use crate::record::TreeCacheUse;
         let Some(cache) = self.cache.get() else {
@@ -1030,9 +1061,12 @@ impl Inner {
             });
             return Ok(Feed::Archive(input));
         };
-        let (borrow, rest) = match cache.lookup(&key, spec.deadline) {
+        match cache.lookup(&key, spec.deadline) {
             // Drained by `run_jail` while the jail takes the tree.
-            Lookup::Hit(b) => (b, input),
+            Lookup::Hit(b) => {
+                note_tree(&spec.record, &b, None);
+                Ok(Feed::Tree(b, input))
+            }
             Lookup::Fill(ticket) => {
                 let limits = crate::protocol::FillLimits {
                     cpu_seconds: options.limits.wall_clock.as_secs().max(1),
@@ -1040,42 +1074,53 @@ impl Inner {
                     address_space_bytes: self.cfg.plan.address_space_bytes(),
                     file_size_bytes: options.limits.file_bytes,
                 };
-                match cache.fill(ticket, &mut input, &options, limits, spec.deadline) {
-                    // Received, verified and sealed: nothing left to drain.
-                    Ok(b) => (b, Box::new(std::io::empty()) as Box<dyn Read + Send>),
-                    Err(e) => {
-                        crate::record::update(&spec.record, |r| {
-                            r.tree_cache = Some(TreeCacheUse::Filled);
-                            if e.kind != ErrorKind::Internal && e.kind != ErrorKind::Cancelled {
-                                r.limit = Some(Limit::Archive);
-                            }
-                        });
-                        return Err(e);
-                    }
-                }
+                Ok(Feed::Fill(
+                    ticket,
+                    input,
+                    Box::new(FillJob { options, limits }),
+                ))
             }
             Lookup::Uncached(why) => {
                 tracing::debug!(why, "tree cache: this request extracts in its own jail");
                 crate::record::update(&spec.record, |r| {
                     r.tree_cache = Some(TreeCacheUse::Uncached)
                 });
-                return Ok(Feed::Archive(input));
+                Ok(Feed::Archive(input))
             }
-        };
-        crate::record::update(&spec.record, |r| {
-            r.tree_cache = Some(if borrow.filled {
-                TreeCacheUse::Filled
-            } else {
-                TreeCacheUse::Hit
-            });
-            r.archive = Some(crate::record::ArchiveRecord {
-                entries: borrow.entries,
-                file_bytes: borrow.file_bytes,
-                started_unix_nanos: crate::record::unix_nanos(),
-                duration_us: 0,
-            });
-        });
-        Ok(Feed::Tree(borrow, rest))
+        }
+    }
+
+    /// Fill the tree of `ticket` from `input` (received, verified and sealed when this
+    /// returns), recording it as this request's extraction.
+    fn fill_tree(
+        &self,
+        ticket: FillTicket,
+        input: &mut Box<dyn Read + Send>,
+        job: &FillJob,
+        deadline: Option<Instant>,
+        record: &Recorder,
+    ) -> Result<Borrow, RequestError> {
+        use crate::record::TreeCacheUse;
+        let cache = self
+            .cache
+            .get()
+            .ok_or_else(|| internal("tree cache: not running"))?;
+        let started = Instant::now();
+        match cache.fill(ticket, input, &job.options, job.limits, deadline) {
+            Ok(b) => {
+                note_tree(record, &b, Some(started));
+                Ok(b)
+            }
+            Err(e) => {
+                crate::record::update(record, |r| {
+                    r.tree_cache = Some(TreeCacheUse::Filled);
+                    if e.kind != ErrorKind::Internal && e.kind != ErrorKind::Cancelled {
+                        r.limit = Some(Limit::Archive);
+                    }
+                });
+                Err(e)
+            }
+        }
     }
 
     /// The signal that ended `request`'s jail (or its PID namespace's init), if one did
@@ -1127,6 +1172,27 @@ fn receive_mounter(sock: &std::fs::File) -> std::io::Result<Option<std::os::fd::
 }
 
 /// Have the jail's mounter put the lent tree `tree` under its `repo/`.
+/// The tree in the request's record: from the cache or filled by it, as its extraction (the
+/// fill's time, from `filled_since`; a hit extracted nothing).
+fn note_tree(record: &Recorder, b: &Borrow, filled_since: Option<Instant>) {
+    use crate::record::TreeCacheUse;
+    let now = crate::record::unix_nanos();
+    let took = filled_since.map_or(0, |t| t.elapsed().as_micros() as u64);
+    crate::record::update(record, |r| {
+        r.tree_cache = Some(if b.filled {
+            TreeCacheUse::Filled
+        } else {
+            TreeCacheUse::Hit
+        });
+        r.archive = Some(crate::record::ArchiveRecord {
+            entries: b.entries,
+            file_bytes: b.file_bytes,
+            started_unix_nanos: now.saturating_sub(took.saturating_mul(1000)),
+            duration_us: took,
+        });
+    });
+}
+
 fn attach_tree(mounter: &std::os::fd::OwnedFd, tree: std::os::fd::OwnedFd) -> Result<(), String> {
     use std::os::fd::AsFd;
     rustix::net::sockopt::set_socket_timeout(
@@ -1329,7 +1395,10 @@ fn verdict(
     let (Reply::Ok { record: theirs, .. } | Reply::Err { record: theirs, .. }) = &mut reply;
     let theirs = std::mem::take(theirs);
     crate::record::update(record, |r| {
-        r.archive = theirs.archive;
+        // (A jail on a cached tree extracted nothing: the record has the tree's.)
+        if theirs.archive.is_some() {
+            r.archive = theirs.archive;
+        }
         r.commands = theirs.commands;
         r.seccomp_audit = theirs.seccomp_audit;
         if r.limit.is_none() {
