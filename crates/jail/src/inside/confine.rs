@@ -46,12 +46,24 @@ pub struct ConfineError {
     pub step: &'static str,
     /// What went wrong.
     pub why: String,
+    /// The supervisor closed its end while we confined (a spare jail of a command that is
+    /// exiting): there is nobody to tell.
+    pub supervisor_gone: bool,
 }
 
 pub(crate) fn fail(step: &'static str, why: impl ToString) -> ConfineError {
     ConfineError {
         step,
         why: why.to_string(),
+        supervisor_gone: false,
+    }
+}
+
+/// A failed hand-over: the supervisor gone (its end closed) or something to report.
+fn handing_over(step: &'static str, what: &str, e: rustix::io::Errno) -> ConfineError {
+    ConfineError {
+        supervisor_gone: matches!(e, rustix::io::Errno::PIPE | rustix::io::Errno::CONNRESET),
+        ..fail(step, format!("handing the {what} over: {e}"))
     }
 }
 
@@ -232,7 +244,7 @@ pub fn confine(
             Some(m) => hand_over(MOUNTER_SOCKET, Some(m.as_fd())),
             None => hand_over(NO_MOUNTER, None),
         }
-        .map_err(|e| fail("tree cache", format!("handing the mounter over: {e}")))?;
+        .map_err(|e| handing_over("tree cache", "mounter", e))?;
     }
     drop(mounter);
 
@@ -340,7 +352,7 @@ fn egress_listener(
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail(step, e))?;
     let port = listener.local_addr().map_err(|e| fail(step, e))?.port();
     hand_over(crate::protocol::EGRESS_LISTENER, Some(listener.as_fd()))
-        .map_err(|e| fail(step, format!("handing the egress listener over: {e}")))?;
+        .map_err(|e| handing_over(step, "egress listener", e))?;
     Ok(Some(port))
 }
 

@@ -115,6 +115,11 @@ pub fn jail_main() -> i32 {
     }
     let (report, dir) = match confine(&prep.sandbox, &prep.work_root, &prep.name) {
         Ok(r) => r,
+        // The supervisor went away while this (spare) jail confined itself: nothing to say.
+        Err(e) if e.supervisor_gone => {
+            tracing::debug!(error = %e, "the supervisor left while this jail confined itself");
+            return 0;
+        }
         Err(e) => {
             tracing::error!(error = %e, "confinement failed; nothing untrusted was run");
             return reply(&internal(e.to_string()));
