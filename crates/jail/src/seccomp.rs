@@ -140,6 +140,8 @@ const BPF_JGE_K: u16 = 0x35;
 /// the notify program is compiled with the former and its return instructions rewritten.
 const RET_LOG: u32 = 0x7ffc_0000;
 const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+/// SECCOMP_RET_ALLOW.
+const RET_ALLOW: u32 = 0x7fff_0000;
 /// BPF_RET | BPF_K and BPF_JMP | BPF_JEQ | BPF_K.
 const BPF_RET_K: u16 = 0x06;
 const BPF_JEQ_K: u16 = 0x15;
@@ -157,6 +159,36 @@ fn syscall_number(name: &str, arch: seccompiler::TargetArch) -> Option<u32> {
         .iter()
         .find(|i| i.code == BPF_JEQ_K && i.k < 0x1_0000)
         .map(|i| i.k)
+}
+
+/// The numbers of system calls `names` on `arch`, read back as [`syscall_number`] does, all
+/// from one compilation (the filler resolves its list on every fill).
+fn syscall_numbers(
+    names: &[&str],
+    arch: seccompiler::TargetArch,
+) -> Result<Vec<u32>, SeccompError> {
+    let doc: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|n| {
+            let program = json!({
+                "mismatch_action": "allow",
+                "match_action": "log",
+                "filter": [{ "syscall": n }],
+            });
+            ((*n).to_owned(), program)
+        })
+        .collect();
+    let map = seccompiler::compile_from_json(Value::Object(doc).to_string().as_bytes(), arch)
+        .map_err(|e| SeccompError::Compile(e.to_string()))?;
+    names
+        .iter()
+        .map(|n| {
+            map.get(*n)
+                .and_then(|p| p.iter().find(|i| i.code == BPF_JEQ_K && i.k < 0x1_0000))
+                .map(|i| i.k)
+                .ok_or_else(|| SeccompError::Compile(format!("no number for {n}")))
+        })
+        .collect()
 }
 
 fn action_json(a: RuleAction) -> Value {
@@ -178,6 +210,16 @@ pub fn compile(
     profile: &SeccompProfile,
     mode: SeccompMode,
     network: NetworkMode,
+) -> Result<CompiledFilter, SeccompError> {
+    compile_with(profile, mode, network, true)
+}
+
+/// [`compile`], with or without the search in front of the rules (tests compare the two).
+fn compile_with(
+    profile: &SeccompProfile,
+    mode: SeccompMode,
+    network: NetworkMode,
+    search: bool,
 ) -> Result<CompiledFilter, SeccompError> {
     let arch = target_arch()?;
     // action → syscall → list of argument-condition lists (OR of ANDs).
@@ -265,6 +307,7 @@ pub fn compile(
     let mut notify = None;
     for (action, calls) in groups {
         let mut filter = Vec::new();
+        let names: Vec<&str> = calls.keys().copied().collect();
         for (name, alternatives) in calls {
             // An unconditional rule makes the conditional ones for the same call redundant.
             if alternatives.iter().any(Vec::is_empty) {
@@ -285,6 +328,9 @@ pub fn compile(
         let mut prog = map
             .remove("g")
             .ok_or_else(|| SeccompError::Compile("no program produced".into()))?;
+        if search {
+            allow_unnamed_calls_first(&mut prog, syscall_numbers(&names, arch)?)?;
+        }
         if action.is_none() {
             for i in prog.iter_mut() {
                 if i.code == BPF_RET_K && i.k == RET_LOG {
@@ -373,6 +419,11 @@ const FILL_DENIED: &[&str] = &[
 
 /// Install the filler's filter ([`FILL_DENIED`] → EPERM, x32 numbers → ENOSYS).
 pub fn install_fill_filter() -> Result<(), SeccompError> {
+    let prog = fill_program(true)?;
+    seccompiler::apply_filter(&prog).map_err(|e| SeccompError::Install(e.to_string()))
+}
+
+fn fill_program(search: bool) -> Result<BpfProgram, SeccompError> {
     let arch = target_arch()?;
     let doc = json!({ "fill": {
         "mismatch_action": "allow",
@@ -384,14 +435,17 @@ pub fn install_fill_filter() -> Result<(), SeccompError> {
     let mut prog = map
         .remove("fill")
         .ok_or_else(|| SeccompError::Compile("no program".into()))?;
+    if search {
+        allow_unnamed_calls_first(&mut prog, syscall_numbers(FILL_DENIED, arch)?)?;
+    }
     refuse_x32(&mut prog)?;
-    seccompiler::apply_filter(&prog).map_err(|e| SeccompError::Install(e.to_string()))
+    Ok(prog)
 }
 
-/// Put `nr >= X32_SYSCALL_BIT → ENOSYS` right after the program's first load of the syscall
-/// number (seccompiler's prologue: check the architecture, then load the number). Nothing
-/// before that point may jump past it, which is checked, so no jump offset changes.
-fn refuse_x32(prog: &mut BpfProgram) -> Result<(), SeccompError> {
+/// Where the program's syscall number is in the accumulator: right after its first load
+/// (seccompiler's prologue checks the architecture, then loads the number). Nothing before
+/// that point may jump past it (checked), so code inserted there changes no jump offset.
+fn after_number_load(prog: &BpfProgram, what: &str) -> Result<usize, SeccompError> {
     let at = prog
         .iter()
         .position(|i| i.code == BPF_LD_W_ABS && i.k == 0)
@@ -402,10 +456,97 @@ fn refuse_x32(prog: &mut BpfProgram) -> Result<(), SeccompError> {
         is_jump && (i + 1 + usize::from(ins.jt) > at || i + 1 + usize::from(ins.jf) > at)
     });
     if jumps_past {
-        return Err(SeccompError::Compile(
-            "unexpected prologue: cannot insert the x32 check".into(),
-        ));
+        return Err(SeccompError::Compile(format!(
+            "unexpected prologue: cannot insert {what}"
+        )));
     }
+    Ok(at)
+}
+
+/// Answer "allow" at once for a call the program names nowhere, by a binary search over the
+/// numbers it names (`nrs`), before seccompiler's rules, which test the number one rule after
+/// the other. The verdicts do not change (every program's mismatch action is allow; a test
+/// compares them call by call). What changes is the cost: the kernel, when a filter is
+/// installed, runs it once for every system call number to find the calls it always allows
+/// (its action cache), under a lock with interrupts off; through a linear chain of ~350
+/// instructions that was ~4% of a short request's CPU (BENCHMARKS.md).
+///
+/// Too many numbers for classic BPF's 8-bit jump offsets: the program is left as it was.
+fn allow_unnamed_calls_first(prog: &mut BpfProgram, mut nrs: Vec<u32>) -> Result<(), SeccompError> {
+    /// A jump target while the prefix is built: the next instruction plus `n`, or the end of
+    /// the prefix (the rules).
+    #[derive(Clone, Copy)]
+    enum To {
+        Skip(usize),
+        Rules,
+    }
+    struct Ins {
+        code: u16,
+        jt: To,
+        jf: To,
+        k: u32,
+    }
+    fn search(nrs: &[u32], out: &mut Vec<Ins>) {
+        if nrs.len() <= 4 {
+            for &n in nrs {
+                out.push(Ins {
+                    code: BPF_JEQ_K,
+                    jt: To::Rules,
+                    jf: To::Skip(0),
+                    k: n,
+                });
+            }
+            out.push(Ins {
+                code: BPF_RET_K,
+                jt: To::Skip(0),
+                jf: To::Skip(0),
+                k: RET_ALLOW,
+            });
+            return;
+        }
+        let (low, high) = nrs.split_at(nrs.len() / 2);
+        let mut left = Vec::new();
+        search(low, &mut left);
+        out.push(Ins {
+            code: BPF_JGE_K,
+            jt: To::Skip(left.len()),
+            jf: To::Skip(0),
+            k: high[0],
+        });
+        out.extend(left);
+        search(high, out);
+    }
+    nrs.sort_unstable();
+    nrs.dedup();
+    let mut built = Vec::new();
+    search(&nrs, &mut built);
+    let len = built.len();
+    let offset = |at: usize, to: To| match to {
+        To::Skip(n) => u8::try_from(n).ok(),
+        To::Rules => u8::try_from(len - at - 1).ok(),
+    };
+    let mut prefix = Vec::with_capacity(len);
+    for (at, i) in built.iter().enumerate() {
+        let (Some(jt), Some(jf)) = (offset(at, i.jt), offset(at, i.jf)) else {
+            return Ok(());
+        };
+        prefix.push(seccompiler::sock_filter {
+            code: i.code,
+            jt,
+            jf,
+            k: i.k,
+        });
+    }
+    let at = after_number_load(prog, "the search for named calls")?;
+    prog.splice(at..at, prefix);
+    Ok(())
+}
+
+/// Put `nr >= X32_SYSCALL_BIT → ENOSYS` right after the program's first load of the syscall
+/// number (seccompiler's prologue: check the architecture, then load the number). Nothing
+/// before that point may jump past it, which is checked, so no jump offset changes.
+fn refuse_x32(prog: &mut BpfProgram) -> Result<(), SeccompError> {
+    let at = after_number_load(prog, "the x32 check")?;
     let guard = [
         seccompiler::sock_filter {
             code: BPF_JGE_K,
@@ -609,6 +750,16 @@ mod tests {
     /// The kernel's verdict for one call through every installed program (the action of
     /// highest precedence wins): a small classic-BPF interpreter over `struct seccomp_data`.
     fn kernel_verdict(f: &CompiledFilter, arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        verdict_and_steps(&f.programs, arch, nr, args).0
+    }
+
+    /// The verdict through `programs`, and how many instructions the longest run took.
+    fn verdict_and_steps(
+        programs: &[BpfProgram],
+        arch: u32,
+        nr: u32,
+        args: [u64; 6],
+    ) -> (u32, usize) {
         let mut data = Vec::new();
         data.extend_from_slice(&nr.to_ne_bytes());
         data.extend_from_slice(&arch.to_ne_bytes());
@@ -616,11 +767,15 @@ mod tests {
         for a in args {
             data.extend_from_slice(&a.to_ne_bytes());
         }
-        let run = |p: &BpfProgram| -> u32 {
+        let mut longest = 0;
+        let mut run = |p: &BpfProgram| -> u32 {
             let (mut acc, mut pc) = (0u32, 0usize);
+            let mut steps = 0;
             loop {
                 let i = &p[pc];
                 pc += 1;
+                steps += 1;
+                longest = longest.max(steps);
                 match i.code {
                     0x20 => {
                         let k = i.k as usize;
@@ -654,11 +809,72 @@ mod tests {
             0x7ffc_0000 => 6,
             _ => 7,
         };
-        f.programs
+        let verdict = programs
             .iter()
-            .map(run)
+            .map(&mut run)
             .min_by_key(|v| rank(*v))
-            .expect("a program")
+            .expect("a program");
+        (verdict, longest)
+    }
+
+    /// The search in front of the rules changes no verdict: every call number (native and
+    /// x32, past the highest), with each argument value a rule of the profile compares, under
+    /// every mode and network setting, and the filler's program; and it is what makes a call
+    /// no rule names cheap (what the kernel's action cache pays per number on install).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_search_for_named_calls_changes_no_verdict() {
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        let p = SeccompProfile::default_profile().expect("profile");
+        let mut values: Vec<u64> = p
+            .rules
+            .iter()
+            .flat_map(|r| r.args.iter().map(|a| a.value))
+            .chain([0, 1, 2, 0xffff_ffff, u64::MAX, 0x0040000, 0x1000_0000])
+            .collect();
+        values.sort_unstable();
+        values.dedup();
+        let compare = |plain: &[BpfProgram], searched: &[BpfProgram], what: &str| {
+            assert!(
+                searched.iter().map(Vec::len).sum::<usize>()
+                    > plain.iter().map(Vec::len).sum::<usize>(),
+                "{what}: no search was added"
+            );
+            for nr in (0..600).chain((0..600).map(|n| n | X32_SYSCALL_BIT)) {
+                for &v in &values {
+                    for args in [
+                        [v; 6],
+                        [v, 0, 0, 0, 0, 0],
+                        [0, v, 0, 0, 0, 0],
+                        [2, v, v, 0, 0, 0],
+                    ] {
+                        let a = verdict_and_steps(plain, AUDIT_ARCH_X86_64, nr, args).0;
+                        let b = verdict_and_steps(searched, AUDIT_ARCH_X86_64, nr, args).0;
+                        assert_eq!(a, b, "{what}: call {nr:#x} args {args:x?}");
+                    }
+                }
+            }
+            // getpid (39): named by no rule.
+            let (_, before) = verdict_and_steps(plain, AUDIT_ARCH_X86_64, 39, [0; 6]);
+            let (_, after) = verdict_and_steps(searched, AUDIT_ARCH_X86_64, 39, [0; 6]);
+            assert!(
+                after <= 16 && before > 4 * after,
+                "{what}: {before} → {after} steps"
+            );
+        };
+        for mode in [SeccompMode::Enforce, SeccompMode::Audit] {
+            for net in [NetworkMode::None, NetworkMode::Egress] {
+                let plain = compile_with(&p, mode, net, false).expect("compile");
+                let searched = compile_with(&p, mode, net, true).expect("compile");
+                compare(
+                    &plain.programs,
+                    &searched.programs,
+                    &format!("{mode:?} {net:?}"),
+                );
+            }
+        }
+        let fill = |search| vec![fill_program(search).expect("fill program")];
+        compare(&fill(false), &fill(true), "filler");
     }
 
     /// x32 numbers (the x32 bit over any call) are refused before any rule, on x86_64, while
