@@ -1,7 +1,10 @@
 //! A cancellation flag a blocking request can wait on (client cancel, deadline, shutdown).
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use rustix::event::{EventfdFlags, PollFd, PollFlags};
 
 /// Why a request was told to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,10 +21,22 @@ struct State {
     generation: u64,
 }
 
+#[derive(Debug, Default)]
+struct Inner {
+    state: Mutex<State>,
+    changed: Condvar,
+    /// An eventfd written on every cancel and poke, for a waiter that polls descriptors (the
+    /// command runner); made on first use.
+    wake: OnceLock<OwnedFd>,
+    /// A descriptor whose end (or any byte) means "cancelled": the jail's stdin once the
+    /// request is read, which the supervisor closes to cancel.
+    watch: Option<BorrowedFd<'static>>,
+}
+
 /// Shared between the server (which cancels) and the request (which waits).
 #[derive(Debug, Clone, Default)]
 pub struct CancelToken {
-    inner: Arc<(Mutex<State>, Condvar)>,
+    inner: Arc<Inner>,
 }
 
 impl CancelToken {
@@ -30,28 +45,102 @@ impl CancelToken {
         Self::default()
     }
 
-    /// Cancel (first reason wins).
-    pub fn cancel(&self, reason: CancelReason) {
-        let (m, cv) = &*self.inner;
-        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
-        s.reason.get_or_insert(reason);
-        cv.notify_all();
+    /// A token cancelled (`Cancelled`) once `fd` is readable or its writers are gone; seen by
+    /// [`reason`](Self::reason) and by a command's poll loop, without a thread of its own.
+    pub(crate) fn watching(fd: BorrowedFd<'static>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                watch: Some(fd),
+                ..Inner::default()
+            }),
+        }
     }
 
-    /// The reason, if cancelled.
+    /// Cancel (first reason wins).
+    pub fn cancel(&self, reason: CancelReason) {
+        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.reason.get_or_insert(reason);
+        self.inner.changed.notify_all();
+        drop(s);
+        self.wake();
+    }
+
+    /// The reason, if cancelled (looking at the watched descriptor, without waiting).
     pub fn reason(&self) -> Option<CancelReason> {
-        self.inner
-            .0
+        let reason = self
+            .inner
+            .state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .reason
+            .reason;
+        if reason.is_none() && self.watched_ended() {
+            self.cancel(CancelReason::Cancelled);
+            return self.reason();
+        }
+        reason
     }
 
     /// Wake waiters without cancelling (a watched event happened).
     pub(crate) fn poke(&self) {
-        let (m, cv) = &*self.inner;
-        m.lock().unwrap_or_else(|e| e.into_inner()).generation += 1;
-        cv.notify_all();
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation += 1;
+        self.inner.changed.notify_all();
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(fd) = self.inner.wake.get() {
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// The descriptors a polling waiter watches: the wake eventfd (readable after a cancel or
+    /// poke; [`clear_wake`](Self::clear_wake) reads it back) and the watched descriptor.
+    pub(crate) fn poll_fds(&self) -> std::io::Result<(BorrowedFd<'_>, Option<BorrowedFd<'_>>)> {
+        let wake = match self.inner.wake.get() {
+            Some(fd) => fd,
+            None => {
+                let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+                let _ = self.inner.wake.set(fd);
+                // A cancel that came before the eventfd existed must still be seen.
+                if self
+                    .inner
+                    .state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .reason
+                    .is_some()
+                {
+                    self.wake();
+                }
+                self.inner.wake.get().expect("set above")
+            }
+        };
+        Ok((wake.as_fd(), self.inner.watch))
+    }
+
+    /// Read the wake eventfd back to zero.
+    pub(crate) fn clear_wake(&self) {
+        if let Some(fd) = self.inner.wake.get() {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(fd, &mut b);
+        }
+    }
+
+    /// Whether the watched descriptor is readable or hung up now.
+    fn watched_ended(&self) -> bool {
+        let Some(fd) = self.inner.watch else {
+            return false;
+        };
+        let mut p = [PollFd::new(&fd, PollFlags::IN)];
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut p, Some(&now)), Ok(n) if n > 0)
     }
 
     /// Wait until poked, cancelled or `until`; returns whether the deadline passed.
@@ -60,7 +149,7 @@ impl CancelToken {
         until: Option<Instant>,
         mut done: impl FnMut() -> bool,
     ) -> bool {
-        let (m, cv) = &*self.inner;
+        let (m, cv) = (&self.inner.state, &self.inner.changed);
         let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if s.reason.is_some() || done() {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 
-use crate::cancel::{CancelReason, CancelToken};
+use crate::cancel::CancelToken;
 use crate::protocol::{FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame};
 use crate::record::Limit;
 use crate::spec::{ErrorKind, Task};
@@ -264,7 +264,6 @@ fn run_confined(
         deadline,
         record: Default::default(),
     };
-    let cancel = CancelToken::new();
     let mut frames = FrameReader::new(input);
     // A tree from the cache is already in place: only the end of the verified archive comes.
     let tree = if tree_attached {
@@ -272,19 +271,10 @@ fn run_confined(
     } else {
         extract(&req, &mut frames)
     };
-    let result = tree.and_then(|()| {
-        // From here on stdin carries nothing; its end means "stop" (client cancel, deadline,
-        // or the supervisor died).
-        let watch = cancel.clone();
-        let _ = std::thread::Builder::new()
-            .name("cancel-watch".into())
-            .spawn(move || {
-                let mut b = [0u8; 1];
-                let _ = std::io::stdin().read(&mut b);
-                watch.cancel(CancelReason::Cancelled);
-            });
-        run_operation(&req, &cancel)
-    });
+    // From here on stdin carries nothing; its end means "stop" (client cancel, deadline, or
+    // the supervisor died). Watched by each command's poll loop, and between commands.
+    let cancel = CancelToken::watching(rustix::stdio::stdin());
+    let result = tree.and_then(|()| run_operation(&req, &cancel));
     let mut record = crate::record::snapshot(&req.record);
     record.seccomp_audit = crate::seccomp::audited();
     match result {

@@ -4,7 +4,7 @@
 //! command ends (Argo CD does the same), and the exit is observed with `waitid(WNOWAIT)` before
 //! that kill, so the process-group id cannot have been reused.
 
-use std::io::Read;
+use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 
 use crate::record::{CommandRecord, Limit};
@@ -12,8 +12,6 @@ use crate::spec::TimeLimit;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, WaitIdOptions, kill_process_group};
@@ -229,100 +227,117 @@ struct Capture {
 /// then is dropped (and the jail kills it with the rest of the UID).
 const PIPE_DRAIN: Duration = Duration::from_secs(2);
 
-/// A pipe being read on its own thread; the capture is shared so a reader that never sees EOF
-/// can be abandoned without losing what it read.
-struct Reader {
-    capture: Arc<std::sync::Mutex<Capture>>,
-    done: std::sync::mpsc::Receiver<()>,
+/// Most bytes read from one pipe per wake-up, so a command writing without pause cannot keep
+/// the loop from its deadline, its exit or a cancel.
+const READ_PER_WAKE: usize = 1 << 20;
+
+/// Without pidfds (Linux before 5.3), how often the loop looks for the command's exit.
+const EXIT_TICK: Duration = Duration::from_millis(10);
+
+/// One of the command's output pipes, read without blocking by the command's poll loop.
+struct Stream {
+    /// None once the pipe has ended.
+    pipe: Option<std::os::fd::OwnedFd>,
+    cap: u64,
+    capture: Capture,
+    lines: Option<LineSink>,
+    /// The unfinished line handed to `lines` so far.
+    pending: Vec<u8>,
 }
 
-impl Reader {
-    fn finish(self, wait: Duration) -> Capture {
-        let _ = self.done.recv_timeout(wait);
-        let mut c = self.capture.lock().unwrap_or_else(|e| e.into_inner());
-        Capture {
-            data: std::mem::take(&mut c.data),
-            over: c.over,
+impl Stream {
+    fn new(pipe: impl Into<std::os::fd::OwnedFd>, cap: u64, lines: Option<LineSink>) -> Self {
+        let pipe = pipe.into();
+        // A failure leaves it blocking: reads then wait for data the poll said was there.
+        let _ = rustix::io::ioctl_fionbio(&pipe, true);
+        Self {
+            pipe: Some(pipe),
+            cap,
+            capture: Capture {
+                data: Vec::new(),
+                over: false,
+            },
+            lines,
+            pending: Vec::new(),
         }
     }
-}
 
-/// A helper thread started before the command: a command that exhausts the task limit (a fork
-/// bomb filling `pids.max` / `RLIMIT_NPROC`) must not leave the jail unable to watch it.
-struct Parked {
-    job: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
-    handle: thread::JoinHandle<()>,
-}
-
-impl Parked {
-    fn start(name: &str) -> Result<Self, CmdError> {
-        let (job, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
-        let handle = thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                // A dropped sender (the command never started) ends the thread unused.
-                if let Ok(f) = rx.recv() {
-                    f();
-                }
-            })
-            .map_err(|e| CmdError::Start(format!("starting the {name} thread: {e}")))?;
-        Ok(Self { job, handle })
+    fn open(&self) -> bool {
+        self.pipe.is_some()
     }
 
-    fn run(self, f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
-        let _ = self.job.send(Box::new(f));
-        self.handle
-    }
-}
-
-fn reader(
-    thread: Parked,
-    mut src: impl Read + Send + 'static,
-    cap: u64,
-    over: Arc<AtomicBool>,
-    token: CancelToken,
-    lines: Option<LineSink>,
-) -> Reader {
-    let capture = Arc::new(std::sync::Mutex::new(Capture {
-        data: Vec::new(),
-        over: false,
-    }));
-    let (tx, done) = std::sync::mpsc::channel();
-    let shared = capture.clone();
-    thread.run(move || {
-        let mut buf = [0u8; 64 * 1024];
-        let mut pending = Vec::new();
-        loop {
-            match src.read(&mut buf) {
-                Ok(0) => break,
+    /// Read what the pipe holds (up to [`READ_PER_WAKE`]): kept within the budget, handed to
+    /// the line sink; past the budget, read and dropped, so the writer is not blocked while it
+    /// is being killed.
+    fn read_available(&mut self, buf: &mut [u8]) {
+        let mut taken = 0;
+        while taken < READ_PER_WAKE {
+            let Some(pipe) = &self.pipe else { return };
+            match rustix::io::read(pipe, &mut *buf) {
+                Ok(0) => return self.end(),
                 Ok(n) => {
-                    {
-                        let mut c = shared.lock().unwrap_or_else(|e| e.into_inner());
-                        if c.over {
-                            continue; // keep draining so the writer is not blocked while we kill it
-                        }
-                        if c.data.len() as u64 + n as u64 > cap {
-                            c.over = true;
-                            over.store(true, Ordering::SeqCst);
-                            token.poke();
-                            continue;
-                        }
-                        c.data.extend_from_slice(&buf[..n]);
-                    }
-                    if let Some(sink) = &lines {
-                        split_lines(&mut pending, &buf[..n], sink);
-                    }
+                    taken += n;
+                    self.take(&buf[..n]);
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(_) => return self.end(),
             }
         }
-        if let Some(sink) = lines.filter(|_| !pending.is_empty()) {
-            sink(&pending);
+    }
+
+    fn take(&mut self, data: &[u8]) {
+        if self.capture.over {
+            return;
         }
-        let _ = tx.send(());
+        if self.capture.data.len() as u64 + data.len() as u64 > self.cap {
+            self.capture.over = true;
+            return;
+        }
+        self.capture.data.extend_from_slice(data);
+        if let Some(sink) = &self.lines {
+            split_lines(&mut self.pending, data, sink);
+        }
+    }
+
+    fn end(&mut self) {
+        self.pipe = None;
+        if let Some(sink) = self.lines.as_ref().filter(|_| !self.pending.is_empty()) {
+            sink(&self.pending);
+            self.pending.clear();
+        }
+    }
+}
+
+/// Wait at most `timeout` (None: without end) for `fds`; which of them are ready, in order.
+fn wait_for(fds: &[Option<std::os::fd::BorrowedFd<'_>>], timeout: Option<Duration>) -> Vec<bool> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let present: Vec<std::os::fd::BorrowedFd<'_>> = fds.iter().flatten().copied().collect();
+    let mut polled: Vec<PollFd<'_>> = present
+        .iter()
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    let t = timeout.map(|d| Timespec {
+        tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(d.subsec_nanos()),
     });
-    Reader { capture, done }
+    // EINTR and the like: report nothing ready; the caller looks at its state again.
+    let _ = rustix::event::poll(&mut polled, t.as_ref());
+    let mut ready = polled.iter().map(|p| !p.revents().is_empty());
+    fds.iter()
+        .map(|fd| fd.is_some() && ready.next().unwrap_or(false))
+        .collect()
+}
+
+/// Whether the command has exited, without reaping it (its group id stays ours).
+fn has_exited(pid: Pid) -> bool {
+    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+    match rustix::process::waitid(rustix::process::WaitId::Pid(pid), opts) {
+        Ok(status) => status.is_some(),
+        Err(rustix::io::Errno::INTR) => false,
+        // Not our child any more (cannot happen before we reap it): nothing left to wait for.
+        Err(_) => true,
+    }
 }
 
 /// Hand each complete line of `pending` + `data` to `sink`; keep the unfinished rest, cut at
@@ -397,84 +412,103 @@ pub fn run_recorded(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let (out_thread, err_thread, wait_thread) = (
-        Parked::start("stdout")?,
-        Parked::start("stderr")?,
-        Parked::start("waiter")?,
-    );
+    // What the loop below watches exists before the command does: a command that exhausts
+    // its task limit (a fork bomb filling `pids.max` / `RLIMIT_NPROC`) cannot leave the jail
+    // unable to watch it, and no thread is needed for it.
+    let (wake, watch) = cancel
+        .poll_fds()
+        .map_err(|e| CmdError::Start(format!("watching for a cancel: {e}")))?;
     let mut child: Child =
         crate::reaper::spawn_tracked(&mut cmd).map_err(|e| start_error(program, &e))?;
     let pid = child.id() as i32;
     let started = Instant::now();
     tracing::debug!(pid, argv = %argv_log, cwd = %spec.cwd.display(), "command started");
-
-    let out_over = Arc::new(AtomicBool::new(false));
-    let err_over = Arc::new(AtomicBool::new(false));
-    let out_t = reader(
-        out_thread,
-        child.stdout.take().expect("piped"),
-        spec.stdout_cap,
-        out_over.clone(),
-        cancel.clone(),
-        None,
-    );
-    let err_t = reader(
-        err_thread,
+    let pgid = Pid::from_raw(pid).expect("child pid is positive");
+    // Readable once the command has exited (not reaped); without pidfds, EXIT_TICK.
+    let pidfd = rustix::process::pidfd_open(pgid, rustix::process::PidfdFlags::empty()).ok();
+    let mut out = Stream::new(child.stdout.take().expect("piped"), spec.stdout_cap, None);
+    let mut err = Stream::new(
         child.stderr.take().expect("piped"),
         spec.stderr_cap,
-        err_over.clone(),
-        cancel.clone(),
         spec.stderr_lines.clone(),
     );
+    let mut buf = vec![0u8; 64 * 1024];
 
-    // A waiter observes the exit without reaping it, so the group id stays ours until we reap.
-    let exited = Arc::new(AtomicBool::new(false));
-    let waiter = {
-        let exited = exited.clone();
-        let token = cancel.clone();
-        wait_thread.run(move || {
-            let p = Pid::from_raw(pid).expect("child pid is positive");
-            let opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
-            while let Err(rustix::io::Errno::INTR) =
-                rustix::process::waitid(rustix::process::WaitId::Pid(p), opts)
-            {}
-            exited.store(true, Ordering::SeqCst);
-            token.poke();
-        })
-    };
-
-    let timed_out = cancel.wait_until(deadline, || {
-        exited.load(Ordering::SeqCst)
-            || out_over.load(Ordering::SeqCst)
-            || err_over.load(Ordering::SeqCst)
-    });
-    let cancelled = cancel.reason();
-    let overrun = out_over.load(Ordering::SeqCst) || err_over.load(Ordering::SeqCst);
-    let must_stop = !exited.load(Ordering::SeqCst) && (timed_out || cancelled.is_some() || overrun);
-    let pgid = Pid::from_raw(pid).expect("child pid is positive");
-    if must_stop {
-        let _ = kill_process_group(pgid, Signal::TERM);
-        let grace_end = Instant::now() + KILL_GRACE;
-        let fresh = CancelToken::new();
-        // Wait for the exit (poked by nobody: poll the flag on a short cadence within the grace).
-        while !exited.load(Ordering::SeqCst) && Instant::now() < grace_end {
-            let _ = fresh.wait_until(
-                Some((Instant::now() + Duration::from_millis(20)).min(grace_end)),
-                || exited.load(Ordering::SeqCst),
-            );
+    // One loop for both pipes, the exit, the deadline and a cancel: until the command exits,
+    // or, once it must stop (deadline, cancel, output budget), SIGTERM to its group and up to
+    // KILL_GRACE for it to exit.
+    let mut cancelled = None;
+    let mut grace_end: Option<Instant> = None;
+    loop {
+        if has_exited(pgid) {
+            break;
+        }
+        if grace_end.is_none() {
+            cancelled = cancel.reason();
+            let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+            if timed_out || cancelled.is_some() || out.capture.over || err.capture.over {
+                let _ = kill_process_group(pgid, Signal::TERM);
+                grace_end = Some(Instant::now() + KILL_GRACE);
+            }
+        }
+        let until = grace_end.or(deadline);
+        if grace_end.is_some_and(|g| Instant::now() >= g) {
+            break;
+        }
+        let mut timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
+        if pidfd.is_none() {
+            timeout = Some(timeout.map_or(EXIT_TICK, |t| t.min(EXIT_TICK)));
+        }
+        // The watched descriptor stays readable once it ended: only until the stop began.
+        let watched = watch.filter(|_| grace_end.is_none());
+        let ready = wait_for(
+            &[
+                out.pipe.as_ref().map(AsFd::as_fd),
+                err.pipe.as_ref().map(AsFd::as_fd),
+                pidfd.as_ref().map(AsFd::as_fd),
+                Some(wake),
+                watched,
+            ],
+            timeout,
+        );
+        if ready[0] {
+            out.read_available(&mut buf);
+        }
+        if ready[1] {
+            err.read_available(&mut buf);
+        }
+        if ready[3] {
+            cancel.clear_wake();
         }
     }
+    let must_stop = grace_end.is_some();
     // Kill whatever is left of the group (daemons, stragglers) while the id is still reserved.
     let _ = kill_process_group(pgid, Signal::KILL);
-    let _ = waiter.join();
     // wait4 rather than Child::wait: the rusage carries the command's peak memory.
     let reaped = crate::sys::wait4_rusage(pid);
     crate::reaper::untrack(pid);
     drop(child);
     let (raw, peak_rss) = reaped.map_err(|e| CmdError::Start(e.to_string()))?;
     let status = std::process::ExitStatus::from_raw(raw);
-    let out = out_t.finish(PIPE_DRAIN);
-    let err = err_t.finish(PIPE_DRAIN);
+    // What the group wrote before it ended may still be in the pipes; a process that left the
+    // group (a daemon) may hold them open: read until both end, at most PIPE_DRAIN.
+    let drain_end = Instant::now() + PIPE_DRAIN;
+    while (out.open() || err.open()) && Instant::now() < drain_end {
+        let ready = wait_for(
+            &[
+                out.pipe.as_ref().map(AsFd::as_fd),
+                err.pipe.as_ref().map(AsFd::as_fd),
+            ],
+            Some(drain_end.saturating_duration_since(Instant::now())),
+        );
+        if ready[0] {
+            out.read_available(&mut buf);
+        }
+        if ready[1] {
+            err.read_available(&mut buf);
+        }
+    }
+    let (out, err) = (out.capture, err.capture);
     rec.exit_code = status.code();
     rec.signal = status.signal().map(signal_abbrev);
     rec.duration_ms = started.elapsed().as_millis() as u64;
@@ -594,6 +628,7 @@ fn start_error(program: &str, e: &std::io::Error) -> CmdError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::thread;
 
     #[test]
     fn a_missing_program_keeps_gos_words_and_says_what_the_sandbox_changes() {
@@ -754,5 +789,30 @@ mod tests {
             run(&spec(&argv, &e), None, &tok),
             Err(CmdError::Cancelled { .. })
         ));
+    }
+
+    /// The jail's cancel: its stdin ending, seen by the command's poll loop with no thread
+    /// reading it. While the pipe is open, commands run to their end.
+    #[test]
+    fn the_watched_descriptor_ending_cancels() {
+        let e = env();
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
+        let r: &'static std::os::fd::OwnedFd = Box::leak(Box::new(r));
+        let tok = CancelToken::watching(r.as_fd());
+        let argv = sh("sleep 0.3; echo done");
+        let o = run(&spec(&argv, &e), None, &tok).expect("runs while the pipe is open");
+        assert_eq!(o.stdout, b"done\n");
+        assert_eq!(tok.reason(), None);
+        let closer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(300));
+            drop(w);
+        });
+        let t = Instant::now();
+        let argv = sh("sleep 30");
+        let err = run(&spec(&argv, &e), None, &tok).unwrap_err();
+        assert!(matches!(err, CmdError::Cancelled { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert_eq!(tok.reason(), Some(CancelReason::Cancelled));
+        closer.join().expect("closer");
     }
 }
