@@ -14,7 +14,7 @@ Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed e
 """
 import concurrent.futures as cf, os, shutil, sys, tempfile, time
 
-from common import ROOT, PeakTreeRss, log, make_tree, median, pack, pct, timed
+from common import PeakTreeRss, cache_policy, log, make_tree, median, pack, pct, timed
 
 from e2e import Server
 
@@ -37,27 +37,11 @@ spec:
 """
 
 
-def policy(work, on):
-    """A copy of `policies/` (the default policy names its seccomp profile relative to itself)
-    with `spec.cache.enabled` set."""
-    d = os.path.join(work, "policies-%s" % ("on" if on else "off"))
-    shutil.copytree(os.path.join(ROOT, "policies"), d)
-    path = os.path.join(d, "default.yaml")
-    with open(path) as f:
-        text = f.read()
-    on_line = "cache: {enabled: true, bytes: 512Mi}"
-    if on_line not in text:
-        sys.exit("policies/default.yaml has no `" + on_line + "` line to switch")
-    with open(path, "w") as f:
-        f.write(text if on else text.replace(on_line, on_line.replace("true", "false")))
-    return path
-
-
 def start(binary, work, on):
     d = os.path.join(work, "cache-on" if on else "cache-off")
     os.makedirs(d)
     os.chmod(d, 0o755)
-    srv = Server(binary, d, ("--policy", policy(work, on)), plugin=PLUGIN)
+    srv = Server(binary, d, ("--policy", cache_policy(work, on)), plugin=PLUGIN)
     if on:
         # The cache starts once the start-up probe is done (after the socket exists).
         for _ in range(200):

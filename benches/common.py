@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark suite (benches/run): building, timing, trees, memory."""
-import os, random, statistics, subprocess, sys, threading, time
+import os, random, shutil, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,3 +144,19 @@ class PeakTreeRss:
 def vm_hwm_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmHWM"))
+
+
+def cache_policy(work, on):
+    """A copy of `policies/` (the default policy names its seccomp profile relative to itself)
+    with `spec.cache.enabled` set."""
+    d = os.path.join(work, "policies-%s" % ("on" if on else "off"))
+    shutil.copytree(os.path.join(ROOT, "policies"), d)
+    path = os.path.join(d, "default.yaml")
+    with open(path) as f:
+        text = f.read()
+    on_line = "cache: {enabled: true, bytes: 512Mi}"
+    if on_line not in text:
+        sys.exit("policies/default.yaml has no `" + on_line + "` line to switch")
+    with open(path, "w") as f:
+        f.write(text if on else text.replace(on_line, on_line.replace("true", "false")))
+    return path

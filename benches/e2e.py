@@ -17,7 +17,7 @@ Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed e
 """
 import concurrent.futures as cf, json, os, shutil, subprocess, sys, tempfile, time
 
-from common import PeakTreeRss, extract_cmd, log, make_tree, median, pack, pct, timed, vm_hwm_kib
+from common import PeakTreeRss, cache_policy, extract_cmd, log, make_tree, median, pack, pct, timed, vm_hwm_kib
 
 FULL_SIZES = [("small", 100, 400 << 10, 30), ("1k", 1000, 4 << 20, 20), ("medium", 5000, 20 << 20, 15),
               ("20k", 20_000, 80 << 20, 6), ("large", 50_000, 200 << 20, 5)]
@@ -93,7 +93,10 @@ def run(binary, quick):
     os.chmod(work, 0o755)  # jails (leased UIDs) reach the work root by path
     srv = None
     try:
-        srv = Server(binary, work)
+        # The cold path: every request extracts its archive (the tree cache, on by default,
+        # would serve the same archive from the second request on; `benches/run --only cache`
+        # measures that).
+        srv = Server(binary, work, ("--policy", cache_policy(work, False)))
         by_size = []
         repos = {}
         for name, files, total, runs in sizes:
@@ -172,7 +175,7 @@ def run_queue(binary, work, cmd, quick):
     qwork = os.path.join(work, "queue")
     os.makedirs(qwork)
     os.chmod(qwork, 0o755)
-    srv = Server(binary, qwork, ("--max-in-flight", str(cap)))
+    srv = Server(binary, qwork, ("--policy", cache_policy(qwork, False), "--max-in-flight", str(cap)))
     try:
         sock = os.path.join(qwork, "socks", "bench.sock")
         qcmd = [sock if c == cmd[cmd.index("--socket") + 1] else c for c in cmd]

@@ -39,16 +39,18 @@ def _sandbox_targets(s, out):
         cpu = ours("request_cpu_ms")
         out.append((f"… and the whole cycle incl. reclaim, paced and back to back{where}",
                     f"paced {full_p:.2f} vs {bw_p:.2f} ({full_p / bw_p:.2f}×), back to back {full_b:.2f} vs "
-                    f"{bw_b:.2f} ({full_b / bw_b:.2f}×); CPU per request {cpu:.1f} vs {s['bwrap_cpu_ms']:.1f} ms "
-                    f"(not judged: see the analysis)", full_p < bw_p and full_b < bw_b))
+                    f"{bw_b:.2f} ({full_b / bw_b:.2f}×)", full_p < bw_p and full_b < bw_b))
+        out.append((f"cold path (issue 23): CPU per request ≤ bwrap's CPU per sandbox, back to back{where}",
+                    f"{cpu:.2f} vs {s['bwrap_cpu_ms']:.2f} ms ({cpu / s['bwrap_cpu_ms']:.2f}×; without a cgroup "
+                    f"{s['request_cpu_ms']:.2f})", cpu <= s["bwrap_cpu_ms"]))
     out.append(("sandbox per-command overhead inside a request < 1 ms over bare",
                 round(s["per_command_ms"] - b, 3), s["per_command_ms"] - b < 1.0))
 
 
 def _e2e_targets(e, out):
     med = next(r for r in e["sizes"] if r["size"] == "medium")
-    out.append(("end to end, medium repo: server p50 over the floor ≤ 15%",
-                f"{med['overhead_ratio'] * 100:+.1f}%", med["overhead_ratio"] <= 0.15))
+    out.append(("end to end, medium repo (tree cache off: every request extracts): server p50 over the floor ≤ 5%",
+                f"{med['overhead_ratio'] * 100:+.1f}%", med["overhead_ratio"] <= 0.05))
     top = e["concurrency"][-1]
     out.append((f"server RSS < 100 MiB at concurrency {top['concurrency']} (server process)",
                 e["server_peak_rss_MiB"], e["server_peak_rss_MiB"] < 100))

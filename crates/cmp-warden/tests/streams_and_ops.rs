@@ -538,6 +538,33 @@ fn reaps_orphans_as_pid_1_and_as_subreaper() {
     );
 }
 
+/// With the default namespaces the jail is its PID namespace's init: the orphans a command
+/// leaves (here five background processes whose parent shell exited at once) become its
+/// zombies, reaped by the command's own poll loop (every second) while the command still runs;
+/// the command counts the zombies in its private /proc after 2.5 s. Without that pass the
+/// five stay (checked once by removing it).
+#[test]
+fn the_jail_as_pid_1_reaps_its_commands_orphans_while_they_run() {
+    if !is_root("the jail as PID 1 needs namespaces and leased UIDs") {
+        return;
+    }
+    let script = r#"for i in 1 2 3 4 5; do ( true & ); done; sleep 2.5; z=0; for f in /proc/[0-9]*/stat; do read -r l < $f; case "${l##*) }" in Z*) z=$((z+1));; esac; done; echo "zombies: $z""#;
+    let spec = format!("  generate:\n    command: [sh, -c, '{script}']\n");
+    let s = Server::start(&plugin(&spec), &[]);
+    let r = repo(&[("x", "y")]);
+    let out = std::process::Command::new(go_client())
+        .arg("-socket")
+        .arg(&s.sock)
+        .args(["-rpc", "generate", "-dir"])
+        .arg(r.path())
+        .output()
+        .expect("go");
+    assert_eq!(
+        parse_client_output(&out).expect("generate")["manifests"],
+        serde_json::json!([r#"{"zombies":0}"#])
+    );
+}
+
 #[test]
 fn logrus_levels_are_honoured_and_a_bad_one_stops_start_up_loudly() {
     let t = tempfile::tempdir().expect("tmp");

@@ -84,6 +84,24 @@ pub fn reap_orphans() -> usize {
     reaped
 }
 
+/// The jail is its PID namespace's init: its commands' poll loop reaps orphans (see
+/// [`orphan_pass_due`]) instead of a thread of its own.
+static IN_COMMAND_LOOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// How often orphans are looked for.
+pub(crate) const ORPHAN_PASS: Duration = Duration::from_secs(1);
+
+/// Have the command loop reap orphans (a single-threaded jail that is PID 1: only its
+/// commands make orphans, and only while they run).
+pub(crate) fn reap_in_command_loop() {
+    IN_COMMAND_LOOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the command loop reaps orphans.
+pub(crate) fn reaps_in_command_loop() -> bool {
+    IN_COMMAND_LOOP.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Start a background thread reaping orphans every second. The first pass comes a second
 /// after the start, not at once: a jail starts one per request (as its PID namespace's init),
 /// most requests end sooner, and their zombies die with the namespace; a pass reads every

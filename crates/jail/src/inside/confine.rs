@@ -91,12 +91,18 @@ pub const STATUS_KEYS: &[&str] = &[
     "Seccomp_filters",
 ];
 
-fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
-        .min(63)
+/// The highest capability number this kernel knows, read once: the jail factory reads it
+/// before its first fork (`factory::warm_up`), so every jail inherits it instead of reading
+/// `/proc/sys` twice.
+pub(crate) fn last_cap() -> u32 {
+    static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40)
+            .min(63)
+    })
 }
 
 fn set_rlimit(res: Resource, want: u64) -> Result<(), ConfineError> {

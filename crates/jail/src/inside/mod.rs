@@ -140,8 +140,10 @@ pub fn jail_main() -> i32 {
         return reply(&internal(format!("sandbox: PR_SET_CHILD_SUBREAPER: {e}")));
     }
     if rustix::process::getpid().is_init() {
-        // PID 1 of the jail's namespace: orphans of the commands are ours to reap.
-        crate::reaper::start_orphan_reaper();
+        // PID 1 of the jail's namespace: orphans of the commands are ours to reap, which each
+        // command's poll loop does while it runs (no orphan exists before a command, and the
+        // ones left after the last die with the namespace).
+        crate::reaper::reap_in_command_loop();
     }
     let unique_uid = report.unique_uid;
     let private_tree = report.namespaces.disk_bytes.is_some();

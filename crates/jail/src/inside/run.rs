@@ -439,9 +439,20 @@ pub fn run_recorded(
     // KILL_GRACE for it to exit.
     let mut cancelled = None;
     let mut grace_end: Option<Instant> = None;
+    let reaps = crate::reaper::reaps_in_command_loop();
+    let mut next_pass = Instant::now() + crate::reaper::ORPHAN_PASS;
     loop {
         if has_exited(pgid) {
             break;
+        }
+        if reaps && Instant::now() >= next_pass {
+            // The jail is PID 1: orphans of this command (a daemonising child that exited)
+            // are its zombies; the command itself is tracked and left alone.
+            let n = crate::reaper::reap_orphans();
+            if n > 0 {
+                tracing::debug!(reaped = n, "reaped orphaned processes");
+            }
+            next_pass = Instant::now() + crate::reaper::ORPHAN_PASS;
         }
         if grace_end.is_none() {
             cancelled = cancel.reason();
@@ -458,6 +469,10 @@ pub fn run_recorded(
         let mut timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
         if pidfd.is_none() {
             timeout = Some(timeout.map_or(EXIT_TICK, |t| t.min(EXIT_TICK)));
+        }
+        if reaps {
+            let pass = next_pass.saturating_duration_since(Instant::now());
+            timeout = Some(timeout.map_or(pass, |t| t.min(pass)));
         }
         // The watched descriptor stays readable once it ended: only until the stop began.
         let watched = watch.filter(|_| grace_end.is_none());
