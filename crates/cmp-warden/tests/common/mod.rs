@@ -219,8 +219,18 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// SIGTERM first, as Kubernetes stops a container: the server drains and removes its
+    /// request cgroups (killed at once, a server leaves the ones still being removed, and a
+    /// suite of servers piles them up on the host). SIGKILL if it has not ended in 3 s.
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(3);
+            while matches!(c.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -281,7 +281,13 @@ pub fn create(
                         }
                         "pids" => write(&dir.join("pids.max"), &limits.pids.to_string()),
                         "cpu" => {
-                            write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                            // Each write walks every CPU cgroup of the host in the kernel
+                            // (`tg_set_cfs_bandwidth`): the period only when it is not already
+                            // the kernel's default, which a new cgroup has.
+                            let period = dir.join("cpu.cfs_period_us");
+                            if read_u64(&period) != CPU_PERIOD_US {
+                                write(&period, &CPU_PERIOD_US.to_string())?;
+                            }
                             write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())
                         }
                         _ => Ok(()),
@@ -429,10 +435,13 @@ impl RequestCgroup {
         })
     }
 
-    /// Remove the directories (they must be empty of processes).
+    /// Remove the directories (they must be empty of processes). v1's memory directory goes
+    /// last: its removal waits in the kernel for the cgroup's offlining, and the others, which
+    /// go at once, must not be left behind when the server is killed during that wait.
     pub fn remove(&self) -> Result<(), CgroupError> {
         let mut first_err = None;
-        for (_, d) in &self.dirs {
+        let (memory, rest): (Vec<_>, Vec<_>) = self.dirs.iter().partition(|(c, _)| c == "memory");
+        for (_, d) in rest.into_iter().chain(memory) {
             match std::fs::remove_dir(d) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -763,6 +772,13 @@ mod tests {
                 .trim(),
             "1073741824"
         );
+        // The CPU limit: the kernel's default period (not written again), the quota for it.
+        if let Some(cpu) = cg.dir("cpu") {
+            let r = |f: &str| std::fs::read_to_string(cpu.join(f)).expect("r");
+            assert_eq!(r("cpu.cfs_period_us").trim(), CPU_PERIOD_US.to_string());
+            let quota = LIMITS.cpu_millis * CPU_PERIOD_US / 1000;
+            assert_eq!(r("cpu.cfs_quota_us").trim(), quota.to_string());
+        }
         // A child joins, allocates, and exits; its peak is read back.
         let procs = cg.procs_files();
         let script = format!(
