@@ -227,8 +227,8 @@ impl Drop for Server {
             if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
             }
-            let deadline = std::time::Instant::now() + Duration::from_secs(3);
-            while matches!(c.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
             let _ = c.kill();
