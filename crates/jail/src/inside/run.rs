@@ -396,6 +396,14 @@ pub fn run_recorded(
             ))
         })?
     };
+    // Cancelled before it started (between two commands): it does not start.
+    if let Some(reason) = cancel.reason() {
+        rec.ended_by = Some(Limit::Cancelled);
+        return Err(CmdError::Cancelled {
+            argv: argv_log,
+            reason,
+        });
+    }
     let mut cmd = Command::new(&resolved);
     cmd.arg0(program);
     cmd.args(&spec.argv[1..])
@@ -829,5 +837,11 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         assert_eq!(tok.reason(), Some(CancelReason::Cancelled));
         closer.join().expect("closer");
+        // Once cancelled, the next command does not start.
+        let dir = tempfile::tempdir().expect("tmp");
+        let argv = sh(&format!("touch {}/started", dir.path().display()));
+        let err = run(&spec(&argv, &e), None, &tok).unwrap_err();
+        assert!(matches!(err, CmdError::Cancelled { .. }), "{err}");
+        assert!(!dir.path().join("started").exists());
     }
 }
