@@ -141,6 +141,10 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
     assert!(rl.contains("CORE=0") && rl.contains("NOFILE=4096"), "{rl}");
     // This VM's root filesystem is writable, and doctor says so.
     assert_check(&v, "readOnlyRootFilesystem", false, false, "unavailable");
+    // The tree cache's keeper started as `serve` starts it (and stopped with doctor).
+    assert_check(&v, "treeCache", true, false, "info");
+    let tc = check(&v, "treeCache")["detail"].as_str().unwrap_or("");
+    assert_eq!(tc, "on (512 MiB of sealed trees)");
 
     // The text form says the same.
     let text = Command::new(bin()).arg("doctor").output().expect("doctor");
@@ -202,6 +206,29 @@ fn unprivileged_with_a_policy_that_accepts_a_shared_uid_would_start() {
     assert_eq!(v["verdict"], "start");
     assert_check(&v, "uniqueUid", false, false, "unavailable");
     assert_check(&v, "landlock", true, true, "enforced");
+    // No leased UIDs here: the tree cache cannot lend trees, and doctor says why.
+    assert_check(&v, "treeCache", false, false, "info");
+    let tc = check(&v, "treeCache")["detail"].as_str().unwrap_or("");
+    assert!(tc.starts_with("off: "), "{tc}");
+}
+
+/// `spec.cache.enabled: false` is reported as the policy's choice.
+#[test]
+fn a_policy_without_the_tree_cache_says_so() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    let (_d, p) = policy_dir(&[(
+        "cache: {enabled: true, bytes: 512Mi}",
+        "cache: {enabled: false, bytes: 512Mi}",
+    )]);
+    let (out, v) = doctor(&[], &["--policy", p.to_str().expect("utf8")], &[]);
+    assert!(out.status.success(), "{v:#}");
+    assert_check(&v, "treeCache", false, false, "info");
+    assert_eq!(
+        check(&v, "treeCache")["detail"],
+        "off in the policy (spec.cache.enabled: false)"
+    );
 }
 
 #[test]

@@ -125,6 +125,8 @@ fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorRep
     let start = |p: &Policy| {
         let mut opts = StartOptions::new(work.clone(), Owner::OneShot);
         opts.log_args = log_args.clone();
+        // Start the tree cache's keeper as `serve` would, to say whether it works here.
+        opts.tree_cache = true;
         Supervisor::start(p, opts)
     };
     let (started, refusal) = match start(policy) {
@@ -247,6 +249,7 @@ fn assemble_as(
     checks.push(rlimits_check(&f));
     checks.extend(namespace_checks(&f));
     checks.push(disk_check(&f));
+    checks.extend(tree_cache_check(&f));
     checks.push(read_only_root_check());
     checks.push(socket_dir_check(socket_dir, held.euid));
     checks.push(work_dir_check(work_parent));
@@ -302,6 +305,20 @@ fn denial_log_check(f: &Found<'_>) -> Option<Check> {
         "info",
         e.denial_log.describe(),
     ))
+}
+
+/// Whether the tree cache (`spec.cache`) runs: a request whose archive was extracted before
+/// then skips extraction. Not a protection (without it every request extracts in its own
+/// jail), so informational; the detail says why not and which field or namespace changes it.
+fn tree_cache_check(f: &Found<'_>) -> Option<Check> {
+    let e = f.enforcement?;
+    let on = e.tree_cache.is_ok();
+    let detail = if f.policy.cache.enabled {
+        e.tree_cache_phrase()
+    } else {
+        "off in the policy (spec.cache.enabled: false)".to_owned()
+    };
+    Some(check("treeCache", on, false, "info", detail))
 }
 
 /// Which of the server's variables commands get (`spec.env.pass`) and which they do not
@@ -1040,7 +1057,7 @@ mod tests {
         );
     }
 
-    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
+    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"treeCache","available":false,"required":false,"status":"info","detail":"off: not in tests"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
     const PINNED_TEXT: &str = r#"cmp-warden 0.0.0 doctor: policy "default" (sha256 00)
 privilege model: minimal-capabilities root (euid 0)
 
@@ -1064,6 +1081,7 @@ namespace.ipc            yes       no       enforced    private System V IPC and
 namespace.uts            yes       no       partial     private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM
 namespace.cgroup         yes       no       enforced    commands see their own cgroup as the root
 diskLimit                yes       no       enforced    the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)
+treeCache                no        no       info        off: not in tests
 socketDirectory          no        no       unavailable /nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)
 workDirectory            yes       no       info        /nonexistent/work: No such file or directory (os error 2)
 

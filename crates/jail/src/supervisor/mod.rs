@@ -74,6 +74,9 @@ pub struct StartOptions<'a> {
     /// same UID range (`serve`: a directory in the socket directory, which Argo CD's sidecars
     /// share). `None`: no other instance is coordinated with.
     pub lease_dir: Option<PathBuf>,
+    /// Start the tree cache's keeper when the policy has the cache on: `serve`, and `doctor`,
+    /// which reports whether it starts here. Other one-shot commands never use it.
+    pub tree_cache: bool,
 }
 
 impl StartOptions<'_> {
@@ -90,6 +93,7 @@ impl StartOptions<'_> {
             cgroups: true,
             drop_capabilities: true,
             lease_dir: None,
+            tree_cache: owner == Owner::Server,
         }
     }
 }
@@ -311,6 +315,7 @@ impl Supervisor {
             cgroups: want_cgroups,
             drop_capabilities,
             lease_dir,
+            tree_cache: want_tree_cache,
         } = opts;
         let mut unavailable = Vec::new();
 
@@ -466,10 +471,10 @@ impl Supervisor {
             ));
         }
 
-        // 11b. The tree cache (`spec.cache`, server only): its keeper, once the probe showed
+        // 11b. The tree cache (`spec.cache`; `serve`, and `doctor` to report it): its keeper, once the probe showed
         //      the jails have the mount and PID namespaces a lent tree needs. Best effort:
         //      without it every request extracts in its own jail, as before (said loudly).
-        let tree_cache = if owner != Owner::Server {
+        let tree_cache = if !want_tree_cache {
             Err("not in one-shot commands".to_owned())
         } else if !(probe.namespaces.has("mount") && probe.namespaces.has("pid")) {
             Err("the jails have no mount or PID namespace here (see namespaces)".to_owned())
