@@ -620,6 +620,8 @@ impl Inner {
     fn shutdown(self: &Arc<Self>) {
         let mut slot = lock(&self.spare);
         slot.closed = true;
+        // An idle preparer ends now rather than after PREPARER_IDLE.
+        self.spare_changed.notify_all();
         while slot.preparing {
             slot = self
                 .spare_changed
