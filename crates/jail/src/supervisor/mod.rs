@@ -13,6 +13,7 @@ mod privilege;
 pub(crate) mod reclaim;
 pub(crate) mod runner;
 pub(crate) mod uid;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -129,6 +129,8 @@ struct Inner {
     reply_memory: ReplyMemory,
     /// The tree cache, once its keeper runs.
     cache: std::sync::OnceLock<super::cache::SharedCache>,
+    /// Watches every request's jail from the end of its stream to its reply.
+    watcher: super::watch::Watcher,
 }
 
 fn internal(message: impl Into<String>) -> RequestError {
@@ -189,6 +191,7 @@ impl Confined {
                 landlock_log: std::sync::OnceLock::new(),
                 reply_memory: ReplyMemory::new(reply_budget),
                 cache: std::sync::OnceLock::new(),
+                watcher: super::watch::Watcher::default(),
             }),
         }
     }
@@ -974,52 +977,20 @@ impl Inner {
         drop(input);
 
         // After `E`, closing stdin tells the jail to cancel; if it has not exited a grace
-        // period later, its whole UID is killed.
+        // period later, its whole UID is killed (the runner's one watcher thread).
         let done = Arc::new(AtomicBool::new(false));
-        let watcher = {
-            let cancel = cancel.clone();
-            let done = done.clone();
-            let kill = creds.map(|c| ReclaimArgs {
+        self.watcher.watch(super::watch::Watch {
+            cancel: cancel.clone(),
+            deadline,
+            done: done.clone(),
+            stdin,
+            kill: creds.map(|c| ReclaimArgs {
                 creds: Some((c.uid, c.gid)),
                 work_root: self.cfg.work_root.clone(),
                 name: None,
-            });
-            let exe = self.cfg.exe.clone();
-            std::thread::Builder::new()
-                .name("jail-watch".into())
-                .spawn(move || {
-                    // The jail enforces the deadline itself (and says which limit fired);
-                    // this only reacts to a cancel, or to a jail overrunning its deadline.
-                    let hard = deadline.map(|d| d + KILL_GRACE + Duration::from_secs(2));
-                    let _ = cancel.wait_until(hard, || done.load(Ordering::SeqCst));
-                    if done.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    drop(stdin);
-                    let grace_end = Instant::now() + KILL_GRACE + Duration::from_secs(2);
-                    let tick = CancelToken::new();
-                    while !done.load(Ordering::SeqCst) && Instant::now() < grace_end {
-                        let next = (Instant::now() + Duration::from_millis(20)).min(grace_end);
-                        let _ = tick.wait_until(Some(next), || done.load(Ordering::SeqCst));
-                    }
-                    if !done.load(Ordering::SeqCst)
-                        && let Some(k) = kill
-                    {
-                        tracing::warn!("jail did not stop after cancellation: killing its UID");
-                        let mut cmd = Command::new(&exe);
-                        cmd.arg(RECLAIM_ARG)
-                            .args(k.to_args())
-                            .env_clear()
-                            .stdin(Stdio::null())
-                            .stdout(Stdio::null());
-                        // Tracked: the orphan reaper must not take its exit status.
-                        if let Ok(mut helper) = crate::reaper::spawn_tracked(&mut cmd) {
-                            let _ = wait(&mut helper);
-                        }
-                    }
-                })
-                .ok()
-        };
+            }),
+            exe: self.cfg.exe.clone(),
+        });
 
         // The reply carries at most what one gRPC message may (or an error with a command's
         // stderr), with room for the record. Manifests travel as JSON strings inside the JSON
@@ -1039,11 +1010,10 @@ impl Inner {
                 r.egress_unrecorded = unrecorded;
             });
         }
-        // The watcher sees `done` and ends on its own (dropping the jail's stdin, which the jail
-        // no longer reads); joining it would put a thread wake-up on the reply's path.
+        // The watcher sees `done` and drops the watch (and the jail's stdin, which the jail no
+        // longer reads); nothing on the reply's path waits for it.
         done.store(true, Ordering::SeqCst);
         cancel.poke();
-        drop(watcher);
         let stats = cgroup.as_ref().map(|c| c.stats());
         // The supervisor's part of the audit record: identity, cgroup, request-wide memory.
         crate::record::update(record, |r| {
