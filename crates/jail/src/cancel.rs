@@ -132,15 +132,9 @@ impl CancelToken {
 
     /// Whether the watched descriptor is readable or hung up now.
     fn watched_ended(&self) -> bool {
-        let Some(fd) = self.inner.watch else {
-            return false;
-        };
-        let mut p = [PollFd::new(&fd, PollFlags::IN)];
-        let now = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        matches!(rustix::event::poll(&mut p, Some(&now)), Ok(n) if n > 0)
+        self.inner
+            .watch
+            .is_some_and(|fd| wait_readable(&[Some(fd)], Some(Duration::ZERO))[0])
     }
 
     /// Wait until poked, cancelled or `until`; returns whether the deadline passed.
@@ -171,4 +165,27 @@ impl CancelToken {
                 .0;
         }
     }
+}
+
+/// Wait at most `timeout` (None: without end) for `fds`; which of them are ready, in order.
+pub(crate) fn wait_readable(
+    fds: &[Option<BorrowedFd<'_>>],
+    timeout: Option<Duration>,
+) -> Vec<bool> {
+    use rustix::event::Timespec;
+    let present: Vec<BorrowedFd<'_>> = fds.iter().flatten().copied().collect();
+    let mut polled: Vec<PollFd<'_>> = present
+        .iter()
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    let t = timeout.map(|d| Timespec {
+        tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(d.subsec_nanos()),
+    });
+    // EINTR and the like: report nothing ready; the caller looks at its state again.
+    let _ = rustix::event::poll(&mut polled, t.as_ref());
+    let mut ready = polled.iter().map(|p| !p.revents().is_empty());
+    fds.iter()
+        .map(|fd| fd.is_some() && ready.next().unwrap_or(false))
+        .collect()
 }

@@ -146,23 +146,14 @@ const RET_ALLOW: u32 = 0x7fff_0000;
 const BPF_RET_K: u16 = 0x06;
 const BPF_JEQ_K: u16 = 0x15;
 
-/// The number of system call `name` on `arch`, read back from a one-rule program (the only
-/// JEQ constant below the architecture tokens is the call number).
+/// The number of system call `name` on `arch` (see [`syscall_numbers`]).
 fn syscall_number(name: &str, arch: seccompiler::TargetArch) -> Option<u32> {
-    let doc = json!({ "g": {
-        "mismatch_action": "allow",
-        "match_action": "log",
-        "filter": [{ "syscall": name }],
-    }});
-    let map = seccompiler::compile_from_json(doc.to_string().as_bytes(), arch).ok()?;
-    map.get("g")?
-        .iter()
-        .find(|i| i.code == BPF_JEQ_K && i.k < 0x1_0000)
-        .map(|i| i.k)
+    syscall_numbers(&[name], arch).ok()?.first().copied()
 }
 
-/// The numbers of system calls `names` on `arch`, read back as [`syscall_number`] does, all
-/// from one compilation (the filler resolves its list on every fill).
+/// The numbers of system calls `names` on `arch`, read back from one-rule programs (the only
+/// JEQ constant below the architecture tokens is the call number), all from one compilation
+/// (the filler resolves its list on every fill).
 fn syscall_numbers(
     names: &[&str],
     arch: seccompiler::TargetArch,
@@ -307,7 +298,7 @@ fn compile_with(
     let mut notify = None;
     for (action, calls) in groups {
         let mut filter = Vec::new();
-        let names: Vec<&str> = calls.keys().copied().collect();
+        let called: Vec<&str> = calls.keys().copied().collect();
         for (name, alternatives) in calls {
             // An unconditional rule makes the conditional ones for the same call redundant.
             if alternatives.iter().any(Vec::is_empty) {
@@ -329,7 +320,7 @@ fn compile_with(
             .remove("g")
             .ok_or_else(|| SeccompError::Compile("no program produced".into()))?;
         if search {
-            allow_unnamed_calls_first(&mut prog, syscall_numbers(&names, arch)?)?;
+            allow_unnamed_calls_first(&mut prog, syscall_numbers(&called, arch)?)?;
         }
         if action.is_none() {
             for i in prog.iter_mut() {

@@ -309,26 +309,6 @@ impl Stream {
     }
 }
 
-/// Wait at most `timeout` (None: without end) for `fds`; which of them are ready, in order.
-fn wait_for(fds: &[Option<std::os::fd::BorrowedFd<'_>>], timeout: Option<Duration>) -> Vec<bool> {
-    use rustix::event::{PollFd, PollFlags, Timespec};
-    let present: Vec<std::os::fd::BorrowedFd<'_>> = fds.iter().flatten().copied().collect();
-    let mut polled: Vec<PollFd<'_>> = present
-        .iter()
-        .map(|fd| PollFd::new(fd, PollFlags::IN))
-        .collect();
-    let t = timeout.map(|d| Timespec {
-        tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        tv_nsec: i64::from(d.subsec_nanos()),
-    });
-    // EINTR and the like: report nothing ready; the caller looks at its state again.
-    let _ = rustix::event::poll(&mut polled, t.as_ref());
-    let mut ready = polled.iter().map(|p| !p.revents().is_empty());
-    fds.iter()
-        .map(|fd| fd.is_some() && ready.next().unwrap_or(false))
-        .collect()
-}
-
 /// Whether the command has exited, without reaping it (its group id stays ours).
 fn has_exited(pid: Pid) -> bool {
     let opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
@@ -484,7 +464,7 @@ pub fn run_recorded(
         }
         // The watched descriptor stays readable once it ended: only until the stop began.
         let watched = watch.filter(|_| grace_end.is_none());
-        let ready = wait_for(
+        let ready = crate::cancel::wait_readable(
             &[
                 out.pipe.as_ref().map(AsFd::as_fd),
                 err.pipe.as_ref().map(AsFd::as_fd),
@@ -517,7 +497,7 @@ pub fn run_recorded(
     // group (a daemon) may hold them open: read until both end, at most PIPE_DRAIN.
     let drain_end = Instant::now() + PIPE_DRAIN;
     while (out.open() || err.open()) && Instant::now() < drain_end {
-        let ready = wait_for(
+        let ready = crate::cancel::wait_readable(
             &[
                 out.pipe.as_ref().map(AsFd::as_fd),
                 err.pipe.as_ref().map(AsFd::as_fd),

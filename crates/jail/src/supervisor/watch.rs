@@ -18,8 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec};
-
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use crate::cancel::CancelToken;
 use crate::inside::run::KILL_GRACE;
@@ -201,18 +199,13 @@ fn watch_loop(rx: &mpsc::Receiver<Watch>, wake: &CancelToken) {
             std::thread::sleep(Duration::from_millis(20));
             continue;
         };
-        let mut fds = vec![PollFd::new(&own, PollFlags::IN)];
-        let theirs: Vec<_> = list
-            .iter()
-            .filter_map(|w| w.w.cancel.poll_fds().ok().map(|(fd, _)| fd))
-            .collect();
-        fds.extend(theirs.iter().map(|fd| PollFd::new(fd, PollFlags::IN)));
-        let t = timeout.map(|d| Timespec {
-            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(d.subsec_nanos()),
-        });
+        let mut fds = vec![Some(own)];
+        fds.extend(
+            list.iter()
+                .map(|w| w.w.cancel.poll_fds().ok().map(|(fd, _)| fd)),
+        );
         // No deadline near: sleep until a watch arrives, a token is poked, or the runner goes.
-        let _ = rustix::event::poll(&mut fds, t.as_ref());
+        let _ = crate::cancel::wait_readable(&fds, timeout);
         drop(fds);
         wake.clear_wake();
         for w in &list {
@@ -224,6 +217,7 @@ fn watch_loop(rx: &mpsc::Receiver<Watch>, wake: &CancelToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::event::{PollFd, PollFlags, Timespec};
     use std::io::Read;
 
     /// A watch whose stdin is a pipe; the returned read end sees EOF once the watcher dropped it.
