@@ -152,6 +152,17 @@ fn generate_manifest_cases() {
             "authority {auth:?}"
         );
     }
+    // The same archive three times: with the tree cache on (the default) the first request
+    // filled the tree and the other two ran on it; with it off (CMP_WARDEN_TEST_TREE_CACHE=off,
+    // scripts/test's second run) each extracted its own. Either way the answers above are
+    // Argo's.
+    let trees = s.tree_cache_uses(3);
+    let want = if tree_cache_under_test() {
+        vec![json!("filled"), json!("hit"), json!("hit")]
+    } else {
+        vec![serde_json::Value::Null; 3]
+    };
+    assert_eq!(trees, want, "treeCache of the three requests");
     // The raw socket path really was the authority, and was rewritten.
     assert!(
         s.logs()

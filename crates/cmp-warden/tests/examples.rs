@@ -155,6 +155,24 @@ fn run_example(name: &str) {
     let go = common::go(&server, "generate", &args).expect("grpc-go generate");
     assert_eq!(manifests(&go), want, "{name}: grpc-go client disagrees");
 
+    // Which way the requests went: with the tree cache on (the default) the first archive
+    // filled a tree and our client's next request with the same archive ran on it; with it off
+    // (CMP_WARDEN_TEST_TREE_CACHE=off, scripts/test's second run) none touched the cache.
+    let requests = if params.exists() { 4 } else { 3 };
+    let uses = server.tree_cache_uses(requests);
+    assert_eq!(uses.len(), requests, "{name}: audit events");
+    if common::tree_cache_under_test() {
+        assert!(
+            uses.iter().all(|u| u == "filled" || u == "hit") && uses.contains(&"hit".into()),
+            "{name}: treeCache {uses:?}"
+        );
+    } else {
+        assert!(
+            uses.iter().all(|u| u.is_null()),
+            "{name}: treeCache {uses:?}"
+        );
+    }
+
     server.assert_work_dir_empties();
 }
 

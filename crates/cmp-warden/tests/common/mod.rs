@@ -106,6 +106,24 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The `treeCache` of each audit event in the log (null where the event has none), once
+    /// there are at least `n` events (an event follows its response).
+    pub fn tree_cache_uses(&self, n: usize) -> Vec<serde_json::Value> {
+        let uses = || -> Vec<serde_json::Value> {
+            self.logs()
+                .lines()
+                .filter(|l| l.contains("\"log\":\"audit\""))
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit json"))
+                .map(|v| v["treeCache"].clone())
+                .collect()
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        while uses().len() < n && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        uses()
+    }
+
     /// Every log line is shaped as logrus writes JSON (`time`, a logrus `level`, `msg`) and
     /// no value is Rust debug text (`Some(…)`, `None`, a struct, a quoted list).
     #[allow(dead_code)]
@@ -286,6 +304,20 @@ pub const NO_NAMESPACES: (&str, &str) = (
     "namespaces: []",
 );
 
+/// The default policy's tree cache line, which [`tree_cache_under_test`] may switch off.
+pub const TREE_CACHE_ON: &str = "cache: {enabled: true, bytes: 512Mi}";
+
+/// Whether this run's servers have the tree cache (`spec.cache`) on: the default policy's
+/// choice, unless `CMP_WARDEN_TEST_TREE_CACHE=off` (scripts/test runs the compatibility suites
+/// once more that way, so they pass with the cache on and off).
+pub fn tree_cache_under_test() -> bool {
+    match std::env::var("CMP_WARDEN_TEST_TREE_CACHE").as_deref() {
+        Err(_) | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => panic!("CMP_WARDEN_TEST_TREE_CACHE={other}: on or off"),
+    }
+}
+
 pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
     let (first, count) = private_uid_range();
     let mut text = include_str!("../../../../policies/default.yaml").replacen(
@@ -293,6 +325,13 @@ pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
         &format!("uidRange: {{first: {first}, count: {count}}}"),
         1,
     );
+    if !tree_cache_under_test() {
+        assert!(
+            text.contains(TREE_CACHE_ON),
+            "policy fixture: {TREE_CACHE_ON}"
+        );
+        text = text.replacen(TREE_CACHE_ON, "cache: {enabled: false, bytes: 512Mi}", 1);
+    }
     for (from, to) in edits {
         assert!(text.contains(from), "policy fixture: {from}");
         text = text.replacen(from, to, 1);
