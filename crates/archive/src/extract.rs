@@ -220,7 +220,8 @@ fn run<R: Read>(
 /// Read the rest of the tar stream (which also verifies the gzip trailer and that nothing
 /// follows the member); every byte must be zero and there may be at most `trailing_bytes`.
 fn drain_zeros<R: Read>(r: &mut R, limits: &Limits, wire: &Shared) -> Result<u64, ExtractError> {
-    let mut buf = vec![0u8; 64 * 1024];
+    // What follows the end-of-archive blocks is a record's padding (10 KiB for GNU tar).
+    let mut buf = vec![0u8; 16 * 1024];
     let mut total = 0u64;
     loop {
         let n = match r.read(&mut buf) {

@@ -73,6 +73,12 @@ pub struct DirWriter {
     buf: Vec<u8>,
 }
 
+/// The file copy buffer starts small (most repository files are) and grows to its maximum with
+/// the first file that fills it: zeroed up front, 256 KiB were 64 page faults of every jail,
+/// whatever its archive held.
+const COPY_BUF_FIRST: usize = 16 * 1024;
+const COPY_BUF_MAX: usize = 256 * 1024;
+
 const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
@@ -88,7 +94,7 @@ impl DirWriter {
             root,
             resolver,
             cached: None,
-            buf: vec![0; 256 * 1024],
+            buf: Vec::new(),
         }))
     }
 
@@ -192,6 +198,9 @@ impl Sink for DirWriter {
         rfs::fchmod(&fd, Mode::from_raw_mode(mode))?;
         let mut file = File::from(fd);
         let mut total = 0u64;
+        if self.buf.is_empty() {
+            self.buf.resize(COPY_BUF_FIRST, 0);
+        }
         loop {
             let n = match data.read(&mut self.buf) {
                 Ok(0) => break,
@@ -201,6 +210,10 @@ impl Sink for DirWriter {
             };
             file.write_all(&self.buf[..n])?;
             total += n as u64;
+            if n == self.buf.len() && n < COPY_BUF_MAX {
+                // A large file: fewer, larger writes.
+                self.buf.resize((n * 4).min(COPY_BUF_MAX), 0);
+            }
         }
         Ok(total)
     }

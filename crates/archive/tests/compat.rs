@@ -39,6 +39,14 @@ fn sample_repo(dir: &Path) {
     )
     .expect("chmod");
     w("empty", b"");
+    // Larger than the writer's copy buffer at every size it grows through (16 KiB, 64 KiB,
+    // 256 KiB), not a multiple of any, and files of every size after it: each byte must land.
+    let big: Vec<u8> = (0..(1u32 << 20) + 7)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    w("charts/big.tgz", &big);
+    w("charts/after-big.yaml", b"e: 5\n");
+    w("charts/mid.bin", &big[..70_000]);
     fs::create_dir_all(dir.join("empty-dir")).expect("mkdir");
     w("with space/and 'quotes'.yaml", b"a: 1\n");
     w("ünïcödé/файл.yaml", b"b: 2\n");

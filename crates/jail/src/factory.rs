@@ -297,6 +297,7 @@ pub fn factory_main() -> i32 {
         tracing::error!(error = %e, "jail factory: /dev/null");
         return 1;
     }
+    crate::sys::single_malloc_arena();
     warm_up();
     loop {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
@@ -331,7 +332,7 @@ pub fn factory_main() -> i32 {
             (FORK, Ok([stdin, stdout])) => match fork_for_parent_single_threaded() {
                 Ok(Forked::Child) => {
                     drop(ctl);
-                    std::process::exit(become_jail(stdin, stdout));
+                    crate::sys::exit_now(become_jail(stdin, stdout));
                 }
                 Ok(Forked::Parent(pid)) => pid,
                 Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),

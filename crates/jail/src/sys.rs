@@ -189,6 +189,33 @@ pub fn fork_for_parent_single_threaded() -> io::Result<Forked> {
     }
 }
 
+/// End the process now with `code`, after flushing stdout (the jail's reply pipe), without
+/// libc's exit sequence: a jail or its PID namespace's parent is a fork, and `exit(3)`'s atexit
+/// handlers and every library's destructors (`_dl_fini`, resolving their lazily bound calls)
+/// only fault pages of the inherited image in to tear down what the kernel frees anyway.
+/// Nothing they run is ours: the jail writes its frames and logs unbuffered (stdout is flushed
+/// here all the same).
+pub fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = io::stdout().flush();
+    // SAFETY: _exit(2) takes a plain integer and does not return; it runs no user-space code
+    // (no atexit handler, no destructor), so no invariant of ours can be observed half-done.
+    unsafe { libc::_exit(code) }
+}
+
+/// One malloc arena for the whole process (glibc): a thread's first allocation otherwise maps
+/// a new 64 MiB arena and faults its first pages in, in every jail that starts its seccomp
+/// listener thread. The jail's two threads rarely allocate at the same time. A no-op elsewhere
+/// (musl has no arenas).
+pub fn single_malloc_arena() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt(3) takes two integers and only changes malloc's tuning; called by the
+    // single-threaded factory before any jail exists, so no allocation runs concurrently.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// Bring the loopback interface of the current network namespace up (a new network namespace
 /// starts with `lo` down); needs CAP_NET_ADMIN over that namespace.
 pub fn loopback_up() -> io::Result<()> {

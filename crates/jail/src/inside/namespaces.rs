@@ -399,7 +399,7 @@ fn become_init(tree: Option<(PathBuf, DiskLimit)>) -> Result<Option<OwnedFd>, Co
             }
             let code = wait_for_init(child);
             drop(alive_w);
-            std::process::exit(code);
+            crate::sys::exit_now(code);
         }
         Forked::Child => {
             drop(alive_w);

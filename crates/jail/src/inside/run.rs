@@ -269,11 +269,12 @@ impl Stream {
     /// Read what the pipe holds (up to [`READ_PER_WAKE`]): kept within the budget, handed to
     /// the line sink; past the budget, read and dropped, so the writer is not blocked while it
     /// is being killed.
-    fn read_available(&mut self, buf: &mut [u8]) {
+    fn read_available(&mut self, buf: &mut Vec<u8>) {
         let mut taken = 0;
         while taken < READ_PER_WAKE {
             let Some(pipe) = &self.pipe else { return };
-            match rustix::io::read(pipe, &mut *buf) {
+            buf.clear();
+            match rustix::io::read(pipe, rustix::buffer::spare_capacity(buf)) {
                 Ok(0) => return self.end(),
                 Ok(n) => {
                     taken += n;
@@ -420,7 +421,9 @@ pub fn run_recorded(
         spec.stderr_cap,
         spec.stderr_lines.clone(),
     );
-    let mut buf = vec![0u8; 64 * 1024];
+    // Read into its spare capacity: never zeroed, so a command that prints little touches
+    // a page of it, not 64 KiB (a fresh fork's every touched page is a fault).
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
 
     // One loop for both pipes, the exit, the deadline and a cancel: until the command exits,
     // or, once it must stop (deadline, cancel, output budget), SIGTERM to its group and up to
