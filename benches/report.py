@@ -149,8 +149,9 @@ def _sandbox_md(s, L):
           f"Paced: {s['gap_ms']} ms untimed before each iteration (requests arriving apart: the spare jail is "
           "ready). Back to back: one after the other (the CPU per request bounds the rate). Wall times are "
           "medians in ms. CPU: user + system time of the bench process (all threads), of every child it "
-          "reaped (jails, their commands, bwrap) and of those it still has (the jail factory), per iteration, "
-          "back to back.", "",
+          "reaped (jails, their commands, bwrap, and bwrap's namespace init, which is orphaned to the bench, "
+          "its subreaper) and of those it still has (the jail factory), per iteration, back to back; "
+          f"bwrap and our two request cases alternated in {s.get('cpu_rounds', 1)} rounds.", "",
           "| case | paced | back to back | paced ÷ bwrap | CPU ms per request |",
           "| --- | --- | --- | --- | --- |"]
     f = lambda v: f"{v:.3f}" if v is not None else "—"
@@ -175,6 +176,17 @@ def _sandbox_md(s, L):
     L.append(f"| one more command inside a request (difference of the paced medians; bare spawn {b:.3f}) | "
              f"{c:.3f} | — | — | — |")
     L.append("")
+    layers = s.get("layers")
+    if layers:
+        L += ["Each namespace's cost, ours against bwrap's (`BENCH_LAYERS=1`: a request of ours with only "
+              "these namespaces, and bwrap with its counterparts, alternated round by round; CPU ms per "
+              "request or sandbox, back to back, no cgroup):", "",
+              "| namespaces | ours | bwrap | ours − bwrap |", "| --- | --- | --- | --- |"]
+        for r in layers:
+            o, t = r["ours_cpu_ms"], r["bwrap_cpu_ms"]
+            L.append(f"| {r['layer']} | {o:.2f} | {f(t) if t is None else f'{t:.2f}'} | "
+                     f"{'—' if t is None else f'{o - t:+.2f}'} |")
+        L.append("")
 
 
 def _e2e_md(e, L):

@@ -13,7 +13,13 @@
 //! Two paces: "paced" leaves `BENCH_GAP_MS` (default 25) untimed between iterations, as
 //! requests arriving apart do (the spare jail is ready when one comes); "back to back" runs
 //! them in a loop, where the CPU per request bounds the rate. Every case also reports its CPU
-//! per iteration, which no pacing hides.
+//! per iteration, which no pacing hides. The CPU comparison the cold-path target judges
+//! (bwrap's sandbox against our request, with and without a cgroup, back to back) runs its
+//! three cases alternately in `BENCH_CPU_ROUNDS` (default 5) rounds, so that a host whose
+//! speed drifts during the run (a shared VM's does, by ±20% here) weighs on each alike.
+//!
+//! The request trees live on tmpfs (`BENCH_WORKDIR`, default `/dev/shm`), as they do in the
+//! memory-backed `emptyDir` of the deploy manifests.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
@@ -87,6 +93,27 @@ fn stat_cpu_ticks(path: &str) -> Option<u64> {
         .sum()
 }
 
+/// `bwrap ARGS`; a failure is retried once to say why (stderr is not read on the measured
+/// path), and fails the run.
+fn run_bwrap(args: &[String]) {
+    let st = Command::new("/usr/bin/bwrap")
+        .args(args)
+        .stderr(Stdio::null())
+        .status()
+        .expect("bwrap");
+    if !st.success() {
+        let again = Command::new("/usr/bin/bwrap")
+            .args(args)
+            .output()
+            .expect("bwrap");
+        panic!(
+            "bwrap {args:?} failed ({st}); once more: {} {}",
+            again.status,
+            String::from_utf8_lossy(&again.stderr)
+        );
+    }
+}
+
 /// How iterations follow each other.
 #[derive(Debug, Clone, Copy)]
 enum Pace {
@@ -96,10 +123,44 @@ enum Pace {
     Gap(Duration),
 }
 
+impl Timed {
+    /// This case's samples followed by `more`'s (the CPU per iteration over both).
+    fn merge(self, more: Timed) -> Timed {
+        let (a, b) = (self.wall.len() as f64, more.wall.len() as f64);
+        let cpu_ms = if a + b > 0.0 {
+            (self.cpu_ms * a + more.cpu_ms * b) / (a + b)
+        } else {
+            0.0
+        };
+        let mut wall = self.wall;
+        wall.extend(more.wall);
+        Timed { wall, cpu_ms }
+    }
+
+    fn empty() -> Timed {
+        Timed {
+            wall: Vec::new(),
+            cpu_ms: 0.0,
+        }
+    }
+}
+
+/// Let what the last iterations left exit, and reap it, before CPU is read: a zombie's
+/// `/proc` entry shows no CPU at all, and bwrap's orphaned namespace init is still exiting
+/// when bwrap returns; reaped only later (in the next case's window, by the supervisor's
+/// reaper), its CPU was counted against that case. Sleeping costs no CPU.
+fn settle() {
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(20));
+        jail::bench::reap_orphans();
+    }
+}
+
 fn time(n: usize, pace: Pace, mut f: impl FnMut()) -> Timed {
     for _ in 0..n / 10 {
         f(); // warm-up
     }
+    settle();
     let cpu0 = cpu_time();
     let wall = (0..n)
         .map(|_| {
@@ -111,6 +172,7 @@ fn time(n: usize, pace: Pace, mut f: impl FnMut()) -> Timed {
             t.elapsed()
         })
         .collect();
+    settle();
     Timed {
         wall,
         cpu_ms: (cpu_time() - cpu0).as_secs_f64() * 1e3 / n as f64,
@@ -122,6 +184,12 @@ fn main() {
         eprintln!("sandbox bench: SKIPPED (needs root to lease UIDs)");
         return;
     }
+    // The subreaper of everything below us, before anything is measured: bwrap's monitor
+    // exits as soon as its namespace's init reports the command's status, without waiting for
+    // that init, which is then reparented — to us, and reaped by the supervisor's reaper, so
+    // its CPU (and the command's) is counted; to the host's init otherwise, and lost (bwrap
+    // then looked half as costly as it is: 2.4 ms instead of 5.5 here).
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).expect("subreaper");
     let n: usize = std::env::var("BENCH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -139,16 +207,25 @@ fn main() {
             cgroup: has("cgroup"),
         };
     }
+    let work_root =
+        std::env::var_os("BENCH_WORKDIR").map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
     let work = tempfile::Builder::new()
         .prefix("cmpw-bench")
-        .tempdir()
+        .tempdir_in(&work_root)
         .expect("tmp");
+    // The work root of a pod is reachable by the leased UIDs; so is this one.
+    std::fs::set_permissions(
+        work.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
     // The supervisor exactly as `serve` starts it, one-shot (no sweep), but keeping this
     // process's capabilities (bwrap and firejail, measured beside it, need them) and, for the
     // first, without cgroups.
-    let make_runner = |first: u32, cgroups: bool| {
+    let make_runner_with = |first: u32, cgroups: bool, namespaces: policy::Namespaces| {
         // Its own UID range so that it never meets a running server's.
         let mut p = policy.clone();
+        p.namespaces = namespaces;
         p.uid_first = first;
         p.uid_count = 1000;
         let mut opts = StartOptions::new(work.path().join(format!("r{first}")), Owner::OneShot);
@@ -164,6 +241,8 @@ fn main() {
             Err(e) => panic!("supervisor: {e}"),
         }
     };
+    let make_runner =
+        |first: u32, cgroups: bool| make_runner_with(first, cgroups, policy.namespaces);
     let (runner_sup, _) = make_runner(300_000, false).expect("supervisor");
     // The same with per-request cgroups (v1 here: memory, pids, cpu), for their cost.
     let cg_sup = make_runner(301_000, true).filter(|(_, e)| e.cgroups.is_some());
@@ -220,6 +299,107 @@ fn main() {
     );
     let paced = Pace::Gap(gap);
     let b2b = Pace::BackToBack;
+    let rounds: usize = std::env::var("BENCH_CPU_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .clamp(1, n.max(1));
+    let per_round = (n / rounds).max(1);
+    // BENCH_LAYERS=1: what each namespace costs us and what it costs bwrap, one layer at a time,
+    // back to back, each of ours alternated with its bwrap counterpart round by round: the
+    // analysis behind BENCHMARKS.md's "what is left, by protection".
+    if std::env::var_os("BENCH_LAYERS").is_some() {
+        let ns = |list: &[&str]| policy::Namespaces {
+            mount: list.contains(&"mount"),
+            pid: list.contains(&"pid"),
+            net: list.contains(&"net"),
+            ipc: list.contains(&"ipc"),
+            uts: list.contains(&"uts"),
+            cgroup: list.contains(&"cgroup"),
+        };
+        let bw = |extra: &[&str]| {
+            let mut a = vec!["--ro-bind", "/", "/"];
+            a.extend_from_slice(extra);
+            a.push("/bin/true");
+            a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let layers: Vec<(&str, policy::Namespaces, Option<Vec<String>>)> = vec![
+            ("no namespaces", ns(&[]), None),
+            (
+                "mount (user + mount: bwrap's least)",
+                ns(&["mount"]),
+                Some(bw(&[])),
+            ),
+            (
+                "+ pid (a private /proc)",
+                ns(&["mount", "pid"]),
+                Some(bw(&["--unshare-pid", "--proc", "/proc"])),
+            ),
+            (
+                "+ net",
+                ns(&["mount", "pid", "net"]),
+                Some(bw(&["--unshare-pid", "--proc", "/proc", "--unshare-net"])),
+            ),
+            (
+                "+ ipc, uts, cgroup (the default policy; bwrap --unshare-all)",
+                policy.namespaces,
+                Some(bw(&[
+                    "--unshare-all",
+                    "--die-with-parent",
+                    "--proc",
+                    "/proc",
+                ])),
+            ),
+        ];
+        let mut j = 0u64;
+        let mut rows = Vec::new();
+        println!("layer, back to back, {rounds} rounds alternated: ours CPU ms | bwrap CPU ms");
+        for (k, (label, namespaces, bwrap_args)) in layers.into_iter().enumerate() {
+            let first = 310_000 + 1000 * k as u32;
+            let (sup, _) = make_runner_with(first, false, namespaces).expect("supervisor");
+            let r = sup.runner();
+            let lplan = sup.plan();
+            let config = yaml(false);
+            let (mut ours, mut theirs) = (Timed::empty(), Timed::empty());
+            for _ in 0..rounds {
+                ours = ours.merge(time(per_round, b2b, || {
+                    j += 1;
+                    let spec = lplan.request(
+                        Operation::Generate,
+                        &config,
+                        work.path().join(format!("l{j}")),
+                        ".",
+                        &[("PATH".into(), "/usr/bin:/bin".into())],
+                        (None, jail::TimeLimit::Client),
+                    );
+                    let out = r.execute(
+                        &spec,
+                        Box::new(std::io::Cursor::new(tgz.clone())),
+                        &CancelToken::new(),
+                    );
+                    r.reclaim(&spec);
+                    out.expect("request");
+                }));
+                if let Some(a) = &bwrap_args {
+                    theirs = theirs.merge(time(per_round, b2b, || run_bwrap(a)));
+                }
+            }
+            let theirs = bwrap_args.map(|_| theirs.cpu_ms);
+            let shown = theirs.map_or_else(|| "-".to_owned(), |t| format!("{t:.3}"));
+            println!("{label:<62} {:>8.3} | {shown:>8}", ours.cpu_ms);
+            rows.push(serde_json::json!({"layer": label, "ours_cpu_ms": ours.cpu_ms, "bwrap_cpu_ms": theirs}));
+            sup.shutdown();
+        }
+        println!(
+            "{}",
+            serde_json::json!({"layers": rows, "iterations": n, "cpu_rounds": rounds})
+        );
+        runner_sup.shutdown();
+        if let Some((s, _)) = &cg_sup {
+            s.shutdown();
+        }
+        return;
+    }
     // BENCH_PROFILE=request|cgroup: only that case, back to back (paced with BENCH_PACED=1),
     // for a profiler attached to this process.
     if let Ok(case) = std::env::var("BENCH_PROFILE") {
@@ -273,23 +453,19 @@ fn main() {
         };
         jail::bench::run(&spec, None, &CancelToken::new()).expect("run");
     });
-    let bwrap_once = || {
-        let st = Command::new("/usr/bin/bwrap")
-            .args([
-                "--ro-bind",
-                "/",
-                "/",
-                "--unshare-all",
-                "--die-with-parent",
-                "/bin/true",
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .expect("bwrap");
-        assert!(st.success());
-    };
+    let bwrap_all: Vec<String> = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-all",
+        "--die-with-parent",
+        "/bin/true",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let bwrap_once = || run_bwrap(&bwrap_all);
     let have_bwrap = Path::new("/usr/bin/bwrap").exists();
-    let bwrap = have_bwrap.then(|| (time(n, paced, bwrap_once), time(n, b2b, bwrap_once)));
+    let bwrap_paced = have_bwrap.then(|| time(n, paced, bwrap_once));
     // firejail is setuid root and refuses some environments; measure it only if it runs.
     let firejail_runs = || {
         Command::new("firejail")
@@ -307,15 +483,28 @@ fn main() {
     let one = yaml(false);
     let two = yaml(true);
     let req1 = time(n, paced, || request(&runner, &one, &mut split));
-    let req1_b2b = time(n, b2b, || request(&runner, &one, &mut Vec::new()));
     let req2 = time(n, paced, || request(&runner, &two, &mut Vec::new()));
     let mut split_cg: Vec<(Duration, Duration)> = Vec::new();
-    let req_cg = cg_runner.as_ref().map(|r| {
-        (
-            time(n, paced, || request(r, &one, &mut split_cg)),
-            time(n, b2b, || request(r, &one, &mut Vec::new())),
-        )
-    });
+    let req_cg_paced = cg_runner
+        .as_ref()
+        .map(|r| time(n, paced, || request(r, &one, &mut split_cg)));
+    // Back to back, the three cases the CPU target compares, alternated round by round.
+    let (mut bwrap_b2b, mut req1_b2b, mut req_cg_b2b) =
+        (Timed::empty(), Timed::empty(), Timed::empty());
+    for _ in 0..rounds {
+        if have_bwrap {
+            bwrap_b2b = bwrap_b2b.merge(time(per_round, b2b, bwrap_once));
+        }
+        req1_b2b = req1_b2b.merge(time(per_round, b2b, || {
+            request(&runner, &one, &mut Vec::new())
+        }));
+        if let Some(r) = &cg_runner {
+            req_cg_b2b =
+                req_cg_b2b.merge(time(per_round, b2b, || request(r, &one, &mut Vec::new())));
+        }
+    }
+    let bwrap = bwrap_paced.map(|p| (p, bwrap_b2b));
+    let req_cg = req_cg_paced.map(|p| (p, req_cg_b2b));
 
     let col = |s: &[(Duration, Duration)], first: bool| {
         median(s.iter().map(|p| if first { p.0 } else { p.1 }).collect())
@@ -331,7 +520,7 @@ fn main() {
         );
     };
     println!(
-        "sandbox cost, {n} iterations each: wall median and p90, CPU per iteration (ms); paced = {} ms untimed between iterations",
+        "sandbox cost, {n} iterations each: wall median and p90, CPU per iteration (ms); paced = {} ms untimed between iterations; back to back: bwrap and our requests alternated in {rounds} rounds",
         gap.as_millis()
     );
     println!("{:<66} {:>8} {:>8} {:>8}", "case", "median", "p90", "cpu");
@@ -389,6 +578,7 @@ fn main() {
     );
     let json = serde_json::json!({
         "iterations": n,
+        "cpu_rounds": rounds,
         "gap_ms": gap.as_millis() as u64,
         "namespaces": std::env::var("BENCH_NAMESPACES").unwrap_or_else(|_| "default".into()),
         "bare_ms": b,
