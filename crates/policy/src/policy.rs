@@ -738,6 +738,38 @@ fn check_cache(
             ),
         ));
     }
+    // As for spec.uidRange: no system ID (an image's own users live there), no overflow ID
+    // (what every unmapped ID shows as in a user namespace), room below 2^31 for the 15 a
+    // second instance may take above it.
+    let why = if uid < 1000 {
+        Some("is a system ID (below 1000)")
+    } else if (uid..uid.saturating_add(16)).contains(&65534) {
+        Some(
+            "is, or has within the 15 IDs a second instance may take above it, 65534 (nobody/overflow id)",
+        )
+    } else if u64::from(uid) + 16 > u64::from(u32::MAX >> 1) {
+        Some("leaves no room below 2^31-1 for the 15 IDs a second instance may take above it")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        let given = if raw.uid.is_some() {
+            "given"
+        } else {
+            "by default spec.uidRange.first + count"
+        };
+        // The first ID above the range, unless that is what ran into 65534.
+        let end = uid_first.saturating_add(uid_count);
+        let suggest = if (end..end.saturating_add(16)).contains(&65534) {
+            65535
+        } else {
+            end
+        };
+        return Err(invalid(
+            "spec.cache.uid",
+            format!("{uid} ({given}) {why}: set spec.cache.uid to a free ID such as {suggest}"),
+        ));
+    }
     Ok(CachePolicy {
         enabled: raw.enabled.unwrap_or(true),
         bytes,
@@ -1153,6 +1185,29 @@ mod tests {
             e(with("first: 20000", "first: 0")).contains("spec.uidRange.first: must be >= 1000")
         );
         assert!(e(with("count: 40000", "count: 60000")).contains("must not contain 65534"));
+        // The cache's identity: not the overflow ID (nor within the 15 a second instance may
+        // take above it), not a system ID; the message says what to set.
+        let near_nobody = e(with("count: 40000", "count: 45530"));
+        assert!(
+            near_nobody.contains("spec.cache.uid: 65530 (by default spec.uidRange.first + count)")
+                && near_nobody.contains("65534 (nobody/overflow id)")
+                && near_nobody.contains("set spec.cache.uid to a free ID such as 65535"),
+            "{near_nobody}"
+        );
+        assert!(
+            e(with(
+                "cache: {enabled: true, bytes: 512Mi}",
+                "cache: {enabled: true, bytes: 512Mi, uid: 999}"
+            ))
+            .contains("spec.cache.uid: 999 (given) is a system ID")
+        );
+        assert!(
+            with(
+                "cache: {enabled: true, bytes: 512Mi}",
+                "cache: {enabled: true, bytes: 512Mi, uid: 65535}"
+            )
+            .is_ok()
+        );
         assert!(
             e(with("memoryBytes: 1Gi", "memoryBytes: lots"))
                 .contains("spec.limits.memoryBytes: invalid quantity 'lots'")

@@ -189,6 +189,8 @@ impl UidPool {
         };
         (uid..uid.saturating_add(tries))
             .filter(|u| !(self.first..self.first + self.capacity() as u32).contains(u))
+            // The overflow ID: what every unmapped ID shows as in a user namespace.
+            .filter(|&u| u != 65534)
             .find_map(|u| match try_lock(dir, u) {
                 Ok(Some(f)) => Some((u, Some(f))),
                 _ => None,
@@ -394,6 +396,22 @@ mod tests {
         assert!(b.held_elsewhere().is_empty());
         assert!(b.lock_for_sweep(30000).is_some());
         drop(mine);
+    }
+
+    #[test]
+    fn the_cache_identity_is_outside_the_range_and_never_the_overflow_id() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut p = UidPool::new(30000, 3, "", "").unwrap();
+        p.set_lock_dir(dir.path().join("leases")).expect("lock dir");
+        let (a, _la) = p.lock_outside(65533, 4).expect("free");
+        assert_eq!(a, 65533);
+        // 65533 is held (by `_la`): the next one is 65535, never 65534.
+        let (b, _lb) = p.lock_outside(65533, 4).expect("free");
+        assert_eq!(b, 65535);
+        let (c, _lc) = p.lock_outside(29999, 3).expect("free");
+        assert_eq!(c, 29999);
+        // 29999 held, 30000..30002 are the range's: nothing among the three tried.
+        assert!(p.lock_outside(29999, 3).is_none());
     }
 
     #[test]
