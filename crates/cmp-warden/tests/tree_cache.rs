@@ -21,6 +21,8 @@ const SPEC: &str = r#"  generate:
     args:
       - |
         me=$(id -u)
+        # Hold the request's UID for a while.
+        [ "$ARGOCD_ENV_MODE" = sleep ] && sleep 4
         if [ "$ARGOCD_ENV_MODE" = attack ]; then
           echo tampered >> a.txt
           chmod 000 dir
@@ -253,6 +255,107 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
         listing(&go(&s, "generate", &["-dir", dir]).expect("hit")),
         pristine
     );
+}
+
+/// A request that was to fill a tree but got no jail (every UID leased until its deadline)
+/// gives the archive back: the next request for it fills it, instead of waiting for a fill
+/// nobody is doing until its deadline.
+#[test]
+fn a_fill_that_never_started_does_not_hold_its_archive() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let pol = t.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol, &[]);
+    // Three UIDs: the idle spare jail's, and two "another instance on this node" holds (the
+    // server admits two requests at once: as many as its UIDs beside the spare's).
+    let text = std::fs::read_to_string(&pol).expect("policy");
+    let from = format!("uidRange: {{first: {first}, count: {count}}}");
+    assert!(text.contains(&from), "{text}");
+    std::fs::write(
+        &pol,
+        text.replacen(&from, &format!("uidRange: {{first: {first}, count: 3}}"), 1),
+    )
+    .expect("policy");
+    let s = Server::start(&plugin(SPEC), &["--policy", pol.to_str().expect("utf8")]);
+    // The other instance: the lease locks (`flock` on <lease dir>/<uid>) of the UIDs the
+    // server's spare does not hold.
+    let leases = s
+        .sock
+        .parent()
+        .expect("socket dir")
+        .join(".cmp-warden-leases");
+    // (The start-up probe's UID may still be on its way back: try until two are ours.)
+    let mut others: Vec<(u32, std::process::Child)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while others.len() < 2 {
+        assert!(Instant::now() < deadline, "no two UIDs free:\n{}", s.logs());
+        for uid in first..first + 3 {
+            if others.iter().any(|(u, _)| *u == uid) {
+                continue;
+            }
+            let mut c = std::process::Command::new("flock")
+                .args(["-n", "-E", "9"])
+                .arg(leases.join(uid.to_string()))
+                .args(["sleep", "120"])
+                .spawn()
+                .expect("flock");
+            std::thread::sleep(Duration::from_millis(200));
+            match c.try_wait().expect("flock") {
+                None => others.push((uid, c)),
+                Some(st) => assert_eq!(st.code(), Some(9), "flock: {st}"),
+            }
+        }
+    }
+    // The holder takes the spare's UID (its command then sleeps).
+    let busy = repo(&[("busy.txt", "holds the last UID\n")]);
+    let holder = in_background(
+        &s,
+        busy.path().to_str().expect("utf8"),
+        &["-env", "ARGOCD_ENV_MODE=sleep"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !s
+        .logs()
+        .lines()
+        .any(|l| l.contains("\"jail taken\"") && l.contains("GenerateManifest"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the holder never started:\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = repo(FILES);
+    let dir = r.path().to_str().expect("utf8");
+    // Its turn to fill the tree, but no UID before its deadline.
+    let (code, msg) = go(&s, "generate", &["-dir", dir, "-timeout", "1s"]).expect_err("no UID");
+    assert!(
+        (code == RESOURCE_EXHAUSTED || code == DEADLINE_EXCEEDED) && !msg.contains("slots"),
+        "{code}: {msg}"
+    );
+    let b = audit_events(&s).pop().expect("B's event");
+    assert!(
+        b["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no sandbox UID free")),
+        "{b}"
+    );
+    for (_, mut c) in others {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    holder
+        .join()
+        .expect("thread")
+        .expect("the holder's request");
+    // The same archive again: this request fills it.
+    let v = go(&s, "generate", &["-dir", dir, "-timeout", "20s"]).expect("after the holder");
+    assert!(listing(&v).iter().any(|l| l.starts_with("./a.txt")), "{v}");
+    let last = audit_events(&s).pop().expect("event");
+    assert_eq!(last["treeCache"], "filled", "{last}");
 }
 
 /// Within `spec.cache.bytes` the least recently used tree no request holds is evicted;

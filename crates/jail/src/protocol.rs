@@ -507,6 +507,19 @@ pub enum KeeperCmd {
     },
 }
 
+impl KeeperCmd {
+    /// The command's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KeeperCmd::Fill { .. } => "Fill",
+            KeeperCmd::Seal { .. } => "Seal",
+            KeeperCmd::Discard { .. } => "Discard",
+            KeeperCmd::Evict { .. } => "Evict",
+            KeeperCmd::Lend { .. } => "Lend",
+        }
+    }
+}
+
 /// The keeper's answer to one [`KeeperCmd`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum KeeperReply {

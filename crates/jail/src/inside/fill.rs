@@ -11,7 +11,8 @@
 //!  4. every capability (of the keeper's user namespace) cleared, bounding set emptied;
 //!  5. not dumpable, `no_new_privs`;
 //!  6. Landlock: read-write beneath the staging directory only, nothing else readable; signals
-//!     and abstract sockets scoped to itself;
+//!     and abstract sockets scoped to itself (a kernel without Landlock: no fill, and the
+//!     cache goes out of service);
 //!  7. seccomp: no process creation, no exec, no signals to others, no sockets, no
 //!     namespaces or mounts (`fill_filter`): when it exits nothing of it can remain, so a
 //!     sealed tree has no writer left.
@@ -105,8 +106,16 @@ fn landlock_staging_only(staging: BorrowedFd<'_>) -> Result<(), String> {
         .and_then(|r| r.create())
         .and_then(|r| r.add_rule(PathBeneath::new(staging, all)))
         .and_then(|r| r.restrict_self())
-        .map(|_| ())
         .map_err(|e| format!("landlock: {e}"))
+        .and_then(|status| match status.ruleset {
+            // An older ABI enforces less (no scopes), but still confines the filler's files
+            // to its staging directory; without Landlock it could reach every sealed tree
+            // (they are its identity's).
+            landlock::RulesetStatus::NotEnforced => Err(
+                "landlock: not enforced by this kernel, so the filler would not be confined to its staging directory (turn the cache off: spec.cache.enabled: false)".to_owned(),
+            ),
+            _ => Ok(()),
+        })
 }
 
 fn extract(staging: OwnedFd, options: &archive::Options) -> Result<FillReply, (ErrorKind, String)> {

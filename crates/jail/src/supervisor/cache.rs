@@ -51,6 +51,14 @@ pub struct CacheConfig {
     pub extracted_bytes: u64,
 }
 
+impl CacheConfig {
+    /// The keeper's tmpfs: the budget, and room for every fill under way at once.
+    fn tmpfs_bytes(&self) -> u64 {
+        self.budget
+            .saturating_add((self.max_fills as u64).saturating_mul(self.extracted_bytes))
+    }
+}
+
 /// Hits, fills, uncached requests and evictions so far, and bytes held.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CacheStats {
@@ -72,6 +80,9 @@ pub struct CacheStats {
 enum Entry {
     Filling,
     Ready(Tree),
+    /// Out of the budget, its removal under way in the keeper: a request for the key waits
+    /// (a fill now would be sealed under the name the removal is about to delete).
+    Evicting,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -116,10 +127,23 @@ pub(crate) struct Borrow {
     pub filled: bool,
 }
 
-/// The right (and the duty) to fill the tree of a key.
+/// The right (and the duty) to fill the tree of a key. Dropped unused (no jail could be taken
+/// for the request, it was cancelled first, a panic), it gives the key back: requests waiting
+/// for it fill it in turn, and the fill slot is free again.
 #[derive(Debug)]
 pub(crate) struct FillTicket {
     key: String,
+    /// `None` once [`TreeCache::fill`] has settled the key.
+    cache: Option<Arc<TreeCache>>,
+}
+
+impl Drop for FillTicket {
+    fn drop(&mut self) {
+        if let Some(c) = self.cache.take() {
+            c.fill_settled(&self.key, None);
+            tracing::debug!(key = %self.key, "tree cache: a fill was given up before it started");
+        }
+    }
 }
 
 /// The keeper process and our end of its socket.
@@ -127,6 +151,10 @@ pub(crate) struct FillTicket {
 struct KeeperConn {
     child: Child,
     sock: OwnedFd,
+    /// Why the socket can no longer be trusted to pair an answer with its command (a command
+    /// timed out, so its late answer may still arrive; the keeper went away). Replies carry
+    /// no id: after this no command is sent again, and the cache is out of service.
+    poisoned: Option<String>,
 }
 
 /// The tree cache.
@@ -193,9 +221,7 @@ impl TreeCache {
             Some(KEEPER_ANSWER),
         )
         .map_err(|e| e.to_string())?;
-        let tmpfs = cfg
-            .budget
-            .saturating_add((cfg.max_fills as u64).saturating_mul(cfg.extracted_bytes));
+        let tmpfs = cfg.tmpfs_bytes();
         let args = KeeperArgs {
             uid: cfg.uid,
             gid: cfg.uid,
@@ -239,7 +265,11 @@ impl TreeCache {
         tracing::debug!(pid, bytes = tmpfs, "tree cache keeper started");
         Ok(TreeCache {
             cfg,
-            keeper: Mutex::new(KeeperConn { child, sock: ours }),
+            keeper: Mutex::new(KeeperConn {
+                child,
+                sock: ours,
+                poisoned: None,
+            }),
             state: Mutex::default(),
             changed: Condvar::new(),
             next_fill: AtomicU64::new(0),
@@ -254,7 +284,7 @@ impl TreeCache {
 
     /// The tree of `key`: held, to be filled by the caller, or not from the cache. Waits
     /// (until `deadline`) while another request fills it.
-    pub fn lookup(&self, key: &str, deadline: Option<Instant>) -> Lookup {
+    pub fn lookup(self: &Arc<Self>, key: &str, deadline: Option<Instant>) -> Lookup {
         let mut st = lock(&self.state);
         loop {
             if st.broken.is_some() {
@@ -264,6 +294,7 @@ impl TreeCache {
             st.clock += 1;
             let now = st.clock;
             let fills = st.fills;
+            let used = st.used;
             match st.entries.get_mut(key) {
                 Some(Entry::Ready(t)) => {
                     t.refs += 1;
@@ -277,7 +308,7 @@ impl TreeCache {
                     st.stats.hits += 1;
                     return Lookup::Hit(b);
                 }
-                Some(Entry::Filling) => {
+                Some(Entry::Filling | Entry::Evicting) => {
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     if left == Some(Duration::ZERO) {
                         st.stats.uncached += 1;
@@ -293,16 +324,26 @@ impl TreeCache {
                         None => self.changed.wait(st).unwrap_or_else(|e| e.into_inner()),
                     };
                 }
-                None if fills < self.cfg.max_fills => {
+                None if fills >= self.cfg.max_fills => {
+                    st.stats.uncached += 1;
+                    return Lookup::Uncached("other archives are being filled");
+                }
+                // Trees requests hold can keep the cache over its budget; a fill needs room
+                // for a whole archive on the keeper's tmpfs beside them and the other fills.
+                None if used.saturating_add(
+                    (fills as u64 + 1).saturating_mul(self.cfg.extracted_bytes),
+                ) > self.cfg.tmpfs_bytes() =>
+                {
+                    st.stats.uncached += 1;
+                    return Lookup::Uncached("no room for a fill beside the trees in use");
+                }
+                None => {
                     st.entries.insert(key.to_owned(), Entry::Filling);
                     st.fills += 1;
                     return Lookup::Fill(FillTicket {
                         key: key.to_owned(),
+                        cache: Some(self.clone()),
                     });
-                }
-                None => {
-                    st.stats.uncached += 1;
-                    return Lookup::Uncached("other archives are being filled");
                 }
             }
         }
@@ -320,28 +361,23 @@ impl TreeCache {
         limits: FillLimits,
         deadline: Option<Instant>,
     ) -> Result<Borrow, RequestError> {
+        let mut ticket = ticket;
         let key = ticket.key.clone();
         let id = self.next_fill.fetch_add(1, Ordering::Relaxed);
         let result = self.fill_inner(id, &key, input, options, limits, deadline);
-        let mut st = lock(&self.state);
-        st.fills -= 1;
         let out = match result {
             Ok((entries, file_bytes)) => {
                 let bytes = file_bytes.saturating_add(entries.saturating_mul(ENTRY_OVERHEAD));
-                st.clock += 1;
-                let last_used = st.clock;
-                st.entries.insert(
-                    key.clone(),
-                    Entry::Ready(Tree {
+                self.fill_settled(
+                    &key,
+                    Some(Tree {
                         bytes,
                         entries,
                         file_bytes,
                         refs: 1,
-                        last_used,
+                        last_used: 0,
                     }),
                 );
-                st.used += bytes;
-                st.stats.fills += 1;
                 Ok(Borrow {
                     key,
                     entries,
@@ -350,14 +386,37 @@ impl TreeCache {
                 })
             }
             Err(e) => {
-                st.entries.remove(&key);
+                self.fill_settled(&key, None);
                 Err(e)
             }
         };
-        drop(st);
-        self.changed.notify_all();
+        // Settled above: nothing for the ticket to give back.
+        ticket.cache = None;
         self.evict_over_budget();
         out
+    }
+
+    /// A fill of `key` is over: its tree is sealed (held once, by the request that filled
+    /// it), or it failed or never started and the key is free again.
+    fn fill_settled(&self, key: &str, sealed: Option<Tree>) {
+        let mut st = lock(&self.state);
+        st.fills = st.fills.saturating_sub(1);
+        match sealed {
+            Some(mut tree) => {
+                st.clock += 1;
+                tree.last_used = st.clock;
+                st.entries.insert(key.to_owned(), Entry::Ready(tree));
+                st.used += tree.bytes;
+                st.stats.fills += 1;
+            }
+            None => {
+                if matches!(st.entries.get(key), Some(Entry::Filling)) {
+                    st.entries.remove(key);
+                }
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
     }
 
     fn fill_inner(
@@ -431,6 +490,12 @@ impl TreeCache {
             (reply, _) => {
                 let _ = self.command(&KeeperCmd::Discard { id }, &[]);
                 Err(match reply {
+                    // The filler could not confine itself or open its staging directory:
+                    // the cache, not the archive, is at fault.
+                    Ok(FillReply::Err {
+                        kind: ErrorKind::Internal,
+                        message,
+                    }) => self.out_of_service(format!("the filler: {message}")),
                     Ok(FillReply::Err { kind, message }) => RequestError::new(kind, message),
                     // Aborted before its end: the service says why (checksum, client gone).
                     Ok(FillReply::Ok { .. }) => {
@@ -486,12 +551,27 @@ impl TreeCache {
                     })
                     .min();
                 let Some((_, key, bytes)) = v else { return };
-                st.entries.remove(&key);
+                st.entries.insert(key.clone(), Entry::Evicting);
                 st.used -= bytes;
                 st.stats.evictions += 1;
                 key
             };
-            if let Err(e) = self.command(&KeeperCmd::Evict { key: victim }, &[]) {
+            let done = self.command(
+                &KeeperCmd::Evict {
+                    key: victim.clone(),
+                },
+                &[],
+            );
+            {
+                let mut st = lock(&self.state);
+                if matches!(st.entries.get(&victim), Some(Entry::Evicting)) {
+                    st.entries.remove(&victim);
+                }
+            }
+            self.changed.notify_all();
+            if let Err(e) = done {
+                // The tree may still be on the tmpfs: no new fill could seal under its name
+                // (the command failed, so the cache is out of service).
                 tracing::warn!(error = %e, "tree cache: eviction failed");
                 return;
             }
@@ -530,14 +610,26 @@ impl TreeCache {
         cmd: &KeeperCmd,
         fds: &[std::os::fd::BorrowedFd<'_>],
     ) -> Result<Vec<OwnedFd>, String> {
-        let k = lock(&self.keeper);
-        send_msg(k.sock.as_fd(), cmd, fds).map_err(|e| format!("keeper: {e}"))?;
-        match recv_msg::<KeeperReply>(k.sock.as_fd()) {
-            Ok(Some((KeeperReply::Ok | KeeperReply::Started { .. }, fds))) => Ok(fds),
-            Ok(Some((KeeperReply::Failed(e), _))) => Err(e),
-            Ok(None) => Err("keeper: gone".into()),
-            Err(e) => Err(format!("keeper: {e}")),
+        let mut k = lock(&self.keeper);
+        if let Some(why) = &k.poisoned {
+            return Err(format!("keeper: out of service ({why})"));
         }
+        let why = match send_msg(k.sock.as_fd(), cmd, fds) {
+            Err(e) => format!("keeper: sending {}: {e}", cmd.name()),
+            Ok(()) => match recv_msg::<KeeperReply>(k.sock.as_fd()) {
+                Ok(Some((KeeperReply::Ok | KeeperReply::Started { .. }, fds))) => return Ok(fds),
+                Ok(Some((KeeperReply::Failed(e), _))) => return Err(e),
+                Ok(None) => "keeper: gone".to_owned(),
+                Err(e) => format!("keeper: no answer to {}: {e}", cmd.name()),
+            },
+        };
+        // The exchange broke: a late answer could be read as the next command's. Never send
+        // on this socket again.
+        k.poisoned = Some(why.clone());
+        let _ = rustix::net::shutdown(&k.sock, rustix::net::Shutdown::Both);
+        drop(k);
+        let _ = self.out_of_service(why.clone());
+        Err(why)
     }
 
     /// Stop the keeper (the cache's tmpfs goes with its namespaces).
