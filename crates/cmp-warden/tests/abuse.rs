@@ -57,6 +57,9 @@ const LIMITS: &[(&str, &str)] = &[
     ("outputBytes: 64Mi", "outputBytes: 1Mi"),
     ("openFiles: 4096", "openFiles: 256"),
     ("diskBytes: 2Gi", "diskBytes: 32Mi"),
+    // Within the disk, so the tree cache stays on (its overlay's upper layer is on the
+    // request's tmpfs, and is attacked here too).
+    ("extractedBytes: 1Gi", "extractedBytes: 16Mi"),
 ];
 
 struct Bed {

@@ -358,6 +358,33 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
     assert_eq!(last["treeCache"], "filled", "{last}");
 }
 
+/// A request's disk below the archive limit: a cached tree would not be held to it, so the
+/// cache stays off, the server says why and which fields change it, and requests extract in
+/// their own jails.
+#[test]
+fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let s = server(
+        &t.path().join("policy.yaml"),
+        &[("diskBytes: 2Gi", "diskBytes: 32Mi")],
+        &[],
+    );
+    let r = repo(FILES);
+    go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("request");
+    let logs = s.logs();
+    assert!(
+        logs.lines().any(|l| l.contains("TREE CACHE UNAVAILABLE")
+            && l.contains("spec.limits.diskBytes (33554432) is below spec.archive.extractedBytes")
+            && l.contains("raise diskBytes or lower extractedBytes")),
+        "{logs}"
+    );
+    let last = audit_events(&s).pop().expect("event");
+    assert!(last["treeCache"].is_null(), "{last}");
+}
+
 /// Within `spec.cache.bytes` the least recently used tree no request holds is evicted;
 /// requests keep getting the right tree.
 #[test]

@@ -194,6 +194,27 @@ impl Enforcement {
     }
 }
 
+/// Why a cached tree would not answer as a fresh extraction under this policy, if it would
+/// not: a fresh extraction writes the tree into the request's tmpfs (`spec.limits.diskBytes`)
+/// under its `RLIMIT_FSIZE` (`fileSizeBytes`), a cached tree lives beside it; when those are
+/// tighter than the archive limits a tree within the archive limits could be served from the
+/// cache where extracting it would fail.
+fn cache_outside_request_limits(p: &Policy) -> Option<String> {
+    let (disk, extracted) = (p.limits.disk_bytes, p.archive.extracted_bytes);
+    let (fsize, file) = (p.limits.file_size_bytes, p.archive.file_bytes);
+    if disk < extracted {
+        return Some(format!(
+            "spec.limits.diskBytes ({disk}) is below spec.archive.extractedBytes ({extracted}): a cached tree is not on the request's disk, so it would not be held to that limit; raise diskBytes or lower extractedBytes to use spec.cache"
+        ));
+    }
+    if fsize < file {
+        return Some(format!(
+            "spec.limits.fileSizeBytes ({fsize}) is below spec.archive.fileBytes ({file}): a cached file is not written under the request's RLIMIT_FSIZE; raise fileSizeBytes or lower fileBytes to use spec.cache"
+        ));
+    }
+    None
+}
+
 /// Whether the supervisor reads Landlock's denial records from the kernel's audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DenialLog {
@@ -479,6 +500,8 @@ impl Supervisor {
             Err("not in one-shot commands".to_owned())
         } else if !(probe.namespaces.has("mount") && probe.namespaces.has("pid")) {
             Err("the jails have no mount or PID namespace here (see namespaces)".to_owned())
+        } else if let Some(why) = cache_outside_request_limits(policy) {
+            Err(why)
         } else {
             runner.start_cache(&work_root)
         };
