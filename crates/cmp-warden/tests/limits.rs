@@ -297,15 +297,7 @@ fn a_pool_of_two_uids_serves_overlapping_requests_in_turn_and_never_fails_for_wa
     }
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
-    let (first, count) = write_policy(&pol_file, &[]);
-    let text = std::fs::read_to_string(&pol_file).expect("policy");
-    let narrowed = text.replacen(
-        &format!("uidRange: {{first: {first}, count: {count}}}"),
-        &format!("uidRange: {{first: {first}, count: 2}}"),
-        1,
-    );
-    assert_ne!(text, narrowed, "policy fixture: uidRange");
-    std::fs::write(&pol_file, narrowed).expect("write policy");
+    let first = write_policy_with_uids(&pol_file, &[], 2);
     let s = Server::start(
         &plugin(SLOW),
         &["--policy", pol_file.to_str().expect("utf8")],

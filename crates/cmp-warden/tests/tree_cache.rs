@@ -267,17 +267,9 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
     }
     let t = tempfile::tempdir().expect("tmp");
     let pol = t.path().join("policy.yaml");
-    let (first, count) = write_policy(&pol, &[]);
     // Three UIDs: the idle spare jail's, and two "another instance on this node" holds (the
     // server admits two requests at once: as many as its UIDs beside the spare's).
-    let text = std::fs::read_to_string(&pol).expect("policy");
-    let from = format!("uidRange: {{first: {first}, count: {count}}}");
-    assert!(text.contains(&from), "{text}");
-    std::fs::write(
-        &pol,
-        text.replacen(&from, &format!("uidRange: {{first: {first}, count: 3}}"), 1),
-    )
-    .expect("policy");
+    let first = write_policy_with_uids(&pol, &[], 3);
     let s = Server::start(&plugin(SPEC), &["--policy", pol.to_str().expect("utf8")]);
     // The other instance: the lease locks (`flock` on <lease dir>/<uid>) of the UIDs the
     // server's spare does not hold.

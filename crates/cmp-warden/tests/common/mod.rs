@@ -318,6 +318,22 @@ pub fn tree_cache_under_test() -> bool {
     }
 }
 
+/// [`write_policy`], with only the first `count` UIDs of this test's range: returns the first.
+#[allow(dead_code)] // not every test binary uses it
+pub fn write_policy_with_uids(path: &Path, edits: &[(&str, &str)], count: u32) -> u32 {
+    let (first, all) = write_policy(path, edits);
+    assert!(count <= all, "{count} UIDs of {all}");
+    let text = std::fs::read_to_string(path).expect("policy");
+    let narrowed = text.replacen(
+        &format!("uidRange: {{first: {first}, count: {all}}}"),
+        &format!("uidRange: {{first: {first}, count: {count}}}"),
+        1,
+    );
+    assert_ne!(text, narrowed, "policy fixture: uidRange");
+    std::fs::write(path, narrowed).expect("write policy");
+    first
+}
+
 pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
     let (first, count) = private_uid_range();
     let mut text = include_str!("../../../../policies/default.yaml").replacen(
