@@ -305,11 +305,14 @@ impl Keeper {
             KeeperCmd::Seal { id, key } => {
                 let pid = self.fills.remove(&id).ok_or("seal: no such fill")?;
                 let status = wait_bounded(pid, FILLER_EXIT);
-                if status != Some(0) {
-                    let _ = rustix::process::kill_process(pid, Signal::KILL);
-                    let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
+                if status != FillerEnd::Exited(0) {
+                    if status == FillerEnd::Running {
+                        // Still ours (not reaped): its PID cannot have been reused.
+                        let _ = rustix::process::kill_process(pid, Signal::KILL);
+                        let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
+                    }
                     remove_entry(&self.cache.staging, &id.to_string());
-                    return Err(format!("seal: the filler ended with {status:?}"));
+                    return Err(format!("seal: the filler {status:?}"));
                 }
                 rfs::renameat(
                     &self.cache.staging,
@@ -422,13 +425,27 @@ fn write_map(path: &str, text: &str) -> Result<(), String> {
 }
 
 /// The filler's exit code, waiting at most `limit` (`None`: still running, or killed).
-fn wait_bounded(pid: Pid, limit: Duration) -> Option<i32> {
+/// How a filler ended, as far as waiting for it showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FillerEnd {
+    /// Exited (reaped) with this status.
+    Exited(i32),
+    /// Reaped, killed by a signal (or no longer ours to wait for).
+    Ended,
+    /// Still running at the limit (not reaped).
+    Running,
+}
+
+fn wait_bounded(pid: Pid, limit: Duration) -> FillerEnd {
     let end = Instant::now() + limit;
     loop {
         match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
-            Ok(Some((_, st))) => return st.exit_status(),
+            Ok(Some((_, st))) => {
+                return st.exit_status().map_or(FillerEnd::Ended, FillerEnd::Exited);
+            }
             Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(1)),
-            _ => return None,
+            Ok(None) => return FillerEnd::Running,
+            Err(_) => return FillerEnd::Ended,
         }
     }
 }
