@@ -41,7 +41,7 @@ const MODES: &str = r#"  generate:
           slow) sleep 1.5 ;;
           slow3) echo started >&2; sleep 3 ;;
           amplify) exec /usr/bin/python3 -c 'import sys; sys.stdout.write("a: &x " + "y" * (512 << 10) + "\nb: [" + ", ".join(["*x"] * 200) + "]\n")' ;;
-          large) exec /usr/bin/python3 -c 'import sys; sys.stdout.write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  v: \x27" + "\"q\"" * 700000 + "\x27\n")' ;;
+          large) exec /usr/bin/python3 -c 'import os, sys, time; time.sleep(max(0.0, float(os.environ.get("ARGOCD_ENV_AT", "0")) - time.time())); sys.stdout.write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  v: \x27" + "\"q\"" * 700000 + "\x27\n")' ;;
         esac
         cat cm.yaml
 "#;
@@ -666,7 +666,29 @@ fn concurrent_large_replies_wait_their_turn_and_all_arrive() {
         _pol: pol,
     };
     let before = peak_rss_kib(&b.s);
-    let large: Vec<_> = (0..4).map(|_| b.hostile("large", "60s")).collect();
+    // All four print at the same instant (the jails share the clock), so their replies
+    // overlap whatever the machine's pace.
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+        + 4.0;
+    let large: Vec<_> = (0..4)
+        .map(|_| {
+            generate_in_background(
+                &b.s,
+                &b.dir(),
+                &[
+                    "-env",
+                    "ARGOCD_ENV_MODE=large",
+                    "-env",
+                    &format!("ARGOCD_ENV_AT={at:.3}"),
+                    "-timeout",
+                    "60s",
+                ],
+            )
+        })
+        .collect();
     b.honest(2);
     let value = "\"q\"".repeat(700_000);
     for l in large {
