@@ -363,11 +363,10 @@ impl CmpService {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((id, cancel.clone()));
-        let mut guard = ActiveGuard {
+        let _guard = ActiveGuard {
             list: self.active.clone(),
             id,
             cancel: cancel.clone(),
-            done: false,
         };
 
         // The runner reads the archive from a channel; EOF is only delivered after the
@@ -458,7 +457,6 @@ impl CmpService {
                 Ok(r) => r,
                 Err(_) => {
                     // The runner kills its commands (TERM, then KILL) once cancelled.
-                    guard.done = true;
                     cancel.cancel(CancelReason::Cancelled);
                     ctx.limit = Some(Limit::Timeout);
                     return Err(match limit {
@@ -471,7 +469,6 @@ impl CmpService {
             },
             None => task.await,
         };
-        guard.done = true;
         ctx.timings.answered = Some(std::time::SystemTime::now());
         let result = result.map_err(|e| Status::internal(format!("request task failed: {e}")))?;
         let out = match (received, result) {
@@ -673,6 +670,13 @@ impl Drop for AuditGuard {
         let Some(ctx) = self.ctx.take() else {
             return;
         };
+        // Logged here, not where the commands are cancelled: a client can go away at any
+        // stage (before admission too), and each abandonment is logged exactly once.
+        tracing::warn!(
+            request_id = %self.request_id,
+            rpc = self.op.rpc_name(),
+            "request abandoned by the client: its commands (if any) are cancelled"
+        );
         let abandoned = Abandoned {
             svc: self.svc.clone(),
             op: self.op,
@@ -696,15 +700,12 @@ struct ActiveGuard {
     list: Arc<Mutex<Vec<(u64, CancelToken)>>>,
     id: u64,
     cancel: CancelToken,
-    done: bool,
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        // If the handler is dropped (client went away), the runner must stop too.
-        if !self.done {
-            tracing::warn!("request abandoned by the client: cancelling its commands");
-        }
+        // If the handler is dropped (client went away), the runner must stop too
+        // (`AuditGuard`'s drop logs the abandonment).
         self.cancel.cancel(CancelReason::Cancelled);
         self.list
             .lock()
