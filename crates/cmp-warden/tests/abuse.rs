@@ -333,6 +333,7 @@ fn a_client_that_disconnects_mid_generate_leaves_nothing() {
         .filter(|(from, _)| !from.starts_with("wallSeconds"))
         .collect();
     let b = bed_with(&no_wall_clock, &[]);
+    let started = b.s.logs().matches("command started").count();
     let mut client = std::process::Command::new(go_client())
         .arg("-socket")
         .arg(&b.s.sock)
@@ -350,7 +351,7 @@ fn a_client_that_disconnects_mid_generate_leaves_nothing() {
             .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit json"))
             .collect::<Vec<_>>()
     };
-    std::thread::sleep(Duration::from_millis(800));
+    b.s.wait_logged("command started", started + 1);
     let _ = client.kill();
     let _ = client.wait();
     let killed = Instant::now();
@@ -379,9 +380,11 @@ fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
         return;
     }
     let mut b = bed(&["--shutdown-grace", "3"]);
+    let started = b.s.logs().matches("command started").count();
     let hostile = b.hostile("sleep", "60s");
     let honest = b.hostile("slow", "60s");
-    std::thread::sleep(Duration::from_millis(500));
+    // Both are running their commands.
+    b.s.wait_logged("command started", started + 2);
     let status = b.s.stop();
     assert_eq!(status.code(), Some(0), "{}", b.s.logs());
     let v = honest

@@ -570,9 +570,20 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .expect("write");
     c.read_to_string(&mut body).expect("read");
+    // Counted as audited: the metric is the sum of both requests' records (the warm-up's too,
+    // whose connections are not checked here; 8 of this request's are).
+    let events = audit_events(&s);
+    let denied_total = events
+        .iter()
+        .flat_map(|e| e["egress"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["decision"] == "denied")
+        .count();
+    assert!(denied_total >= 16, "{events:#?}");
     assert!(
-        body.contains("cmp_warden_egress_connections_total{decision=\"denied\"} 16"),
-        "{body}"
+        body.contains(&format!(
+            "cmp_warden_egress_connections_total{{decision=\"denied\"}} {denied_total}\n"
+        )),
+        "{body}\n{events:#?}"
     );
     // The direct connections never reached the proxy; Landlock's own records of them are in
     // the event, naming the field.

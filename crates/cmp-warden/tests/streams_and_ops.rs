@@ -182,6 +182,19 @@ fn settle_until(done: impl Fn() -> bool, context: impl Fn() -> String) {
     }
 }
 
+/// Wait (up to 15 s) until the server's log has `what` more than `before` times.
+async fn logged_within(s: &Server, what: &str, before: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while s.logs().matches(what).count() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never logged: {what}\n{}",
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[test]
 fn client_cancel_mid_stream_and_mid_command() {
     let s = Server::start(
@@ -196,11 +209,13 @@ fn client_cancel_mid_stream_and_mid_command() {
         tx.send(meta(&sha(&tgz), ".")).await.expect("send");
         tx.send(file(&tgz[..tgz.len() / 2])).await.expect("send");
         let mut c = client(&s).await;
+        let received = s.logs().matches("request received").count();
         let call = tokio::spawn(async move {
             c.generate_manifest(tokio_stream::wrappers::ReceiverStream::new(rx))
                 .await
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Cancelled once the server has the metadata (whatever the machine's pace).
+        logged_within(&s, "request received", received).await;
         call.abort();
         drop(tx);
     });
@@ -221,8 +236,9 @@ fn client_cancel_mid_stream_and_mid_command() {
     rt.block_on(async {
         let mut c = client(&s).await;
         let msgs = vec![meta(&sha(&tgz), "."), file(&tgz)];
+        let started = s.logs().matches("command started").count();
         let call = tokio::spawn(async move { c.generate_manifest(tokio_stream::iter(msgs)).await });
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        logged_within(&s, "command started", started).await;
         call.abort();
     });
     s.assert_work_dir_empties();

@@ -377,6 +377,99 @@ fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
     assert!(last["treeCache"].is_null(), "{last}");
 }
 
+/// The keeper gone (killed) after a fill: the next request for that archive finds its tree
+/// listed but cannot borrow it; it extracts in its own jail and gets the same answer, the
+/// cache goes out of service (logged), and later requests are answered uncached.
+#[test]
+fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let s = server(&t.path().join("policy.yaml"), &[], &[]);
+    let r = repo(FILES);
+    let dir = r.path().to_str().expect("utf8");
+    let first = listing(&go(&s, "generate", &["-dir", dir]).expect("fill"));
+    let keeper = s
+        .logs()
+        .lines()
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
+        })
+        .expect("keeper pid logged");
+    let st = std::process::Command::new("kill")
+        .args(["-KILL", &keeper.to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    for _ in 0..2 {
+        let again = listing(&go(&s, "generate", &["-dir", dir]).expect("answered"));
+        assert_eq!(again, first);
+    }
+    let logs = s.logs();
+    assert!(
+        logs.contains("the tree could not be lent; this request extracts in its own jail"),
+        "{logs}"
+    );
+    assert!(logs.contains("TREE CACHE OUT OF SERVICE"), "{logs}");
+    let uses: Vec<String> = audit_events(&s)
+        .iter()
+        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(uses, ["filled", "uncached", "uncached"], "{uses:?}");
+    // The fallen-back request's extraction is its own: the archive's figures are reported.
+    let second = &audit_events(&s)[1];
+    assert!(
+        second["archive"]["entries"].as_u64().is_some_and(|n| n > 0),
+        "{second}"
+    );
+}
+
+/// An archive of many small files takes a tmpfs page per file, far more than its bytes: a
+/// fill has room for both (within `spec.archive.entries`), so the cache answers such an
+/// archive as its own jail would (a fill once overflowed the keeper's tmpfs: ENOSPC).
+#[test]
+fn an_archive_of_many_small_files_fits_its_fill() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let pol = t.path().join("policy.yaml");
+    write_policy(
+        &pol,
+        &[
+            (
+                "cache: {enabled: true, bytes: 512Mi}",
+                "cache: {enabled: true, bytes: 1Mi}",
+            ),
+            ("extractedBytes: 1Gi", "extractedBytes: 2Mi"),
+            ("entries: 100000", "entries: 2000"),
+        ],
+    );
+    let count = "  generate:\n    command: [sh, -c, 'echo \"{kind: Files, files: $(find . -type f | wc -l)}\"']\n";
+    let s = Server::start(&plugin(count), &["--policy", pol.to_str().expect("utf8")]);
+    // 1,500 one-byte files: 1.5 KB of bytes, ~6 MiB of pages; the fill's room was once the
+    // 2 MiB of extractedBytes (the keeper's tmpfs 1 + 2 x 2 MiB: ENOSPC).
+    let names: Vec<String> = (0..1500).map(|i| format!("d{}/f{i}", i % 10)).collect();
+    let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "x")).collect();
+    let r = repo(&files);
+    let dir = r.path().to_str().expect("utf8");
+    for _ in 0..2 {
+        let v = go(&s, "generate", &["-dir", dir]).expect("request");
+        let doc: serde_json::Value =
+            serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+        assert_eq!(doc["files"], 1500, "{v}");
+    }
+    let uses: Vec<String> = audit_events(&s)
+        .iter()
+        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
+        .collect();
+    // Over the budget once released, so the second may find it evicted and fill it again.
+    assert_eq!(uses.len(), 2, "{uses:?}");
+    assert_eq!(uses[0], "filled", "{uses:?}");
+}
+
 /// Within `spec.cache.bytes` the least recently used tree no request holds is evicted;
 /// requests keep getting the right tree.
 #[test]

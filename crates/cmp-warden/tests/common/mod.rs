@@ -106,6 +106,21 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Wait (up to 15 s) until the log has `what` at least `n` times: a test that acts once
+    /// the server reached a stage (a command started) waits for it, whatever the machine's pace.
+    #[allow(dead_code)]
+    pub fn wait_logged(&self, what: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.logs().matches(what).count() < n {
+            assert!(
+                Instant::now() < deadline,
+                "never logged {n} times: {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The `treeCache` of each audit event in the log (null where the event has none), once
     /// there are at least `n` events (an event follows its response).
     pub fn tree_cache_uses(&self, n: usize) -> Vec<serde_json::Value> {

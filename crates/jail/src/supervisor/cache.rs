@@ -47,15 +47,28 @@ pub struct CacheConfig {
     pub uid: u32,
     /// The jails' UID (and GID) range, mapped into the keeper's namespace.
     pub range: (u32, u32),
-    /// The archive's extracted-bytes limit (room one fill may need beyond the budget).
+    /// The archive's extracted-bytes limit.
     pub extracted_bytes: u64,
+    /// The archive's entries limit.
+    pub entries: u64,
 }
 
 impl CacheConfig {
+    /// The most tmpfs one fill can take: the archive's bytes, and a page for each of its
+    /// entries (a file's last partial page, a long symlink). Without the pages, an archive of
+    /// many small files overflowed a fill's room (ENOSPC where its own jail would extract it).
+    fn fill_bytes(&self) -> u64 {
+        self.extracted_bytes.saturating_add(
+            self.entries
+                .saturating_add(1)
+                .saturating_mul(ENTRY_OVERHEAD),
+        )
+    }
+
     /// The keeper's tmpfs: the budget, and room for every fill under way at once.
     fn tmpfs_bytes(&self) -> u64 {
         self.budget
-            .saturating_add((self.max_fills as u64).saturating_mul(self.extracted_bytes))
+            .saturating_add((self.max_fills as u64).saturating_mul(self.fill_bytes()))
     }
 }
 
@@ -330,9 +343,9 @@ impl TreeCache {
                 }
                 // Trees requests hold can keep the cache over its budget; a fill needs room
                 // for a whole archive on the keeper's tmpfs beside them and the other fills.
-                None if used.saturating_add(
-                    (fills as u64 + 1).saturating_mul(self.cfg.extracted_bytes),
-                ) > self.cfg.tmpfs_bytes() =>
+                None if used
+                    .saturating_add((fills as u64 + 1).saturating_mul(self.cfg.fill_bytes()))
+                    > self.cfg.tmpfs_bytes() =>
                 {
                     st.stats.uncached += 1;
                     return Lookup::Uncached("no room for a fill beside the trees in use");
@@ -521,6 +534,14 @@ impl TreeCache {
             .map_err(|e| RequestError::internal(format!("tree cache: {e}")))?;
         fds.pop()
             .ok_or_else(|| RequestError::internal("tree cache: lend: no mount"))
+    }
+
+    /// A hit whose tree could not be lent, extracted in its request's own jail instead:
+    /// counted as uncached.
+    pub fn not_lent(&self) {
+        let mut st = lock(&self.state);
+        st.stats.hits = st.stats.hits.saturating_sub(1);
+        st.stats.uncached += 1;
     }
 
     /// The request holding `b` is reclaimed (its jail, and so its clone, is gone).

@@ -287,6 +287,7 @@ fn cache_config(p: &Policy) -> Option<super::cache::CacheConfig> {
         uid: p.cache.uid,
         range: (p.uid_first, p.uid_count),
         extracted_bytes: p.archive.extracted_bytes,
+        entries: p.archive.entries,
     })
 }
 

@@ -858,11 +858,12 @@ impl Inner {
             Feed::Tree(b, rest) => (rest, Some(b), None),
             Feed::Fill(ticket, input, job) => (input, None, Some((ticket, job))),
         };
-        let forward = tree.is_none() && fill.is_none();
+        let mut forward = tree.is_none() && fill.is_none();
         // Returned to the cache if this ends before a jail holds it.
         let mut hold = TreeHold(tree, self.cache.get().cloned());
         let mut jail = self.take(request, deadline, cancel)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
+        let filled = fill.is_some();
         // A fill: the stream goes to the filler; the jail gets the tree once it is sealed.
         if let Some((ticket, job)) = fill {
             match self.fill_tree(ticket, &mut input, &job, deadline, record) {
@@ -889,6 +890,19 @@ impl Inner {
             (Some(b), Some(c), Some(cache)) => Some(cache.lend(b, c.uid, c.gid)),
             (Some(_), _, _) => Some(Err(internal("tree cache: a tree needs a leased UID"))),
             _ => None,
+        };
+        // A hit whose tree cannot be lent (the keeper failed or is gone) still has its whole
+        // stream to come: the jail extracts it, as without the cache. A fill's stream went
+        // to the filler, so its request fails instead.
+        let lent = match lent {
+            Some(Err(e)) if !filled => {
+                tracing::warn!(error = %e.message, "tree cache: the tree could not be lent; this request extracts in its own jail");
+                fall_back_to_extraction(record, self.cache.get());
+                hold = TreeHold(None, None);
+                forward = true;
+                None
+            }
+            lent => lent,
         };
         jail.tree = hold.0.take();
         let denial_log = self.landlock_log.get().zip(creds.map(|c| c.uid));
@@ -939,6 +953,14 @@ impl Inner {
                     *tree_attached = true;
                 }
                 serde_json::to_vec(&h).map_err(|e| internal(e.to_string()))?
+            }
+            (Some(_), None) if !filled => {
+                tracing::warn!(
+                    "tree cache: the jail has no mounter; this request extracts in its own jail"
+                );
+                fall_back_to_extraction(record, self.cache.get());
+                forward = true;
+                body
             }
             (Some(_), None) => {
                 return Err(internal(
@@ -1203,7 +1225,18 @@ fn receive_mounter(sock: &std::fs::File) -> std::io::Result<Option<std::os::fd::
     }
 }
 
-/// Have the jail's mounter put the lent tree `tree` under its `repo/`.
+/// A hit that extracts after all: the record says uncached, and the jail's extraction
+/// replaces the tree's figures.
+fn fall_back_to_extraction(record: &Recorder, cache: Option<&super::cache::SharedCache>) {
+    if let Some(c) = cache {
+        c.not_lent();
+    }
+    crate::record::update(record, |r| {
+        r.tree_cache = Some(crate::record::TreeCacheUse::Uncached);
+        r.archive = None;
+    });
+}
+
 /// The tree in the request's record: from the cache or filled by it, as its extraction (the
 /// fill's time, from `filled_since`; a hit extracted nothing).
 fn note_tree(record: &Recorder, b: &Borrow, filled_since: Option<Instant>) {
@@ -1225,6 +1258,7 @@ fn note_tree(record: &Recorder, b: &Borrow, filled_since: Option<Instant>) {
     });
 }
 
+/// Have the jail's mounter put the lent tree `tree` under its `repo/`.
 fn attach_tree(mounter: &std::os::fd::OwnedFd, tree: std::os::fd::OwnedFd) -> Result<(), String> {
     use std::os::fd::AsFd;
     rustix::net::sockopt::set_socket_timeout(
