@@ -109,6 +109,16 @@ fn server(pol: &std::path::Path, edits: &[(&str, &str)], extra: &[&str]) -> Serv
     Server::start(&plugin(SPEC), &args)
 }
 
+/// A server (default policy, in `dir`) whose cache holds the tree of `FILES`: the repository
+/// and the listing its filling request saw.
+fn with_a_filled_tree(dir: &std::path::Path) -> (Server, tempfile::TempDir, Vec<String>) {
+    let s = server(&dir.join("policy.yaml"), &[], &[]);
+    let r = repo(FILES);
+    let seen =
+        listing(&go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("fill"));
+    (s, r, seen)
+}
+
 #[test]
 fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
     if !is_root(NEEDS_ROOT) {
@@ -214,10 +224,8 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
         return;
     }
     let t = tempfile::tempdir().expect("tmp");
-    let s = server(&t.path().join("policy.yaml"), &[], &[]);
-    let r = repo(FILES);
+    let (s, r, pristine) = with_a_filled_tree(t.path());
     let dir = r.path().to_str().expect("utf8");
-    let pristine = listing(&go(&s, "generate", &["-dir", dir]).expect("fill"));
     let event = audit_events(&s).pop().expect("event");
     let sha = event["archive"]["sha256"].as_str().expect("sha").to_owned();
     // Other bytes, the cached tree's checksum claimed.
@@ -386,10 +394,8 @@ fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
         return;
     }
     let t = tempfile::tempdir().expect("tmp");
-    let s = server(&t.path().join("policy.yaml"), &[], &[]);
-    let r = repo(FILES);
+    let (s, r, first) = with_a_filled_tree(t.path());
     let dir = r.path().to_str().expect("utf8");
-    let first = listing(&go(&s, "generate", &["-dir", dir]).expect("fill"));
     let keeper = s
         .logs()
         .lines()
