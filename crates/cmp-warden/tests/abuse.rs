@@ -752,7 +752,7 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
         noise.path().to_str().expect("utf8"),
         &["-chunk", "1024", "-chunk-delay", "700ms", "-timeout", "30s"],
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    b.s.wait_logged("request queued for a slot", 1);
     // The queue is full: refused at once, saying which flags bound it.
     let t = Instant::now();
     let (code, msg) = go(&b.s, "generate", &["-dir", &dir]).expect_err("queue full");
@@ -911,8 +911,9 @@ fn two_instances_sharing_a_uid_range_never_touch_each_others_requests() {
     };
     // A is busy (each request holds its UID ~1.5 s) while B starts: B's start-up sweep must
     // leave A's jails alone.
+    let started = a.logs().matches("command started").count();
     let mut load: Vec<_> = (0..6).map(|_| call(&a, "slow")).collect();
-    std::thread::sleep(Duration::from_millis(700));
+    a.wait_logged("command started", started + 6);
     let b = Server::start_env(&plugin(MODES), &args, &lease_env);
     assert!(
         b.logs().contains("the UID range is shared"),

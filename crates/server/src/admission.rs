@@ -72,6 +72,10 @@ impl Admission {
                 self.cfg.max_in_flight, before, self.cfg.max_in_flight, self.cfg.max_queued
             )));
         }
+        tracing::debug!(
+            waiting = before + 1,
+            "request queued for a slot (--max-in-flight, --max-queued)"
+        );
         let started = Instant::now();
         let acquire = self.slots.clone().acquire_owned();
         let got = match deadline {
