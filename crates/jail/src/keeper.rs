@@ -156,13 +156,13 @@ fn start(a: &KeeperArgs, sock: std::os::fd::BorrowedFd<'_>) -> Result<Cache, Str
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| format!("making / private: {e}"))?;
-    // The supervisor charges every entry a page, so a page's worth of inodes (and the
-    // directories of the cache's own layout) is all the trees and fills can use; stated, not
-    // the kernel's default (half the RAM's pages), which a small node could run out of first.
+    // The supervisor charges every entry ENTRY_OVERHEAD, so an inode per that many bytes (and
+    // some for the cache's own layout) is all the trees and fills can use; stated, not the
+    // kernel's default (half the RAM's pages), which a small node could run out of first.
     let opts = std::ffi::CString::new(format!(
         "size={},nr_inodes={},mode=0700",
         a.bytes,
-        (a.bytes / 4096).saturating_add(1024)
+        (a.bytes / crate::protocol::ENTRY_OVERHEAD).saturating_add(1024)
     ))
     .map_err(|e| e.to_string())?;
     rustix::mount::mount(

@@ -567,6 +567,11 @@ pub struct FillLimits {
     pub file_size_bytes: u64,
 }
 
+/// What a cached tree's entry costs beyond its file bytes (its inode, its directory entry,
+/// the last partial page of a file): charged to the budget and to a fill's room by the
+/// supervisor, and the keeper's tmpfs has an inode per this many bytes.
+pub(crate) const ENTRY_OVERHEAD: u64 = 4096;
+
 /// Largest keeper message (commands and answers are small).
 const MAX_KEEPER_MESSAGE: usize = 64 << 10;
 

@@ -27,14 +27,13 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use sha2::{Digest, Sha256};
 
 use crate::keeper::{KEEPER_ARG, KeeperArgs};
-use crate::protocol::{FillLimits, FillReply, KeeperCmd, KeeperReply, recv_msg, send_msg};
+use crate::protocol::{
+    ENTRY_OVERHEAD, FillLimits, FillReply, KeeperCmd, KeeperReply, recv_msg, send_msg,
+};
 use crate::spec::{ErrorKind, RequestError};
 
 /// How long the keeper may take to answer a command (a lend maps a namespace: milliseconds).
 const KEEPER_ANSWER: Duration = Duration::from_secs(10);
-/// Per-entry overhead charged to the budget beyond the file bytes (inodes, directory entries,
-/// the last partial page of each file).
-const ENTRY_OVERHEAD: u64 = 4096;
 
 /// The cache's configuration (from the policy's `spec.cache`, translated by the plan).
 #[derive(Debug, Clone)]

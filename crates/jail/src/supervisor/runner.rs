@@ -891,19 +891,6 @@ impl Inner {
             (Some(_), _, _) => Some(Err(internal("tree cache: a tree needs a leased UID"))),
             _ => None,
         };
-        // A hit whose tree cannot be lent (the keeper failed or is gone) still has its whole
-        // stream to come: the jail extracts it, as without the cache. A fill's stream went
-        // to the filler, so its request fails instead.
-        let lent = match lent {
-            Some(Err(e)) if !filled => {
-                tracing::warn!(error = %e.message, "tree cache: the tree could not be lent; this request extracts in its own jail");
-                fall_back_to_extraction(record, self.cache.get());
-                hold = TreeHold(None, None);
-                forward = true;
-                None
-            }
-            lent => lent,
-        };
         jail.tree = hold.0.take();
         let denial_log = self.landlock_log.get().zip(creds.map(|c| c.uid));
         if let Some((log, uid)) = denial_log {
@@ -945,8 +932,8 @@ impl Inner {
             _ => None,
         };
         let body = match (lent, mounter) {
-            (Some(tree), Some(m)) => {
-                attach_tree(&m, tree?)
+            (Some(Ok(tree)), Some(m)) => {
+                attach_tree(&m, tree)
                     .map_err(|e| internal(format!("tree cache: attaching the tree: {e}")))?;
                 let mut h = header.clone();
                 if let Header::Request { tree_attached, .. } = &mut h {
@@ -954,19 +941,27 @@ impl Inner {
                 }
                 serde_json::to_vec(&h).map_err(|e| internal(e.to_string()))?
             }
-            (Some(_), None) if !filled => {
-                tracing::warn!(
-                    "tree cache: the jail has no mounter; this request extracts in its own jail"
-                );
+            // A hit whose tree cannot be lent (the keeper failed or is gone) or attached (no
+            // mounter) still has its whole stream to come: the jail extracts it, as without
+            // the cache (its mounter socket, if any, is closed unused). A fill's stream went
+            // to the filler, so its request fails instead.
+            (Some(lent), mounter) if !filled && (lent.is_err() || mounter.is_none()) => {
+                let why = match lent {
+                    Err(e) => e.message,
+                    Ok(_) => "the jail has no mounter".to_owned(),
+                };
+                tracing::warn!(error = %why, "tree cache: the tree could not be lent; this request extracts in its own jail");
                 fall_back_to_extraction(record, self.cache.get());
                 forward = true;
                 body
             }
-            (Some(_), None) => {
+            (Some(lent), None) => {
+                lent?;
                 return Err(internal(
                     "tree cache: the jail has no mounter (no mount or PID namespace here)",
                 ));
             }
+            (Some(Err(e)), Some(_)) => return Err(e),
             (None, _) => body,
         };
 
