@@ -201,17 +201,14 @@ fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
     assert!(!s.logs().contains("LAYERS-VISIBLE"), "{}", s.logs());
     assert!(!s.logs().contains("CACHE-VISIBLE"), "{}", s.logs());
 
-    let uses: Vec<String> = audit_events(&s)
-        .iter()
-        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
-        .collect();
+    let uses = s.tree_cache_uses(7);
     // Exactly one request filled the tree; every other one was served from it.
     assert_eq!(
-        uses.iter().filter(|u| *u == "filled").count(),
+        uses.iter().filter(|u| **u == "filled").count(),
         1,
         "{uses:?}"
     );
-    assert_eq!(uses.iter().filter(|u| *u == "hit").count(), 6, "{uses:?}");
+    assert_eq!(uses.iter().filter(|u| **u == "hit").count(), 6, "{uses:?}");
     assert_eq!(uses.len(), 7, "{uses:?}");
     s.assert_work_dir_empties();
 }
@@ -419,10 +416,7 @@ fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
         "{logs}"
     );
     assert!(logs.contains("TREE CACHE OUT OF SERVICE"), "{logs}");
-    let uses: Vec<String> = audit_events(&s)
-        .iter()
-        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
-        .collect();
+    let uses = s.tree_cache_uses(3);
     assert_eq!(uses, ["filled", "uncached", "uncached"], "{uses:?}");
     // The fallen-back request's extraction is its own: the archive's figures are reported.
     let second = &audit_events(&s)[1];
@@ -467,10 +461,7 @@ fn an_archive_of_many_small_files_fits_its_fill() {
             serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
         assert_eq!(doc["files"], 1500, "{v}");
     }
-    let uses: Vec<String> = audit_events(&s)
-        .iter()
-        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
-        .collect();
+    let uses = s.tree_cache_uses(2);
     // Over the budget once released, so the second may find it evicted and fill it again.
     assert_eq!(uses.len(), 2, "{uses:?}");
     assert_eq!(uses[0], "filled", "{uses:?}");
@@ -512,10 +503,7 @@ fn the_budget_evicts_least_recently_used_trees() {
     )
     .expect("again");
     assert!(listing(&v).iter().any(|l| l.starts_with("./n.txt")));
-    let uses: Vec<String> = audit_events(&s)
-        .iter()
-        .filter_map(|e| e["treeCache"].as_str().map(str::to_owned))
-        .collect();
+    let uses = s.tree_cache_uses(4);
     assert_eq!(uses, ["filled", "filled", "filled", "filled"], "{uses:?}");
     let deadline = Instant::now() + Duration::from_secs(10);
     let metrics = loop {
