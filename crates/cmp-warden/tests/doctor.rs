@@ -137,6 +137,14 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
         cg.contains("cgroup v1") && cg.contains("memory, pids, cpu"),
         "{cg}"
     );
+    // What the kernel holds for the probe's own request cgroup, read back after it ran there.
+    for held in [
+        "read back: memory.limit_in_bytes=1073741824",
+        "pids.max=512",
+        "cpu.cfs_quota_us=200000, cpu.cfs_period_us=100000",
+    ] {
+        assert!(cg.contains(held), "{held} in {cg}");
+    }
     let rl = check(&v, "rlimits")["detail"].as_str().unwrap_or("");
     assert!(rl.contains("CORE=0") && rl.contains("NOFILE=4096"), "{rl}");
     // This VM's root filesystem is writable, and doctor says so.

@@ -333,13 +333,23 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
         (code == RESOURCE_EXHAUSTED || code == DEADLINE_EXCEEDED) && !msg.contains("slots"),
         "{code}: {msg}"
     );
-    let b = audit_events(&s).pop().expect("B's event");
-    assert!(
-        b["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("no sandbox UID free")),
-        "{b}"
-    );
+    // Its event follows the client's error (the server writes it once the request is gone).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = audit_events(&s);
+        if events.iter().any(|e| {
+            e["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no sandbox UID free"))
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B's event never came: {events:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for (_, mut c) in others {
         let _ = c.kill();
         let _ = c.wait();

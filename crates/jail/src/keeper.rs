@@ -18,7 +18,9 @@
 //!  4. a mount namespace, private, and the cache tmpfs (`size` = the budget plus room for the
 //!     fills under way) on the work root as this namespace sees it, with `staging/` and `trees/`;
 //!  5. Landlock: the cache and `/proc` (to map the lending namespaces) only;
-//!  6. `R`, then one command at a time until the socket closes ([`KeeperCmd`]).
+//!  6. one lend of the empty `trees` directory: a kernel that cannot idmap a tmpfs mount
+//!     (before Linux 6.3) could fill trees but never lend one, so the keeper stops here;
+//!  7. `R`, then one command at a time until the socket closes ([`KeeperCmd`]).
 //!
 //! A fill runs in a forked filler (`inside::fill`), confined before it reads the archive; the
 //! keeper only makes its staging directory, later renames it into `trees/` (sealing: the
@@ -103,15 +105,27 @@ pub fn keeper_main(args: &[String]) -> i32 {
         return 2;
     };
     let sock = crate::sys::take_fd(0);
-    match start(&a, sock.as_fd()) {
-        Ok(cache) => {
-            let mut k = Keeper {
-                uid: a.uid,
-                gid: a.gid,
-                cache,
-                fills: HashMap::new(),
-                userns: HashMap::new(),
-            };
+    let started = start(&a, sock.as_fd()).and_then(|cache| {
+        let mut k = Keeper {
+            uid: a.uid,
+            gid: a.gid,
+            cache,
+            fills: HashMap::new(),
+            userns: HashMap::new(),
+        };
+        // 6.
+        k.check_lending()?;
+        Ok(k)
+    });
+    // 7.
+    let started = started.and_then(|k| {
+        send_msg(sock.as_fd(), &KeeperReply::Ok, &[])
+            .map(|()| k)
+            .map_err(|e| e.to_string())
+    });
+    match started {
+        Ok(mut k) => {
+            tracing::debug!(bytes = a.bytes, "tree cache keeper ready");
             k.serve(sock.as_fd());
             0
         }
@@ -184,9 +198,6 @@ fn start(a: &KeeperArgs, sock: std::os::fd::BorrowedFd<'_>) -> Result<Cache, Str
     };
     // 5.
     landlock_cache_only(&root)?;
-    // 6.
-    send_msg(sock, &KeeperReply::Ok, &[]).map_err(|e| e.to_string())?;
-    tracing::debug!(bytes = a.bytes, "tree cache keeper ready");
     Ok(cache)
 }
 
@@ -358,6 +369,27 @@ impl Keeper {
                 Ok((KeeperReply::Ok, Some(mnt)))
             }
         }
+    }
+
+    /// Step 6: lend the (empty) `trees` directory once, to the cache identity itself. The
+    /// kernel idmaps tmpfs mounts from Linux 6.3 on; without that every lend would fail, and
+    /// so would every request whose archive filled a tree: the keeper refuses to start instead,
+    /// and start-up says why.
+    fn check_lending(&mut self) -> Result<(), String> {
+        let userns = self.userns_for(self.uid, self.gid)?;
+        let mnt = rustix::mount::open_tree(
+            &self.cache.trees,
+            ".",
+            OpenTreeFlags::OPEN_TREE_CLONE
+                | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                | OpenTreeFlags::AT_RECURSIVE,
+        )
+        .map_err(|e| format!("lending a tree: open_tree: {e}"))?;
+        crate::sys::mount_setattr_idmapped_readonly(mnt.as_fd(), userns.as_fd()).map_err(|e| {
+            format!(
+                "this kernel cannot lend a tree: an idmapped mount of the cache's tmpfs failed ({e}); tmpfs supports idmapped mounts from Linux 6.3"
+            )
+        })
     }
 
     /// The namespace whose map makes the cache identity appear as `uid`/`gid`: made by a

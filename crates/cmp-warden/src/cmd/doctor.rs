@@ -560,33 +560,71 @@ fn seccomp_check(f: &Found<'_>) -> Check {
     )
 }
 
+/// From the probe's own request cgroup, read back after its jail ran in it: enforced only
+/// when the jail ran there and the kernel holds every limit asked, with all three controllers.
 fn cgroups_check(f: &Found<'_>) -> Check {
-    let cg = f
+    let required = f.required(Protection::Cgroups);
+    let Some((layout, e)) = f
         .enforcement
-        .and_then(|e| e.cgroups.as_ref().map(|l| (l, e)));
-    check(
-        "cgroups",
-        cg.is_some(),
-        f.required(Protection::Cgroups),
-        yes(cg.is_some()),
-        match cg {
-            Some((Layout::V2 { base }, e)) => format!(
-                "cgroup v2, delegated directory {}; controllers {}",
-                base.display(),
-                list(&e.cgroup_controllers)
-            ),
-            Some((Layout::V1 { controllers }, e)) => format!(
-                "cgroup v1 ({}); controllers {}",
-                controllers
-                    .iter()
-                    .map(|(c, p)| format!("{c} at {}", p.display()))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                list(&e.cgroup_controllers)
-            ),
-            None => f.why_not(Protection::Cgroups),
-        },
-    )
+        .and_then(|e| e.cgroups.as_ref().map(|l| (l, e)))
+    else {
+        return check(
+            "cgroups",
+            false,
+            required,
+            "unavailable",
+            f.why_not(Protection::Cgroups),
+        );
+    };
+    let at = match layout {
+        Layout::V2 { base } => format!("cgroup v2, request cgroups in {}", base.display()),
+        Layout::V1 { controllers } => format!(
+            "cgroup v1 ({})",
+            controllers
+                .iter()
+                .map(|(c, p)| format!("{c} at {}", p.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let at = format!("{at}; controllers {}", list(&e.cgroup_controllers));
+    let Some(rb) = &e.cgroup_probe else {
+        return check(
+            "cgroups",
+            false,
+            required,
+            "unavailable",
+            format!("{at}; but the probe's jail got no cgroup"),
+        );
+    };
+    let read = format!("the probe's own cgroup read back: {}", rb.describe());
+    let mut wrong = rb.mismatches(&e.cgroup_limits);
+    if !rb.ran {
+        return check(
+            "cgroups",
+            false,
+            required,
+            "unavailable",
+            format!("{at}; {read}; but its jail did not run in it"),
+        );
+    }
+    wrong.extend(
+        ["memory", "pids", "cpu"]
+            .into_iter()
+            .filter(|c| !e.cgroup_controllers.iter().any(|x| x == c))
+            .map(|c| format!("no {c} controller")),
+    );
+    let status = if wrong.is_empty() {
+        "enforced"
+    } else {
+        "partial"
+    };
+    let detail = if wrong.is_empty() {
+        format!("{at}; {read}")
+    } else {
+        format!("{at}; {read}; but {}", wrong.join(", "))
+    };
+    check("cgroups", true, required, status, detail)
 }
 
 fn rlimits_check(f: &Found<'_>) -> Check {
@@ -972,6 +1010,20 @@ mod tests {
                 controllers: vec![("memory".into(), PathBuf::from("/sys/fs/cgroup/memory/x"))],
             }),
             cgroup_controllers: vec!["memory".into()],
+            cgroup_probe: Some(jail::supervisor::Readback {
+                version: 1,
+                memory_max: Some(1 << 30),
+                swap_max: Some(0),
+                oom_group: None,
+                pids_max: None,
+                cpu_max: None,
+                ran: true,
+            }),
+            cgroup_limits: jail::supervisor::CgroupLimits {
+                memory_bytes: 1 << 30,
+                pids: 512,
+                cpu_millis: 2000,
+            },
             unavailable: Vec::new(),
             denial_log: DenialLog::Unavailable("not in tests".into()),
             tree_cache: Err("not in tests".into()),
@@ -1057,7 +1109,7 @@ mod tests {
         );
     }
 
-    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"enforced","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"treeCache","available":false,"required":false,"status":"info","detail":"off: not in tests"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
+    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"partial","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory; the probe's own cgroup read back: memory.limit_in_bytes=1073741824, swap=0; but no pids controller, no cpu controller"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"treeCache","available":false,"required":false,"status":"info","detail":"off: not in tests"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
     const PINNED_TEXT: &str = r#"cmp-warden 0.0.0 doctor: policy "default" (sha256 00)
 privilege model: minimal-capabilities root (euid 0)
 
@@ -1071,7 +1123,7 @@ landlock                 yes       yes      enforced    kernel ABI 7 (this build
 landlockDenialLog        no        no       info        not available: not in tests
 landlockNetwork          yes       no       enforced    TCP bind and connect denied (network.mode: none)
 seccomp                  yes       yes      enforced    2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode
-cgroups                  yes       no       enforced    cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory
+cgroups                  yes       no       partial     cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory; the probe's own cgroup read back: memory.limit_in_bytes=1073741824, swap=0; but no pids controller, no cpu controller
 rlimits                  yes       yes      enforced    NOFILE=4096 AS=unlimited
 namespace.user           yes       no       enforced    the request's UID/GID is mapped to itself; the jail holds no capability over the host
 namespace.mount          yes       no       enforced    private mounts (/ made private); the request tree and /tmp on the request's tmpfs

@@ -6,12 +6,14 @@
 //! writes, which this module does and tests (v2 against a fake cgroupfs, v1 for real).
 //!
 //! Layout:
-//! - v2: the server's own cgroup (from `/proc/self/cgroup`, or a configured delegated
-//!   directory) becomes the base; the server moves itself into `base/supervisor` (the "no
-//!   internal processes" rule), enables `memory pids cpu` in `base/cgroup.subtree_control`, and
-//!   each request gets `base/<request>`.
+//! - v2: the delegated cgroup is the one the server started in (`/proc/self/cgroup`) or a
+//!   configured directory; the server's processes move into its leaf `cmp-warden-supervisor`
+//!   (the kernel's "no internal processes" rule: a cgroup that enables controllers for its
+//!   children holds no process; the hierarchy's root is exempt and keeps them), `memory pids
+//!   cpu` are enabled for its children, and every request cgroup is made in the instance
+//!   directory `<delegated>/<instance>`, which is ours alone: the sweep never looks beyond it.
 //! - v1: for each of `memory`, `pids`, `cpu` the server's cgroup in that hierarchy plus
-//!   `cmp-warden/<request>`.
+//!   `<instance>/<request>`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -74,9 +76,27 @@ fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
 /// The v1 controllers we use.
 const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
+/// The v2 leaf the server's processes move into when its delegated cgroup is not the root.
+pub const SUPERVISOR_LEAF: &str = "cmp-warden-supervisor";
+
+/// The v2 directory, in the delegated cgroup, that holds one directory per instance.
+pub const OUR_DIR: &str = "cmp-warden";
+
+/// The v2 controllers we use, in the order they are enabled.
+const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// Who moves into [`SUPERVISOR_LEAF`] (v2, a delegated cgroup that is not the root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tenants {
+    /// Every process of the delegated cgroup: the server's container or service is its own.
+    All,
+    /// Only this process: a one-shot command run from a shell never moves the shell.
+    OnlySelf,
+}
+
 /// Detect the hierarchy: `root` is the cgroupfs mount point (normally `/sys/fs/cgroup`),
 /// `self_cgroup` the content of `/proc/self/cgroup`, `configured` an operator-given delegated
-/// v2 directory, `instance` the v1 directory name (one per server, e.g. per UID range, so two
+/// v2 directory, `instance` our directory's name (one per server, e.g. per UID range, so two
 /// servers in one cgroup never sweep each other's request cgroups).
 pub fn detect(
     root: &Path,
@@ -87,12 +107,12 @@ pub fn detect(
     if let Some(dir) = configured {
         if !dir.join("cgroup.controllers").exists() {
             return Err(CgroupError::Unavailable(format!(
-                "{} is not a cgroup v2 directory",
+                "{} (CMP_WARDEN_CGROUP_ROOT) is not a cgroup v2 directory",
                 dir.display()
             )));
         }
         return Ok(Layout::V2 {
-            base: dir.to_path_buf(),
+            base: dir.join(OUR_DIR).join(instance),
         });
     }
     if root.join("cgroup.controllers").exists() {
@@ -100,8 +120,17 @@ pub fn detect(
             .lines()
             .find_map(|l| l.strip_prefix("0::"))
             .ok_or_else(|| CgroupError::Unavailable("no v2 entry in /proc/self/cgroup".into()))?;
+        let mut delegated = root.join(own.trim().trim_start_matches('/'));
+        // Started in our own leaf (a second start in this process; `kubectl exec`, which runc
+        // puts in the cgroup of the container's init once the container's own cgroup delegates
+        // controllers): the delegated cgroup is the leaf's parent.
+        if delegated.file_name() == Some(std::ffi::OsStr::new(SUPERVISOR_LEAF))
+            && let Some(parent) = delegated.parent()
+        {
+            delegated = parent.to_path_buf();
+        }
         return Ok(Layout::V2 {
-            base: root.join(own.trim_start_matches('/')),
+            base: delegated.join(OUR_DIR).join(instance),
         });
     }
     let mut controllers = Vec::new();
@@ -129,36 +158,11 @@ pub fn detect(
     Ok(Layout::V1 { controllers })
 }
 
-/// Prepare the layout once at start-up (the server is the only process in its cgroup then).
-/// v2: move `own_pid` into `base/supervisor` and delegate the controllers to children; v1:
-/// create the `cmp-warden` directories. Returns the controllers available.
-pub fn prepare(layout: &Layout, own_pid: u32) -> Result<Vec<String>, CgroupError> {
+/// Prepare the layout once at start-up, before the capability drop (the server is single
+/// threaded then). Returns the controllers every request cgroup gets.
+pub fn prepare(layout: &Layout, tenants: Tenants) -> Result<Vec<String>, CgroupError> {
     match layout {
-        Layout::V2 { base } => {
-            let available = std::fs::read_to_string(base.join("cgroup.controllers"))
-                .map_err(io_err("reading", &base.join("cgroup.controllers")))?;
-            let wanted: Vec<&str> = ["memory", "pids", "cpu"]
-                .into_iter()
-                .filter(|c| available.split_whitespace().any(|a| a == *c))
-                .collect();
-            if wanted.is_empty() {
-                return Err(CgroupError::Unavailable(format!(
-                    "{} delegates none of memory, pids, cpu (has {:?})",
-                    base.display(),
-                    available.trim()
-                )));
-            }
-            let leaf = base.join("supervisor");
-            match std::fs::create_dir(&leaf) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err("creating", &leaf)(e)),
-            }
-            write(&leaf.join("cgroup.procs"), &own_pid.to_string())?;
-            let enable: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
-            write(&base.join("cgroup.subtree_control"), &enable.join(" "))?;
-            Ok(wanted.iter().map(|c| (*c).to_owned()).collect())
-        }
+        Layout::V2 { base } => prepare_v2(base, tenants),
         Layout::V1 { controllers } => {
             for (_, dir) in controllers {
                 std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
@@ -168,9 +172,145 @@ pub fn prepare(layout: &Layout, own_pid: u32) -> Result<Vec<String>, CgroupError
     }
 }
 
-/// Start-up: remove request cgroups a previous run left (their processes were killed by the
-/// UID sweep; v2 kills again through `cgroup.kill`), leaving those `another_instance` says a
-/// live instance sharing the base holds. Returns how many were removed.
+/// v2 preparation, in order (`base` is `<delegated>/cmp-warden/<instance>`):
+/// 1. What the delegated cgroup has to give: memory, pids, cpu among its `cgroup.controllers`.
+/// 2. Leave it, unless it is the hierarchy's root (which has no `cgroup.type` and is exempt
+///    from the no-internal-process rule): `tenants` move into [`SUPERVISOR_LEAF`].
+/// 3. Enable the controllers for its children, one at a time, skipping those already on (a
+///    restart, another instance); what cannot be enabled is named.
+/// 4. Our directory `cmp-warden`, now: at the root only CAP_DAC_OVERRIDE (dropped at
+///    start-up's step 10) makes or removes entries, its directory being 0555 in the kernel;
+///    ours is 0755 and the supervisor's own, so instance directories come and go in it later.
+/// 5. The instance directory, each with the controllers enabled for the request cgroups.
+fn prepare_v2(base: &Path, tenants: Tenants) -> Result<Vec<String>, CgroupError> {
+    let ours = base
+        .parent()
+        .ok_or_else(|| CgroupError::Unavailable(format!("{} has no parent", base.display())))?;
+    let delegated = ours
+        .parent()
+        .ok_or_else(|| CgroupError::Unavailable(format!("{} has no parent", ours.display())))?;
+
+    // 1. What is delegated to us.
+    let available = std::fs::read_to_string(delegated.join("cgroup.controllers"))
+        .map_err(io_err("reading", &delegated.join("cgroup.controllers")))?;
+    let wanted: Vec<&str> = V2_CONTROLLERS
+        .into_iter()
+        .filter(|c| available.split_whitespace().any(|a| a == *c))
+        .collect();
+    if wanted.is_empty() {
+        return Err(CgroupError::Unavailable(format!(
+            "{} delegates none of memory, pids, cpu (has {:?})",
+            delegated.display(),
+            available.trim()
+        )));
+    }
+
+    // 2. Out of the delegated cgroup, into our leaf (not at the root).
+    if delegated.join("cgroup.type").exists() {
+        let leaf = delegated.join(SUPERVISOR_LEAF);
+        create_dir_existing(&leaf)?;
+        move_into(delegated, &leaf, tenants)?;
+    }
+
+    // 3. The controllers for the delegated cgroup's children.
+    let enabled = enable(delegated, &wanted)?;
+
+    // 4. Our directory.
+    create_dir_existing(ours)?;
+    let enabled = enable(ours, &enabled)?;
+
+    // 5. The instance directory.
+    create_dir_existing(base)?;
+    enable(base, &enabled)
+}
+
+fn create_dir_existing(dir: &Path) -> Result<(), CgroupError> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_err("creating", dir)(e)),
+    }
+}
+
+fn procs(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Move `tenants` of `from` into `leaf`. A process that exits meanwhile is no error; one that
+/// forks meanwhile is caught by the next round.
+fn move_into(from: &Path, leaf: &Path, tenants: Tenants) -> Result<(), CgroupError> {
+    let target = leaf.join("cgroup.procs");
+    if tenants == Tenants::OnlySelf {
+        return write(&target, &std::process::id().to_string());
+    }
+    for _ in 0..10 {
+        let left = procs(from);
+        if left.is_empty() {
+            return Ok(());
+        }
+        for pid in left {
+            match std::fs::write(&target, &pid) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(3) => {} // ESRCH: it exited
+                Err(e) => return Err(io_err("writing", &target)(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Enable `wanted` in `dir/cgroup.subtree_control` (those not on yet), one at a time. Returns
+/// those on afterwards; none on is an error that says why.
+fn enable(dir: &Path, wanted: &[impl AsRef<str>]) -> Result<Vec<String>, CgroupError> {
+    let control = dir.join("cgroup.subtree_control");
+    let on = std::fs::read_to_string(&control).map_err(io_err("reading", &control))?;
+    let mut enabled = Vec::new();
+    let mut refused = Vec::new();
+    for c in wanted.iter().map(AsRef::as_ref) {
+        if on.split_whitespace().any(|x| x == c) {
+            enabled.push(c.to_owned());
+            continue;
+        }
+        match std::fs::write(&control, format!("+{c}")) {
+            Ok(()) => enabled.push(c.to_owned()),
+            Err(e) => refused.push(explain_enable(dir, c, &e)),
+        }
+    }
+    for why in &refused {
+        tracing::warn!(why = %why, "cgroup controller not enabled for the requests");
+    }
+    if enabled.is_empty() {
+        return Err(CgroupError::Unavailable(refused.join("; ")));
+    }
+    Ok(enabled)
+}
+
+fn explain_enable(dir: &Path, c: &str, e: &io::Error) -> String {
+    let held = procs(dir).len();
+    if e.raw_os_error() == Some(16) && held > 0 {
+        // EBUSY: the no-internal-process rule.
+        format!(
+            "enabling {c} in {}: {e}: it still holds {held} process(es), and a cgroup that \
+             delegates controllers may hold none (run the server in a cgroup of its own — a \
+             container, a systemd service with Delegate=yes — or set CMP_WARDEN_CGROUP_ROOT)",
+            dir.join("cgroup.subtree_control").display()
+        )
+    } else {
+        format!(
+            "enabling {c} in {}: {e}",
+            dir.join("cgroup.subtree_control").display()
+        )
+    }
+}
+
+/// Start-up: remove request cgroups a previous run left in our instance directory (their
+/// processes were killed by the UID sweep; v2 kills again through `cgroup.kill` and waits
+/// for them to go), leaving those `another_instance` says a live instance sharing it holds.
+/// Returns how many were removed.
 pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize {
     let bases: Vec<&Path> = match layout {
         Layout::V2 { base } => vec![base.as_path()],
@@ -183,30 +323,58 @@ pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize 
         };
         for e in rd.flatten() {
             let p = e.path();
-            if !p.is_dir()
-                || e.file_name() == "supervisor"
-                || another_instance(&e.file_name().to_string_lossy())
-            {
+            if !p.is_dir() || another_instance(&e.file_name().to_string_lossy()) {
                 continue;
             }
             let kill = p.join("cgroup.kill");
             if kill.exists() {
                 let _ = std::fs::write(&kill, "1");
             }
-            if std::fs::remove_dir(&p).is_ok() {
-                removed += 1;
+            // The killed die asynchronously; their cgroup can go once they are gone.
+            for _ in 0..100 {
+                match std::fs::remove_dir(&p) {
+                    Ok(()) => {
+                        removed += 1;
+                        break;
+                    }
+                    Err(e) if e.raw_os_error() == Some(16) && kill.exists() => {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    Err(_) => break,
+                }
             }
         }
     }
     removed
 }
 
-/// Remove this instance's own v1 directories (a one-shot `render` on the way out; they must be
-/// empty of request cgroups). v2 bases belong to the server's own cgroup and are kept.
+/// Remove this instance's own directories (a one-shot `render` or `doctor` on the way out;
+/// they must be empty of request cgroups). A v2 leaf is kept: this process is still in it.
+/// A request cgroup just removed may still be going in the kernel (EBUSY for its parent a
+/// moment longer): retried briefly, then named.
 pub fn remove_instance(layout: &Layout) {
-    if let Layout::V1 { controllers } = layout {
-        for (_, dir) in controllers {
-            let _ = std::fs::remove_dir(dir);
+    let dirs: Vec<&Path> = match layout {
+        Layout::V2 { base } => vec![base.as_path()],
+        Layout::V1 { controllers } => controllers.iter().map(|(_, d)| d.as_path()).collect(),
+    };
+    for dir in dirs {
+        let mut last = None;
+        for _ in 0..200 {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => {
+                    last = None;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    last = None;
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if let Some(e) = last {
+            tracing::warn!(dir = %dir.display(), error = %e, "cgroup directory not removed");
         }
     }
 }
@@ -233,6 +401,110 @@ pub struct CgroupStats {
     pub pids_refused: u64,
     /// Most tasks at once (`pids.peak`, 0 if the kernel lacks it).
     pub pids_peak: u64,
+}
+
+/// A request cgroup's limits read back from the kernel's files (`None`: the controller or
+/// file is not there), and whether a process ran in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Readback {
+    /// 1 or 2.
+    pub version: u8,
+    /// `memory.max` (v1 `memory.limit_in_bytes`); `u64::MAX` for "max".
+    pub memory_max: Option<u64>,
+    /// `memory.swap.max` (v1: memsw minus memory); `None` without swap accounting.
+    pub swap_max: Option<u64>,
+    /// `memory.oom.group` (v2).
+    pub oom_group: Option<bool>,
+    /// `pids.max`.
+    pub pids_max: Option<u64>,
+    /// `cpu.max` (quota, period) in µs (v1 `cpu.cfs_quota_us`, `cpu.cfs_period_us`).
+    pub cpu_max: Option<(u64, u64)>,
+    /// The CPU or memory accounting shows a process ran in it.
+    pub ran: bool,
+}
+
+impl Readback {
+    /// What differs from `asked`, one phrase each (empty: the kernel holds every limit asked
+    /// of a controller that is there; a missing controller is the caller's to report).
+    pub fn mismatches(&self, asked: &CgroupLimits) -> Vec<String> {
+        let mut out = Vec::new();
+        let quota = asked.cpu_millis.saturating_mul(CPU_PERIOD_US) / 1000;
+        if let Some(m) = self.memory_max
+            && m != asked.memory_bytes
+        {
+            out.push(format!("memory.max is {m}, not {}", asked.memory_bytes));
+        }
+        if let Some(s) = self.swap_max
+            && s != 0
+        {
+            out.push(format!("swap allowed ({s} bytes)"));
+        }
+        if self.oom_group == Some(false) {
+            out.push("memory.oom.group is 0".into());
+        }
+        if let Some(p) = self.pids_max
+            && p != asked.pids
+        {
+            out.push(format!("pids.max is {p}, not {}", asked.pids));
+        }
+        if let Some((q, period)) = self.cpu_max
+            && (q, period) != (quota, CPU_PERIOD_US)
+        {
+            out.push(format!(
+                "cpu.max is {q} {period}, not {quota} {CPU_PERIOD_US}"
+            ));
+        }
+        if !self.ran {
+            out.push("no process ran in it".into());
+        }
+        out
+    }
+
+    /// The values, as the kernel's file names and contents.
+    pub fn describe(&self) -> String {
+        let n = |v: u64| {
+            if v == u64::MAX {
+                "max".to_owned()
+            } else {
+                v.to_string()
+            }
+        };
+        let mut parts = Vec::new();
+        let v2 = self.version == 2;
+        if let Some(m) = self.memory_max {
+            parts.push(format!(
+                "{}={}",
+                if v2 {
+                    "memory.max"
+                } else {
+                    "memory.limit_in_bytes"
+                },
+                n(m)
+            ));
+        }
+        if let Some(s) = self.swap_max {
+            parts.push(format!(
+                "{}={}",
+                if v2 { "memory.swap.max" } else { "swap" },
+                n(s)
+            ));
+        }
+        if let Some(g) = self.oom_group {
+            parts.push(format!("memory.oom.group={}", u8::from(g)));
+        }
+        if let Some(p) = self.pids_max {
+            parts.push(format!("pids.max={}", n(p)));
+        }
+        if let Some((q, p)) = self.cpu_max {
+            parts.push(if v2 {
+                format!("cpu.max={} {p}", n(q))
+            } else {
+                format!("cpu.cfs_quota_us={}, cpu.cfs_period_us={p}", n(q))
+            });
+        }
+        parts.join(", ")
+    }
 }
 
 /// The CPU quota period (100 ms, the kernel default).
@@ -412,6 +684,63 @@ impl RequestCgroup {
         s
     }
 
+    /// The limits as the kernel holds them, and whether a process ran in the cgroup (read
+    /// after the start-up probe's jail has run in it, before its removal: what doctor reports).
+    pub fn read_back(&self) -> Readback {
+        let mut r = Readback {
+            version: if self.v2 { 2 } else { 1 },
+            ..Readback::default()
+        };
+        let max = |p: PathBuf| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|s| match s.trim() {
+                    "max" => Some(u64::MAX),
+                    n => n.parse().ok(),
+                })
+        };
+        if let Some(d) = self.dir("memory") {
+            if self.v2 {
+                r.memory_max = max(d.join("memory.max"));
+                r.swap_max = max(d.join("memory.swap.max"));
+                r.oom_group = max(d.join("memory.oom.group")).map(|v| v == 1);
+                r.ran = keyed(&d.join("cpu.stat"), "usage_usec") > 0;
+            } else {
+                r.memory_max = max(d.join("memory.limit_in_bytes"));
+                r.swap_max = max(d.join("memory.memsw.limit_in_bytes"))
+                    .zip(r.memory_max)
+                    .map(|(memsw, mem)| memsw.saturating_sub(mem));
+                r.ran = read_u64(&d.join("memory.max_usage_in_bytes")) > 0;
+            }
+        }
+        if let Some(d) = self.dir("pids") {
+            r.pids_max = max(d.join("pids.max"));
+        }
+        if let Some(d) = self.dir("cpu") {
+            r.cpu_max = if self.v2 {
+                std::fs::read_to_string(d.join("cpu.max"))
+                    .ok()
+                    .and_then(|s| {
+                        let mut f = s.split_whitespace();
+                        let quota = match f.next()? {
+                            "max" => u64::MAX,
+                            q => q.parse().ok()?,
+                        };
+                        Some((quota, f.next()?.parse().ok()?))
+                    })
+            } else {
+                max(d.join("cpu.cfs_quota_us")).zip(max(d.join("cpu.cfs_period_us")))
+            };
+        }
+        if self.v2 && !r.ran {
+            // Without a memory controller: the core `cpu.stat` of any v2 cgroup.
+            if let Some((_, d)) = self.dirs.first() {
+                r.ran = keyed(&d.join("cpu.stat"), "usage_usec") > 0;
+            }
+        }
+        r
+    }
+
     /// v2: `cgroup.kill` (every process, atomically). v1 has no kill file: the UID-wide kill
     /// does it (the caller runs it); this reports whether the cgroup is empty.
     pub fn kill(&self) -> Result<(), CgroupError> {
@@ -563,15 +892,25 @@ mod tests {
         cpu_millis: 2000,
     };
 
-    /// A fake v2 cgroupfs: the files the kernel would create are plain files.
+    /// A fake v2 cgroupfs: the files the kernel would create are plain files. The container's
+    /// cgroup `kubepods/pod1/ctr` (not the root: it has `cgroup.type`), and our directory and
+    /// the instance `i1` in it are already there with their kernel files (a fake cannot make
+    /// them when `prepare` creates them).
     fn fake_v2(controllers: &str) -> tempfile::TempDir {
         let t = tempfile::tempdir().expect("tmp");
-        let base = t.path().join("kubepods/pod1/ctr");
-        std::fs::create_dir_all(&base).expect("mkdir");
+        let ctr = t.path().join("kubepods/pod1/ctr");
+        std::fs::create_dir_all(ctr.join("cmp-warden/i1")).expect("mkdir");
         std::fs::write(t.path().join("cgroup.controllers"), "cpu memory pids io").expect("w");
-        std::fs::write(base.join("cgroup.controllers"), controllers).expect("w");
-        std::fs::write(base.join("cgroup.subtree_control"), "").expect("w");
-        std::fs::write(base.join("cgroup.procs"), "1\n").expect("w");
+        for dir in [
+            ctr.clone(),
+            ctr.join("cmp-warden"),
+            ctr.join("cmp-warden/i1"),
+        ] {
+            std::fs::write(dir.join("cgroup.controllers"), controllers).expect("w");
+            std::fs::write(dir.join("cgroup.subtree_control"), "").expect("w");
+            std::fs::write(dir.join("cgroup.type"), "domain\n").expect("w");
+        }
+        std::fs::write(ctr.join("cgroup.procs"), "").expect("w");
         t
     }
 
@@ -592,20 +931,32 @@ mod tests {
     #[test]
     fn v2_detect_prepare_create_stats_kill_remove_on_a_fake_cgroupfs() {
         let t = fake_v2("cpu memory pids");
-        let layout =
-            detect(t.path(), "0::/kubepods/pod1/ctr\n", None, "cmp-warden").expect("detect");
-        let base = t.path().join("kubepods/pod1/ctr");
+        let ctr = t.path().join("kubepods/pod1/ctr");
+        let layout = detect(t.path(), "0::/kubepods/pod1/ctr\n", None, "i1").expect("detect");
+        let base = ctr.join("cmp-warden/i1");
         assert_eq!(layout, Layout::V2 { base: base.clone() });
-        let ctls = prepare(&layout, 4242).expect("prepare");
+        // Started in our own leaf (a second start, `kubectl exec` beside the server): the same.
+        let again = detect(
+            t.path(),
+            "0::/kubepods/pod1/ctr/cmp-warden-supervisor\n",
+            None,
+            "i1",
+        )
+        .expect("detect");
+        assert_eq!(again, layout);
+        let ctls = prepare(&layout, Tenants::OnlySelf).expect("prepare");
         assert_eq!(ctls, ["memory", "pids", "cpu"]);
         assert_eq!(
-            std::fs::read_to_string(base.join("supervisor/cgroup.procs")).expect("r"),
-            "4242"
+            std::fs::read_to_string(ctr.join(SUPERVISOR_LEAF).join("cgroup.procs")).expect("r"),
+            std::process::id().to_string()
         );
-        assert_eq!(
-            std::fs::read_to_string(base.join("cgroup.subtree_control")).expect("r"),
-            "+memory +pids +cpu"
-        );
+        // One controller per write (a fake file keeps the last), at each level.
+        for dir in [ctr.clone(), ctr.join("cmp-warden"), base.clone()] {
+            assert_eq!(
+                std::fs::read_to_string(dir.join("cgroup.subtree_control")).expect("r"),
+                "+cpu"
+            );
+        }
         // The kernel fills a new cgroup with the interface files of the delegated controllers
         // (memory.swap.max only with swap accounting); a fake cgroupfs cannot, so the test
         // creates them where the kernel would, just before `create` writes them.
@@ -662,7 +1013,7 @@ mod tests {
     fn the_sweep_leaves_another_live_instances_request_cgroups_alone() {
         let t = tempfile::tempdir().expect("tmp");
         let base = t.path().to_path_buf();
-        for d in ["supervisor", "j20001-10-0", "j20002-11-0"] {
+        for d in ["j20001-10-0", "j20002-11-0"] {
             std::fs::create_dir(base.join(d)).expect("mkdir");
         }
         let layout = Layout::V2 { base: base.clone() };
@@ -673,15 +1024,13 @@ mod tests {
             base.join("j20002-11-0").exists(),
             "another instance's: kept"
         );
-        assert!(base.join("supervisor").exists());
     }
 
     #[test]
     fn v2_without_delegated_controllers_is_unavailable() {
         let t = fake_v2("io");
-        let layout =
-            detect(t.path(), "0::/kubepods/pod1/ctr\n", None, "cmp-warden").expect("detect");
-        let e = prepare(&layout, 1).expect_err("nothing delegated");
+        let layout = detect(t.path(), "0::/kubepods/pod1/ctr\n", None, "i1").expect("detect");
+        let e = prepare(&layout, Tenants::All).expect_err("nothing delegated");
         assert!(e.to_string().contains("delegates none"), "{e}");
         let e =
             detect(t.path(), "1:name=systemd:/\n", None, "cmp-warden").expect_err("no 0:: line");
@@ -690,14 +1039,95 @@ mod tests {
         assert!(e.to_string().contains("no cgroup v2"), "{e}");
     }
 
+    /// At the hierarchy's root (no `cgroup.type`: exempt from the no-internal-process rule)
+    /// nothing moves; the requests still go into our instance directory, never beside the
+    /// host's own cgroups.
+    #[test]
+    fn at_the_root_nothing_moves_and_requests_stay_in_our_directory() {
+        let t = fake_v2("cpu memory pids");
+        let root = t.path();
+        std::fs::write(root.join("cgroup.subtree_control"), "memory").expect("w");
+        let base = root.join("cmp-warden/cmp-warden-20000");
+        std::fs::create_dir_all(&base).expect("mkdir");
+        for dir in [root.join("cmp-warden"), base.clone()] {
+            std::fs::write(dir.join("cgroup.controllers"), "cpu memory pids").expect("w");
+            std::fs::write(dir.join("cgroup.subtree_control"), "").expect("w");
+        }
+        let layout = detect(root, "0::/\n", None, "cmp-warden-20000").expect("detect");
+        assert_eq!(layout, Layout::V2 { base: base.clone() });
+        prepare(&layout, Tenants::All).expect("prepare");
+        assert!(
+            !root.join(SUPERVISOR_LEAF).exists(),
+            "nothing moved at the root"
+        );
+        // memory was on already: only pids and cpu were written.
+        assert_eq!(
+            std::fs::read_to_string(root.join("cgroup.subtree_control")).expect("r"),
+            "+cpu"
+        );
+        // The host's own cgroups beside ours are never swept.
+        std::fs::create_dir(root.join("system.slice")).expect("mkdir");
+        std::fs::create_dir(base.join("j20001-5-0")).expect("mkdir");
+        assert_eq!(sweep(&layout, |_| false), 1);
+        assert!(root.join("system.slice").exists());
+    }
+
     #[test]
     fn a_configured_delegated_directory_wins() {
         let t = fake_v2("memory pids");
         let dir = t.path().join("kubepods/pod1/ctr");
-        let layout =
-            detect(Path::new("/nonexistent"), "", Some(&dir), "cmp-warden").expect("detect");
-        assert_eq!(layout, Layout::V2 { base: dir });
-        assert_eq!(prepare(&layout, 7).expect("prepare"), ["memory", "pids"]);
+        let layout = detect(Path::new("/nonexistent"), "", Some(&dir), "i1").expect("detect");
+        assert_eq!(
+            layout,
+            Layout::V2 {
+                base: dir.join("cmp-warden/i1")
+            }
+        );
+        assert_eq!(
+            prepare(&layout, Tenants::All).expect("prepare"),
+            ["memory", "pids"]
+        );
+    }
+
+    /// What doctor reports comes from the kernel's files: each limit read back and compared.
+    #[test]
+    fn read_back_reports_what_the_kernel_holds_and_each_difference() {
+        let t = tempfile::tempdir().expect("tmp");
+        let dir = t.path().join("j1");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let put = |f: &str, v: &str| std::fs::write(dir.join(f), v).expect("w");
+        put("memory.max", "1073741824\n");
+        put("memory.swap.max", "0\n");
+        put("memory.oom.group", "1\n");
+        put("pids.max", "512\n");
+        put("cpu.max", "200000 100000\n");
+        put("cpu.stat", "usage_usec 1234\nuser_usec 1000\n");
+        let cg = RequestCgroup {
+            v2: true,
+            dirs: vec![("unified".into(), dir.clone())],
+            controllers: vec!["memory".into(), "pids".into(), "cpu".into()],
+        };
+        let rb = cg.read_back();
+        assert!(rb.ran);
+        assert_eq!(rb.mismatches(&LIMITS), Vec::<String>::new());
+        assert_eq!(
+            rb.describe(),
+            "memory.max=1073741824, memory.swap.max=0, memory.oom.group=1, pids.max=512, cpu.max=200000 100000"
+        );
+        put("memory.max", "max\n");
+        put("pids.max", "max\n");
+        put("memory.oom.group", "0\n");
+        put("cpu.stat", "usage_usec 0\n");
+        let wrong = cg.read_back().mismatches(&LIMITS);
+        assert_eq!(
+            wrong,
+            [
+                format!("memory.max is {}, not 1073741824", u64::MAX),
+                "memory.oom.group is 0".to_owned(),
+                format!("pids.max is {}, not 512", u64::MAX),
+                "no process ran in it".to_owned(),
+            ]
+        );
     }
 
     /// `cgroup.kill` and removal on a real cgroup v2 hierarchy (this CI host mounts an empty
@@ -762,7 +1192,7 @@ mod tests {
             panic!("expected v1 here: {layout:?}");
         };
         assert!(controllers.iter().any(|(c, _)| c == "memory"));
-        prepare(&layout, std::process::id()).expect("prepare");
+        prepare(&layout, Tenants::OnlySelf).expect("prepare");
         let name = format!("unit-{}", std::process::id());
         let cg = create(&layout, &name, &LIMITS).expect("create");
         let mem = cg.dir("memory").expect("memory dir");

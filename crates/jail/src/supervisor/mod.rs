@@ -23,7 +23,7 @@ use policy::{Policy, Protection};
 pub use crate::inside::confine::TESTED_LANDLOCK_ABI;
 pub use crate::protocol::{LandlockStatus, NamespaceReport, Report, SelfTestOutcome};
 pub use crate::seccomp::SeccompError;
-pub use cgroup::Layout;
+pub use cgroup::{CgroupLimits, Layout, Readback};
 pub use plan::{Overrides, Plan};
 pub use privilege::{PrivilegeModel, Privileges};
 
@@ -174,6 +174,11 @@ pub struct Enforcement {
     pub cgroups: Option<Layout>,
     /// The cgroup controllers limiting each request.
     pub cgroup_controllers: Vec<String>,
+    /// The start-up probe's own request cgroup, read back from the kernel after its jail ran
+    /// in it (`None` without cgroups).
+    pub cgroup_probe: Option<Readback>,
+    /// What each request cgroup is asked for (the policy's limits).
+    pub cgroup_limits: CgroupLimits,
     /// Protections not available here (none of them required), with the reason.
     pub unavailable: Vec<(Protection, String)>,
     /// What the probe jail could enforce on itself.
@@ -478,7 +483,7 @@ impl Supervisor {
 
         // 11. Probe: a jail confines itself and runs the extractor self-test; a required
         //     protection it lacks, or a write outside its directory, stops start-up.
-        let probe = runner
+        let (probe, cgroup_probe) = runner
             .probe()
             .map_err(|e| stop(Step::Probe, format!("sandbox probe failed: {e}")))?;
         let missing = missing_required(&probe, policy);
@@ -527,6 +532,8 @@ impl Supervisor {
             seccomp_instructions: plan.seccomp_instructions(),
             cgroups: layout.clone(),
             cgroup_controllers: controllers,
+            cgroup_probe,
+            cgroup_limits: plan.cgroup,
             unavailable,
             probe,
             denial_log,
@@ -750,7 +757,11 @@ fn per_request_cgroups(
         &instance,
     )
     .and_then(|layout| {
-        let ctls = cgroup::prepare(&layout, std::process::id())?;
+        let tenants = match owner {
+            Owner::Server => cgroup::Tenants::All,
+            Owner::OneShot => cgroup::Tenants::OnlySelf,
+        };
+        let ctls = cgroup::prepare(&layout, tenants)?;
         Ok((layout, ctls))
     });
     match found {

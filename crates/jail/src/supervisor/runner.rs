@@ -289,7 +289,7 @@ impl Confined {
     /// Confine a jail, run the extractor self-test in it, and return what it could enforce
     /// (start-up check and `doctor`). Fails when the self-test shows a write outside the
     /// jail's directory.
-    pub fn probe(&self) -> Result<Report, RequestError> {
+    pub fn probe(&self) -> Result<(Report, Option<super::cgroup::Readback>), RequestError> {
         let name = format!("probe-{}", std::process::id());
         let header = Header::Probe {
             writes: self.inner.cfg.probe_writes.clone(),
@@ -304,6 +304,11 @@ impl Confined {
             deadline,
             &record,
         );
+        // The probe's cgroup as the kernel holds it, before reclaim removes it.
+        let readback = lock(&self.inner.pending)
+            .get(&name)
+            .and_then(|j| j.cgroup.as_ref())
+            .map(RequestCgroup::read_back);
         self.inner.reclaim(&name);
         match r?.0 {
             Reply::Ok { report, .. } => {
@@ -322,7 +327,7 @@ impl Confined {
                         report.self_test
                     )));
                 }
-                Ok(report)
+                Ok((report, readback))
             }
             Reply::Err { kind, message, .. } => Err(RequestError::new(kind, message)),
         }

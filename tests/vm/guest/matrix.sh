@@ -1,0 +1,149 @@
+# The kernel matrix's scenarios, sourced by init: the server in three cgroup placements (the
+# root cgroup of a VM, a systemd-style service cgroup with another process in it, a container's
+# own cgroup namespace), a restart, doctor and render before and beside it. Nothing is judged
+# here: tests/vm/judge.py reads what is recorded in $OUT (audit events, client answers, the
+# request cgroups' own files sampled while they run, what is left afterwards).
+POLICY=/etc/cmp-warden/policy.yaml
+CG=/sys/fs/cgroup
+export ARGOCD_PLUGINSOCKFILEPATH=/plugins ARGOCD_CMP_WORKDIR=/work
+
+uname -r > $OUT/kernel.release
+uname -m > $OUT/kernel.machine
+cat $CG/cgroup.controllers > $OUT/cgroup.controllers
+
+# Every request cgroup's limits and counters, every 0.2 s while anything runs:
+# name|memory.max|memory.swap.max|memory.oom.group|pids.max|pids.current|pids.events max|
+# cpu.max|cpu.stat nr_throttled|memory.events oom_kill
+sample() {
+  while :; do
+    for d in $(find $CG -type d -name 'j*' 2>/dev/null); do
+      echo "${d##*/}|$(cat $d/memory.max)|$(cat $d/memory.swap.max)|$(cat $d/memory.oom.group)|$(cat $d/pids.max)|$(cat $d/pids.current)|$(sed -n 's/^max //p' $d/pids.events)|$(cat $d/cpu.max)|$(sed -n 's/^nr_throttled //p' $d/cpu.stat)|$(sed -n 's/^oom_kill //p' $d/memory.events)"
+    done 2>/dev/null
+    sleep 0.2
+  done
+}
+sample >> $OUT/samples &
+SAMPLER=$!
+
+# enable DIR: memory, pids and cpu for DIR's children (as systemd or a runtime delegates).
+enable() {
+  for c in memory pids cpu; do echo "+$c" > "$1/cgroup.subtree_control"; done
+}
+
+# serve PLACE PROCS [WRAPPER...]: the server started as a process of the cgroup whose
+# cgroup.procs is PROCS (through WRAPPER), waited for until its socket is there.
+serve() {
+  place=$1 procs=$2
+  shift 2
+  mkdir -p $OUT/$place
+  rm -rf /plugins && mkdir -p /plugins
+  sh -c 'echo $$ > "$0" && exec "$@"' "$procs" "$@" \
+    cmp-warden --config-dir-path /config --policy $POLICY \
+    --audit-log $OUT/$place/audit.jsonl > $OUT/$place/server.log 2>&1 &
+  SERVER=$!
+  i=0
+  while [ ! -S /plugins/vm.sock ] && [ $i -lt 900 ] && kill -0 $SERVER 2>/dev/null; do
+    sleep 0.2
+    i=$((i + 1))
+  done
+  if [ -S /plugins/vm.sock ]; then echo up; else echo down; fi > $OUT/$place/started
+}
+
+stop() {
+  kill -TERM $SERVER 2>/dev/null
+  wait $SERVER
+  echo $? > $OUT/$1/exit
+}
+
+# req PLACE NAME APP [client flags]: one GenerateManifest, its answer and exit status kept.
+req() {
+  place=$1 name=$2 app=$3
+  shift 3
+  cmp-warden client generate /apps/$app --socket /plugins/vm.sock "$@" > $OUT/$place/$name.out 2>&1
+  echo $? > $OUT/$place/$name.rc
+}
+
+# leftovers PLACE WHEN: request cgroups and processes of the sandbox UIDs (20000+1000) now.
+leftovers() {
+  sleep 1
+  find $CG -type d -name 'j*' > $OUT/$1/cgroups-$2
+  for p in /proc/[0-9]*; do
+    uid=$(sed -n 's/^Uid:\t\([0-9]*\).*/\1/p' $p/status 2>/dev/null)
+    [ -n "$uid" ] && [ "$uid" -ge 20000 ] && [ "$uid" -lt 21000 ] &&
+      echo "$uid $(tr '\0' ' ' < $p/cmdline)"
+  done > $OUT/$1/processes-$2
+}
+
+# settled PLACE APP: until APP's request has its audit event (the server has reclaimed it: a
+# client that gave up at its deadline returns before that), at most 60 s.
+settled() {
+  i=0
+  while ! grep -q "\"app\":\"$2\"" $OUT/$1/audit.jsonl 2>/dev/null && [ $i -lt 300 ]; do
+    sleep 0.2
+    i=$((i + 1))
+  done
+}
+
+# 1. doctor and render before any server: their one-shot state must not break the server.
+cmp-warden doctor --policy $POLICY --json > $OUT/doctor.json 2> $OUT/doctor.err
+echo $? > $OUT/doctor.rc
+cmp-warden render /apps/honest --config-dir-path /config --policy $POLICY > $OUT/render.out 2>&1
+echo $? > $OUT/render.rc
+find $CG -type d > $OUT/cgroups-after-oneshot
+# What a new cgroup has here (controllers on at the root since doctor): the kernel's features.
+mkdir $CG/features && ls $CG/features > $OUT/cgroup-files && rmdir $CG/features
+
+# 2. The server in the VM's root cgroup: every attack, then doctor beside it.
+serve root $CG/cgroup.procs
+req root honest honest
+req root honest-again honest
+req root memhog memhog
+req root forkbomb forkbomb
+req root cpuburn cpuburn
+req root overrun overrun --timeout 8
+settled root overrun
+leftovers root after-overrun
+req root daemon daemon
+settled root daemon
+leftovers root after-daemon
+req root probe probe
+cmp-warden doctor --policy $POLICY --json > $OUT/root/doctor-beside.json 2> $OUT/root/doctor-beside.err
+echo $? > $OUT/root/doctor-beside.rc
+stop root
+leftovers root stopped
+
+# 3. A restart: the instance directory and controllers the first run left are reused.
+serve restart $CG/cgroup.procs
+req restart honest honest
+req restart memhog memhog
+stop restart
+leftovers restart stopped
+
+# 4. A systemd-style service cgroup (two levels below the root) that holds another process
+#    too: the server moves both into its leaf before it delegates controllers.
+enable $CG
+mkdir -p $CG/system.slice/cmp-warden.service
+enable $CG/system.slice
+sh -c 'echo $$ > "$0" && exec sleep 600' $CG/system.slice/cmp-warden.service/cgroup.procs &
+SIBLING=$!
+serve service $CG/system.slice/cmp-warden.service/cgroup.procs
+cat $CG/system.slice/cmp-warden.service/cgroup.procs > $OUT/service/procs-in-delegated
+req service honest honest
+req service memhog memhog
+req service forkbomb forkbomb
+stop service
+leftovers service stopped
+kill $SIBLING
+
+# 5. A container's own cgroup namespace and cgroupfs: the server sees its cgroup as the root.
+mkdir -p $CG/kubepods/pod1/ctr
+enable $CG/kubepods
+enable $CG/kubepods/pod1
+serve container $CG/kubepods/pod1/ctr/cgroup.procs cgns
+req container honest honest
+req container memhog memhog
+stop container
+leftovers container stopped
+
+kill $SAMPLER
+find $CG -type d > $OUT/cgroups-final
