@@ -638,6 +638,226 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     s.assert_logs_are_logrus_json();
 }
 
+/// What a command without a network namespace of its own tries around its proxy: direct TCP
+/// (to a listener of the test and to Vault), binding, UDP, UDP over IPv6, SCTP and TCP Fast
+/// Open, each `ALLOWED` or `denied:ERRNO`; then, after `ARGOCD_ENV_HOLD` seconds (the test
+/// knocks on the proxy meanwhile), the honest request through the proxy.
+const NO_NETNS_ATTACK: &str = r#"
+import errno, json, os, socket, time
+P = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+T = int(os.environ["ARGOCD_ENV_TCP_PORT"])
+U = int(os.environ["ARGOCD_ENV_UDP_PORT"])
+out = {}
+def attempt(f):
+    try:
+        f()
+        return "ALLOWED"
+    except OSError as e:
+        return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+# The test's TCP listener is in the table: the jail shares the server's network namespace.
+out["shares_host_network"] = str(any((":%04X " % T) in l for l in open("/proc/net/tcp")))
+out["direct_tcp"] = attempt(lambda: socket.create_connection(("127.0.0.1", T), timeout=5).close())
+out["direct_vault"] = attempt(lambda: socket.create_connection(("127.0.0.1", 18211), timeout=5).close())
+out["bind_tcp"] = attempt(lambda: socket.socket().bind(("127.0.0.1", 0)))
+out["udp"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", U)))
+out["udp6"] = attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
+out["sctp"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132))
+out["fastopen"] = attempt(lambda: socket.socket().sendto(b"GET / HTTP/1.0\r\n\r\n", 0x20000000, ("127.0.0.1", T)))
+time.sleep(float(os.environ.get("ARGOCD_ENV_HOLD", "0")))
+s = socket.create_connection(("127.0.0.1", P), timeout=10)
+s.sendall(b"GET http://vault.example.test:18211/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
+out["honest"] = s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
+"#;
+
+/// Where the jail gets no network namespace (a container runtime's default seccomp profile
+/// refuses it), `allowList` still holds: the proxy listens on the server's loopback, the
+/// jail's Landlock TCP rules (ABI 4) let commands connect to that port alone and bind nowhere,
+/// seccomp refuses every inet socket but TCP and TCP Fast Open (which connects without
+/// `connect(2)`, where Landlock looks), and the proxy serves only the request's UID. Each way
+/// around is tried beside the honest connection, and each refusal comes from the layer
+/// claimed: EACCES from Landlock for TCP (seccomp allows TCP sockets), EACCES recorded by the
+/// jail's seccomp listener for UDP, SCTP and Fast Open, the proxy's own 403 for a process of
+/// another UID; the test's own listeners receive nothing.
+#[test]
+fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_peer_check() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let _vault = fixture("vault-style", "vault.py", 18211);
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
+    tcp.set_nonblocking(true).expect("nonblocking");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp socket");
+    udp.set_nonblocking(true).expect("nonblocking");
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(
+        &pol_file,
+        &[
+            (
+                "network: {mode: none}",
+                "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18211], internal: true}], hosts: {vault.example.test: [127.0.0.1]}}",
+            ),
+            (
+                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+                "namespaces: [mount, pid, ipc, uts, cgroup]",
+            ),
+        ],
+    );
+    let s = Server::start(
+        &plugin("  generate: {command: [python3, attack.py]}\n"),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("attack.py", NO_NETNS_ATTACK)]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let env = [
+        format!(
+            "ARGOCD_ENV_TCP_PORT={}",
+            tcp.local_addr().expect("addr").port()
+        ),
+        format!(
+            "ARGOCD_ENV_UDP_PORT={}",
+            udp.local_addr().expect("addr").port()
+        ),
+        "ARGOCD_ENV_HOLD=4".to_owned(),
+    ];
+    let sock = s.sock.clone();
+    let request = std::thread::spawn(move || {
+        let mut cmd = Command::new(go_client());
+        cmd.arg("-socket")
+            .arg(&sock)
+            .args(["-rpc", "generate", "-dir", &dir]);
+        for e in &env {
+            cmd.args(["-env", e]);
+        }
+        cmd.output().expect("grpc client")
+    });
+
+    // While the command holds: the proxies on the loopback are listeners the leased UIDs made
+    // (the request's, the spare jail's); a process of another UID (this test, root) knocks.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut answers = Vec::new();
+    while answers.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        for port in leased_listeners(first..first + count) {
+            let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            c.set_read_timeout(Some(Duration::from_secs(2)))
+                .expect("timeout");
+            let _ = c.write_all(b"CONNECT vault.example.test:18211 HTTP/1.1\r\n\r\n");
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(c), &mut line);
+            if !line.is_empty() {
+                answers.push(line);
+            }
+        }
+    }
+    assert_eq!(
+        answers.len(),
+        1,
+        "the running request's proxy answers: {answers:?}"
+    );
+    assert!(
+        answers[0].starts_with(
+            "HTTP/1.1 403 cmp-warden: egress proxy: a connection from UID 0, not the request's UID"
+        ),
+        "{answers:?}"
+    );
+
+    let out = request.join().expect("request");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            s.logs()
+        )
+    });
+    let doc: serde_json::Value =
+        serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+    let d = &doc["data"];
+    assert_eq!(d["shares_host_network"], "True", "{d}");
+    assert_eq!(
+        d["honest"], "HTTP/1.0 403 Forbidden",
+        "Vault through the proxy: {d}"
+    );
+    for k in [
+        "direct_tcp",
+        "direct_vault",
+        "bind_tcp",
+        "udp",
+        "udp6",
+        "sctp",
+        "fastopen",
+    ] {
+        assert_eq!(d[k], "denied:EACCES", "{k}: {d}");
+    }
+    // Nothing reached the test's listeners.
+    assert!(
+        tcp.accept().is_err(),
+        "a TCP connection reached the host's listener: {d}"
+    );
+    assert!(
+        udp.recv_from(&mut [0u8; 16]).is_err(),
+        "a datagram reached the host: {d}"
+    );
+    // Which layer refused what: the seccomp listener records exactly the socket and sendto
+    // calls (UDP, UDP over IPv6, SCTP; Fast Open); the TCP attempts are not there, so Landlock
+    // refused them.
+    let event = audit_events(&s).pop().expect("event");
+    let calls: std::collections::BTreeMap<String, u64> = event["seccompAudit"]
+        .as_array()
+        .expect("seccompAudit")
+        .iter()
+        .filter(|c| c["action"] == "denied")
+        .map(|c| {
+            (
+                c["syscall"].as_str().unwrap_or_default().to_owned(),
+                c["count"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [("sendto".to_owned(), 1), ("socket".to_owned(), 3)].into(),
+        "{event}"
+    );
+    // The stranger's knock is in the request's egress records, refused.
+    let egress = event["egress"].as_array().expect("egress");
+    assert!(
+        egress.iter().any(|c| c["decision"] == "denied"
+            && c["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("not the request's UID"))),
+        "{event}"
+    );
+    assert!(
+        egress
+            .iter()
+            .any(|c| c["decision"] == "allowed" && c["destination"] == "vault.example.test:18211"),
+        "{event}"
+    );
+    s.assert_work_dir_empties();
+}
+
+/// Ports of the TCP listeners on 127.0.0.1 (the kernel's table) whose socket a UID of `range`
+/// made.
+fn leased_listeners(range: std::ops::Range<u32>) -> Vec<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (local, state, uid) = (f.get(1)?, f.get(3)?, f.get(7)?.parse::<u32>().ok()?);
+            let (addr, port) = local.split_once(':')?;
+            (*state == "0A" && addr == "0100007F" && range.contains(&uid))
+                .then(|| u16::from_str_radix(port, 16).ok())
+                .flatten()
+        })
+        .collect()
+}
+
 /// Writing a network policy from what a plugin does: seccomp audit mode shows inet sockets
 /// under `network: none`; `policy suggest` proposes `allowList` in audit mode (keeping the
 /// profile's socket rules); a run under that records the destination; suggesting again turns

@@ -2,7 +2,9 @@
 //!
 //! A jail with `network: allowList` has an empty network namespace; the only thing its commands
 //! can reach is a TCP listener on the namespace's loopback, which the jail made and handed to the
-//! supervisor. The supervisor serves it with [`Proxy`]: an HTTP proxy (`CONNECT host:port` for
+//! supervisor. (Where the node gives no namespace, the listener is on the pod's loopback, the
+//! jail's Landlock TCP rules allow connecting to its port alone, and the proxy serves only the
+//! request's UID: [`Proxy::admit_only_uid`].) The supervisor serves it with [`Proxy`]: an HTTP proxy (`CONNECT host:port` for
 //! TLS, absolute-form requests for plain HTTP) that
 //! 1. parses one bounded request head per connection,
 //! 2. decides the destination against the [`AllowList`] (names by exact or `*.suffix` match,
@@ -19,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod head;
+mod peer;
 mod proxy;
 mod rules;
 

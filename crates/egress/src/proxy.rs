@@ -97,12 +97,14 @@ pub struct Proxy {
     list: Arc<AllowList>,
     limits: Limits,
     askpass: Option<PathBuf>,
+    admit_uid: Option<u32>,
 }
 
 struct Shared {
     list: Arc<AllowList>,
     limits: Limits,
     askpass: Option<PathBuf>,
+    admit_uid: Option<u32>,
     stopping: AtomicBool,
     /// Live connections' sockets (client, destination), to shut down when the request ends.
     live: Mutex<HashMap<u64, (TcpStream, Option<TcpStream>)>>,
@@ -137,7 +139,15 @@ impl Proxy {
             list: Arc::new(list),
             limits,
             askpass: None,
+            admit_uid: None,
         }
+    }
+
+    /// Serve only connections whose client socket `uid` owns (a listener on a loopback other
+    /// processes share); any other is answered 403 and recorded as denied.
+    pub fn admit_only_uid(mut self, uid: u32) -> Self {
+        self.admit_uid = Some(uid);
+        self
     }
 
     /// Relay `CONNECT askpass.cmp-warden.invalid:1` to the repo-server's askpass socket at
@@ -160,6 +170,7 @@ impl Proxy {
             list: self.list,
             limits: self.limits,
             askpass: self.askpass,
+            admit_uid: self.admit_uid,
             stopping: AtomicBool::new(false),
             live: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
@@ -228,8 +239,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
             Err(_) if shared.stopping.load(Ordering::SeqCst) => return,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -239,6 +250,31 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         };
         if shared.stopping.load(Ordering::SeqCst) {
             return;
+        }
+        if let Some(uid) = shared.admit_uid {
+            let owner = listener
+                .local_addr()
+                .ok()
+                .and_then(|l| crate::peer::owner(peer, l));
+            if owner != Some(uid) {
+                let denial = Denial::Stranger { owner, uid };
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                refuse(&mut &stream, 403, &denial);
+                record(
+                    shared,
+                    Connection {
+                        method: String::new(),
+                        destination: String::new(),
+                        address: None,
+                        decision: Decision::Denied,
+                        reason: Some(denial.to_string()),
+                        bytes_up: 0,
+                        bytes_down: 0,
+                        duration_ms: 0,
+                    },
+                );
+                continue;
+            }
         }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         {

@@ -170,6 +170,14 @@ pub enum Denial {
     BadRequest(String),
     /// The request already holds the policy's number of concurrent connections.
     TooManyConnections(usize),
+    /// A process other than the request's connected to its proxy (a listener on a loopback
+    /// the pod shares): the socket's owner, if the kernel's tables still had it.
+    Stranger {
+        /// The UID owning the connecting socket.
+        owner: Option<u32>,
+        /// The request's UID.
+        uid: u32,
+    },
 }
 
 impl fmt::Display for Denial {
@@ -211,6 +219,16 @@ impl fmt::Display for Denial {
                 f,
                 "egress denied: the request already has {n} open connections (spec.network.maxConnections)"
             ),
+            Denial::Stranger { owner, uid } => {
+                let who = owner.map_or_else(
+                    || "a socket the kernel no longer lists".to_owned(),
+                    |o| format!("UID {o}"),
+                );
+                write!(
+                    f,
+                    "egress proxy: a connection from {who}, not the request's UID {uid}, refused (without a network namespace of the jail's own the proxy listens on the pod's loopback, and serves only the request's processes)"
+                )
+            }
         }
     }
 }

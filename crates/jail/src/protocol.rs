@@ -257,8 +257,13 @@ pub struct Report {
     pub egress_port: Option<u16>,
 }
 
-/// The one byte that comes with the egress listener over the jail's stdin socket.
+/// The one byte that comes with the egress listener over the jail's stdin socket: bound in the
+/// jail's own network namespace, where only its commands can reach it.
 pub const EGRESS_LISTENER: u8 = b'L';
+/// The same for a listener bound in the server's network namespace (the jail has none of its
+/// own): Landlock's TCP rules keep the commands to its port, and the proxy admits only
+/// connections whose socket the request's UID owns (other processes of the pod can reach it).
+pub const EGRESS_LISTENER_SHARED: u8 = b'S';
 /// The tag of the jail's mounter socket on its stdin socket (`T`, with the descriptor), or of
 /// its absence (`N`: no mount or PID namespace here).
 pub const MOUNTER_SOCKET: u8 = b'T';

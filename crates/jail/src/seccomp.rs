@@ -232,6 +232,7 @@ fn compile_for(
         let applies = match r.only_when {
             None => true,
             Some(Condition::NetworkNone) => network == NetworkMode::None,
+            Some(Condition::NetworkAllowList) => network == NetworkMode::AllowList,
             Some(Condition::X86_64) => arch == seccompiler::TargetArch::x86_64,
         };
         if !applies {

@@ -681,7 +681,7 @@ impl Policy {
         let limits = check_limits(&s.limits)?;
         let namespaces = check_namespaces(s.namespaces.as_deref(), &require)?;
         let archive = check_archive(&s.archive)?;
-        let (egress, egress_max_connections) = check_network(&s.network, &namespaces)?;
+        let (egress, egress_max_connections) = check_network(&s.network)?;
         let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
         let landlock = check_landlock(s.landlock.as_ref(), &require)?;
         let cache = check_cache(s.cache.as_ref(), uid_first, uid_count)?;
@@ -902,13 +902,11 @@ fn check_env_pass(env: &RawEnv) -> Result<Vec<String>, PolicyError> {
     Ok(env.pass.clone())
 }
 
-/// `spec.network`: `allow`, `audit` and `maxConnections` only with `allowList`, which needs the
-/// per-request network namespace (the proxy must be the jail's only way out) and at least one
-/// entry (or `audit`); each entry names exactly one host pattern or CIDR and at least one port.
-fn check_network(
-    n: &RawNetwork,
-    namespaces: &Namespaces,
-) -> Result<(egress::AllowList, usize), PolicyError> {
+/// `spec.network`: `allow`, `audit` and `maxConnections` only with `allowList`, which needs at
+/// least one entry (or `audit`); each entry names exactly one host pattern or CIDR and at least
+/// one port. (What keeps the proxy the jail's only way out — its own network namespace, or
+/// Landlock's TCP rules without one — is the jail's to check: it depends on the node.)
+fn check_network(n: &RawNetwork) -> Result<(egress::AllowList, usize), PolicyError> {
     if n.mode != NetworkMode::AllowList {
         if !n.allow.is_empty() || n.audit || n.max_connections.is_some() || !n.hosts.is_empty() {
             return Err(invalid(
@@ -917,12 +915,6 @@ fn check_network(
             ));
         }
         return Ok((egress::AllowList::default(), 0));
-    }
-    if !namespaces.net {
-        return Err(invalid(
-            "spec.network.mode",
-            "allowList needs `net` in spec.namespaces: the jail's own empty network namespace is what makes the proxy its only way out",
-        ));
     }
     if n.allow.is_empty() && !n.audit {
         return Err(invalid(
@@ -1287,7 +1279,8 @@ mod tests {
         ] {
             assert!(e(to).contains(why), "{to}: {}", e(to));
         }
-        // The proxy is the only way out only inside the jail's own network namespace.
+        // Without `net` the proxy stays the only way out through Landlock's TCP rules, which
+        // the jail then requires (a kernel without them is refused when a jail confines).
         let no_net = DEFAULT_POLICY_YAML
             .replacen(
                 "namespaces: [mount, pid, net, ipc, uts, cgroup]",
@@ -1299,12 +1292,7 @@ mod tests {
                 "network: {mode: allowList, audit: true}",
                 1,
             );
-        assert!(
-            Policy::parse(&no_net, None)
-                .expect_err("no net namespace")
-                .to_string()
-                .contains("allowList needs `net` in spec.namespaces")
-        );
+        assert!(Policy::parse(&no_net, None).is_ok());
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub struct ArgCondition {
 pub enum Condition {
     /// Only when the policy's `network.mode` is `none`.
     NetworkNone,
+    /// Only when the policy's `network.mode` is `allowList` (commands may open TCP sockets,
+    /// to their proxy only).
+    NetworkAllowList,
     /// Only on x86_64 (a call other architectures do not have).
     #[serde(rename = "x86_64")]
     X86_64,

@@ -6,7 +6,8 @@
 //!
 //! Order (docs/supervisor.md mirrors it):
 //!  1. `setsid` — a new session and process group, detached from any terminal;
-//!  2. rlimits (NOFILE, FSIZE, CORE=0, DATA, AS; NPROC when the UID is unique);
+//!  2. rlimits (NOFILE, FSIZE, CORE=0, DATA, AS; NPROC when the UID is unique), and
+//!     `oom_score_adj` 1000 (the OOM killer takes a command before the server);
 //!  3. bounding set emptied (needs CAP_SETPCAP, so it must precede the UID switch);
 //!  4. `setgroups([])`, `setresgid`, `setresuid` to the lease — read back and verified;
 //!  5. ambient, inheritable, permitted and effective capabilities cleared — read back;
@@ -157,6 +158,18 @@ pub fn confine(
     })
     .collect();
 
+    // 2b. The OOM killer's first choice: where no request cgroup bounds memory (a container
+    //     runtime delegates none), a command that fills the container's memory limit must die
+    //     before the server. Raising oom_score_adj needs no privilege; commands inherit it.
+    let oom_score_adj = std::fs::write("/proc/self/oom_score_adj", "1000")
+        .and_then(|()| std::fs::read_to_string("/proc/self/oom_score_adj"))
+        .map(|v| v.trim().to_owned());
+    if oom_score_adj.as_deref().ok() != Some("1000") {
+        degraded.push(format!(
+            "oom_score_adj: not raised to 1000 ({oom_score_adj:?}): a command filling the container's memory may take the server with it"
+        ));
+    }
+
     // 3. Bounding set: needs CAP_SETPCAP, which the UID switch below takes away.
     clear_bounding_set()?;
 
@@ -240,8 +253,10 @@ pub fn confine(
     }
 
     // 7b. `network: allowList`: the egress listener, on the new namespace's loopback (the
-    // only place commands can connect to), handed to the supervisor, which proxies it.
+    // only place commands can connect to) or, without one, on the server's loopback with
+    // Landlock's TCP rules as the fence; handed to the supervisor, which proxies it.
     let egress_port = egress_listener(sb, &namespaces)?;
+    let tcp_fence = egress_port.is_some() && !namespaces.has("net");
 
     // 7c. The tree cache: the socket to the mounter (the PID namespace's parent), handed to
     // the supervisor; the jail keeps no copy. Or word that there is none here.
@@ -272,6 +287,7 @@ pub fn confine(
         namespaces.private_tmp,
         required(Protection::Landlock),
         egress_port,
+        tcp_fence,
     )?;
     if ll.status == LandlockStatus::None {
         degraded.push("landlock: not enforced by this kernel".to_owned());
@@ -338,9 +354,13 @@ pub fn confine(
     Ok((report, dir))
 }
 
-/// Step 7b: with `network: allowList`, bind the egress listener on 127.0.0.1 of the jail's own
-/// network namespace and send it to the supervisor over stdin (a socket); the jail keeps no
-/// copy. Refused without the namespace: the proxy must be the only way out.
+/// Step 7b: with `network: allowList`, bind the egress listener on 127.0.0.1 and send it to
+/// the supervisor over stdin (a socket); the jail keeps no copy. In the jail's own network
+/// namespace nothing else is reachable. Without one (a container runtime's default seccomp
+/// profile refuses namespaces) the listener is on the server's loopback, and what keeps the
+/// commands to it is Landlock's TCP rules (ABI 4: connect to its port only, bind nowhere),
+/// made a hard requirement in step 10, with seccomp refusing every inet socket but TCP and
+/// TCP Fast Open; a kernel without them is refused here, naming both ways out.
 fn egress_listener(
     sb: &Sandbox,
     ns: &crate::protocol::NamespaceReport,
@@ -349,17 +369,32 @@ fn egress_listener(
         return Ok(None);
     }
     let step = "network";
-    if !ns.has("net") {
+    let own_namespace = ns.has("net");
+    if !own_namespace && !landlock_tcp_available() {
         return Err(fail(
             step,
-            "spec.network.mode allowList needs the jail's own network namespace, which this node did not give (see doctor's namespace.net); use mode none or egress here",
+            "spec.network.mode allowList needs the jail's own network namespace (doctor's namespace.net; a container runtime's default seccomp profile refuses it: deploy/'s Localhost profile allows it) or Landlock TCP rules (kernel ABI 4 or later; doctor's landlock), and this node has neither; use mode none or egress here",
         ));
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail(step, e))?;
     let port = listener.local_addr().map_err(|e| fail(step, e))?.port();
-    hand_over(crate::protocol::EGRESS_LISTENER, Some(listener.as_fd()))
-        .map_err(|e| handing_over(step, "egress listener", e))?;
+    let tag = if own_namespace {
+        crate::protocol::EGRESS_LISTENER
+    } else {
+        crate::protocol::EGRESS_LISTENER_SHARED
+    };
+    hand_over(tag, Some(listener.as_fd())).map_err(|e| handing_over(step, "egress listener", e))?;
     Ok(Some(port))
+}
+
+/// Whether this kernel's Landlock has TCP rules (ABI 4): a ruleset that must handle them can
+/// be made.
+fn landlock_tcp_available() -> bool {
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessNet::from_all(ABI::V4))
+        .and_then(|r| r.create())
+        .is_ok()
 }
 
 /// Send the supervisor one tagged byte over stdin (a socket), with `fd` as `SCM_RIGHTS`.
@@ -551,6 +586,7 @@ fn landlock(
     private_tmp: bool,
     required: bool,
     egress_port: Option<u16>,
+    tcp_fence: bool,
 ) -> Result<LandlockResult, ConfineError> {
     let ll = |e: landlock::RulesetError| fail("landlock", e);
     let abi = TESTED_LANDLOCK_ABI;
@@ -568,8 +604,16 @@ fn landlock(
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
         .map_err(ll)?;
-    // TCP is denied except, with `allowList`, connecting to the egress listener's port.
+    // TCP is denied except, with `allowList`, connecting to the egress listener's port; a
+    // hard requirement when that rule is the only fence (`tcp_fence`: no network namespace).
     let deny_tcp = sb.network != NetworkMode::Egress;
+    if tcp_fence {
+        rs = rs
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(ll)?
+            .set_compatibility(CompatLevel::BestEffort);
+    }
     if deny_tcp {
         rs = rs.handle_access(AccessNet::from_all(abi)).map_err(ll)?;
     }

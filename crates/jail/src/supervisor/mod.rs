@@ -427,6 +427,8 @@ impl Supervisor {
         };
         let controllers = layout.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
         let layout = layout.map(|(l, _)| l);
+        // Without request cgroups: the container's own OOM kills name what its limit ended.
+        let container_oom = layout.is_none().then(container_oom_counter).flatten();
 
         // 7. The runner, with its jail factory.
         let runner = Arc::new(Confined::new(ConfinedConfig {
@@ -437,6 +439,7 @@ impl Supervisor {
             log_args,
             cgroups: layout.clone(),
             probe_writes,
+            container_oom,
         }));
 
         // 8. Sweep a previous run's processes, directories and cgroups (server only); the
@@ -787,6 +790,22 @@ fn per_request_cgroups(
             Ok(None)
         }
     }
+}
+
+/// Step 6, without request cgroups: the server's own memory cgroup's OOM-kill counter.
+fn container_oom_counter() -> Option<cgroup::OomCounter> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let found = cgroup::OomCounter::find(Path::new("/sys/fs/cgroup"), &own);
+    match &found {
+        Some(c) => tracing::info!(
+            file = %c.file().display(),
+            "no request cgroups: an OOM kill the container's memory limit causes is named from the server's own cgroup, and commands are the OOM killer's first choice (oom_score_adj 1000)"
+        ),
+        None => tracing::info!(
+            "no request cgroups and no OOM counter of the server's own cgroup: commands are the OOM killer's first choice (oom_score_adj 1000)"
+        ),
+    }
+    found
 }
 
 /// Step 8: kill a previous run's processes in the UID range, remove its request directories

@@ -53,6 +53,9 @@ pub(crate) struct ConfinedConfig {
     pub cgroups: Option<Layout>,
     /// Directories the probe's confined extractor must fail to write into.
     pub probe_writes: Vec<PathBuf>,
+    /// Without request cgroups: the server's own cgroup's OOM-kill counter (the container's
+    /// memory limit), read around each request to name an OOM kill that limit caused.
+    pub container_oom: Option<super::cgroup::OomCounter>,
 }
 
 /// A started jail and everything it holds until it is reclaimed.
@@ -868,6 +871,13 @@ impl Inner {
         let mut hold = TreeHold(tree, self.cache.get().cloned());
         let mut jail = self.take(request, deadline, cancel)?;
         let (creds, cgroup, jail_name) = (jail.creds, jail.cgroup.clone(), jail.name.clone());
+        // No cgroup of its own: the container's OOM kills before and after say whether its
+        // memory limit ended the request.
+        let container_ooms = |c: &super::cgroup::OomCounter| c.read();
+        let ooms_before = match (&cgroup, &self.cfg.container_oom) {
+            (None, Some(c)) => container_ooms(c),
+            _ => None,
+        };
         let filled = fill.is_some();
         // A fill: the stream goes to the filler; the jail gets the tree once it is sealed.
         if let Some((ticket, job)) = fill {
@@ -914,10 +924,20 @@ impl Inner {
         };
         let proxy = match (self.cfg.plan.egress_proxy(task), stdin.as_ref()) {
             (Some(p), Some(sock)) => match receive_listener(sock) {
-                Ok(l) => match p.start(l) {
-                    Ok(h) => Some(h),
-                    Err(e) => return Err(internal(format!("egress proxy: {e}"))),
-                },
+                Ok((l, shared)) => {
+                    // On the server's loopback: only the request's own processes are served
+                    // (its UID; the server's in the shared-UID model).
+                    let p = if shared {
+                        let own = rustix::process::getuid().as_raw();
+                        p.admit_only_uid(creds.map_or(own, |c| c.uid))
+                    } else {
+                        p
+                    };
+                    match p.start(l) {
+                        Ok(h) => Some(h),
+                        Err(e) => return Err(internal(format!("egress proxy: {e}"))),
+                    }
+                }
                 // The jail stopped before handing it over; its reply says why.
                 Err(e) => {
                     tracing::warn!(error = %e, "no egress listener from the jail");
@@ -1067,7 +1087,18 @@ impl Inner {
         } else {
             None
         };
-        let reply = verdict(raw, stats, &self.cfg.plan, cancel, record, jail_signal)?;
+        let container_oom = ooms_before
+            .zip(self.cfg.container_oom.as_ref().and_then(container_ooms))
+            .is_some_and(|(before, after)| after > before);
+        let reply = verdict(
+            raw,
+            stats,
+            container_oom,
+            &self.cfg.plan,
+            cancel,
+            record,
+            jail_signal,
+        )?;
         // What Landlock refused the request's commands, if the kernel told us: a failed
         // request waits for the records (they arrive a few milliseconds after the denial) to
         // say why it failed; a successful one takes those already there, for the audit event.
@@ -1205,11 +1236,13 @@ impl Inner {
     }
 }
 
-/// Receive the jail's egress listener (one `L` byte with the descriptor) from its stdin
-/// socket, waiting at most as long as a jail may take to confine itself.
-fn receive_listener(sock: &std::fs::File) -> std::io::Result<std::net::TcpListener> {
+/// Receive the jail's egress listener (one `L` or `S` byte with the descriptor) from its
+/// stdin socket, waiting at most as long as a jail may take to confine itself. `true`: it is
+/// on the server's loopback (`S`), where other processes of the pod can reach it too.
+fn receive_listener(sock: &std::fs::File) -> std::io::Result<(std::net::TcpListener, bool)> {
     match receive_tagged(sock)? {
-        (crate::protocol::EGRESS_LISTENER, Some(fd)) => Ok(std::net::TcpListener::from(fd)),
+        (crate::protocol::EGRESS_LISTENER, Some(fd)) => Ok((fd.into(), false)),
+        (crate::protocol::EGRESS_LISTENER_SHARED, Some(fd)) => Ok((fd.into(), true)),
         _ => Err(std::io::Error::other("the jail sent no listener")),
     }
 }
@@ -1411,22 +1444,33 @@ fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> Reply {
 fn verdict(
     raw: Option<Vec<u8>>,
     stats: Option<CgroupStats>,
+    container_oom: bool,
     plan: &Plan,
     cancel: &CancelToken,
     record: &Recorder,
     jail_signal: Option<i32>,
 ) -> Result<Reply, RequestError> {
-    let oom = stats.is_some_and(|s| s.oom_kills > 0);
-    if oom {
+    // The request's own cgroup saw an OOM kill: memory ended it, whatever else happened. The
+    // container's count also moves for another request's kill: it names only a failure.
+    let oom = stats.is_some_and(|s| s.oom_kills > 0) || container_oom;
+    if stats.is_some_and(|s| s.oom_kills > 0) {
         crate::record::update(record, |r| r.limit = Some(Limit::Memory));
     }
     let oom_error = |detail: &str| {
+        crate::record::update(record, |r| r.limit = Some(Limit::Memory));
         RequestError::new(
             ErrorKind::ResourceExhausted,
-            format!(
-                "memory limit exceeded (policy spec.limits.memoryBytes: {}): the kernel killed a process of the request{detail}",
-                plan.cgroup.memory_bytes
-            ),
+            if container_oom {
+                format!(
+                    "memory limit exceeded: the kernel's OOM killer ended a process of the request when the server's own cgroup (the container's memory limit) was full; a per-request bound (policy spec.limits.memoryBytes: {}) needs a delegated cgroup, which this node does not give (doctor's cgroups){detail}",
+                    plan.cgroup.memory_bytes
+                )
+            } else {
+                format!(
+                    "memory limit exceeded (policy spec.limits.memoryBytes: {}): the kernel killed a process of the request{detail}",
+                    plan.cgroup.memory_bytes
+                )
+            },
         )
     };
     let raw = match raw {
