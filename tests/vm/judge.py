@@ -202,6 +202,7 @@ def judge(run):
         (c2 or {}).get("status", "no report"),
         f"verdict {(d2 or {}).get('verdict')}; {(c2 or {}).get('detail', r.get('root/doctor-beside.err')[-200:])}",
     )
+    judge_readonly(r)
     final = [l for l in r.get("cgroups-final").splitlines() if re.search(r"/j[0-9-]+$", l)]
     r.row("request cgroups left at the end", "none" if not final else str(len(final)), ", ".join(final) or "none")
 
@@ -245,6 +246,22 @@ def judge_place(r, place):
     )
     after = r.get(f"{place}/cgroups-stopped").split()
     r.row(f"no request cgroup after stop: {names[place]}", "yes" if not after else "no", ", ".join(after) or "none")
+
+
+def judge_readonly(r):
+    """A container with a read-only cgroupfs: no request cgroup; its own memory limit."""
+    up = r.get("readonly/started").strip() == "up"
+    log = r.get("readonly/server.log")
+    r.row("serve starts: a read-only cgroupfs", "yes" if up else "no",
+          "CGROUPS UNAVAILABLE logged" if "CGROUPS UNAVAILABLE" in log else log[-200:])
+    hog = r.event("readonly", "memhog")
+    named = bool(hog) and hog.get("limit") == "memory" and "container's memory limit" in (hog.get("error") or "")
+    r.row("memory hog: the container's limit, named", "yes" if named else "no",
+          f"code {hog and hog.get('code')}, limit {hog and hog.get('limit')}, cgroup {hog and hog.get('cgroup')}; {(hog or {}).get('error', '')[:160]}")
+    after = r.event("readonly", "honest", 1)
+    alive = bool(after) and after.get("outcome") == "ok" and r.rc("readonly/honest-after") == 0
+    r.row("server survives the hog", "yes" if alive else "no",
+          f"the next request: {after and after.get('outcome')}; server exit {r.get('readonly/exit').strip()}")
 
 
 def tree_cache_word(detail):

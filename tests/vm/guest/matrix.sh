@@ -145,5 +145,21 @@ req container memhog memhog
 stop container
 leftovers container stopped
 
+# 6. A container whose cgroupfs is read-only (Kubernetes without containerd's cgroup_writable):
+#    no request cgroup can be made. Its memory limit catches the hog; the OOM killer takes the
+#    command (oom_score_adj 1000), never the server, and the next request is served.
+sed 's/, seccomp, cgroups]/, seccomp]/' $POLICY > /etc/cmp-warden/policy-no-cgroups.yaml
+mkdir -p $CG/kubepods/pod2/ctr
+enable $CG/kubepods/pod2
+echo 200000000 > $CG/kubepods/pod2/ctr/memory.max
+echo 0 > $CG/kubepods/pod2/ctr/memory.swap.max
+POLICY=/etc/cmp-warden/policy-no-cgroups.yaml
+CGNS_READONLY=1 serve readonly $CG/kubepods/pod2/ctr/cgroup.procs cgns
+req readonly honest honest
+req readonly memhog memhog
+req readonly honest-after honest
+stop readonly
+leftovers readonly stopped
+
 kill $SAMPLER
 find $CG -type d > $OUT/cgroups-final

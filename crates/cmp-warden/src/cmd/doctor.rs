@@ -79,6 +79,19 @@ pub struct DoctorReport {
     pub verdict: &'static str,
     /// Why `serve` would refuse to start.
     pub refusal: Option<String>,
+    /// What SECURITY.md claims for requests that this node does not give them, and what
+    /// would give it back (empty: everything holds).
+    pub gaps: Vec<Gap>,
+}
+
+/// A protection requests do not get on this node, and what would restore it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gap {
+    /// What requests go without here.
+    pub missing: String,
+    /// The deploy/ option or node setting that would give it back.
+    pub fix: String,
 }
 
 impl DoctorReport {
@@ -153,6 +166,65 @@ fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorRep
         refusal,
         std::env::vars().collect(),
     )
+}
+
+/// What the checks say requests lack here, each with its remedy: the node's gaps in the terms
+/// operators act on (SECURITY.md's kernel and container tables measured each of them).
+fn gaps(checks: &[Check]) -> Vec<Gap> {
+    let get = |n: &str| checks.iter().find(|c| c.name == n);
+    let unavailable = |n: &str| get(n).is_some_and(|c| c.status == "unavailable");
+    let mut gaps = Vec::new();
+    let ns: Vec<&str> = ["user", "mount", "pid", "net"]
+        .into_iter()
+        .filter(|n| unavailable(&format!("namespace.{n}")))
+        .collect();
+    if !ns.is_empty() {
+        let refused = get(&format!("namespace.{}", ns[0])).map_or("", |c| c.detail.as_str());
+        let by_seccomp = refused.contains("not permitted") || refused.contains("EPERM");
+        gaps.push(Gap {
+            missing: format!(
+                "their own {} namespace{} (a private tree and /tmp, their own processes, no network but the proxy), the disk limit (spec.limits.diskBytes) and the tree cache",
+                ns.join(", "),
+                if ns.len() > 1 { "s" } else { "" }
+            ),
+            fix: if by_seccomp {
+                "the container's seccomp profile refuses namespaces (containerd's RuntimeDefault does): run the sidecar under deploy/'s Localhost profile (deploy/components/seccomp-localhost with deploy/seccomp/cmp-warden.json on the nodes; SECURITY.md, Container runtimes)".to_owned()
+            } else {
+                format!("the node refuses namespaces ({refused}): user namespaces must be allowed to unprivileged processes (user.max_user_namespaces, AppArmor's restrict_unprivileged_userns)")
+            },
+        });
+    }
+    if let Some(c) = get("cgroups").filter(|c| c.status == "unavailable") {
+        gaps.push(Gap {
+            missing: "per-request memory, process and CPU bounds (cgroups): each process is bounded by rlimits, and commands are the OOM killer's first choice within the container's own limit".to_owned(),
+            fix: if c.detail.contains("Read-only file system") {
+                "the container's cgroupfs is read-only (Kubernetes mounts it so): containerd 2.1+ with cgroup_writable = true for the runtime handler on cgroup v2 nodes delegates it".to_owned()
+            } else {
+                format!("{}: run the server in a cgroup of its own with memory, pids and cpu delegated, or point CMP_WARDEN_CGROUP_ROOT at one", c.detail)
+            },
+        });
+    }
+    if let Some(c) = get("landlock").filter(|c| c.status == "partial")
+        && let Some(missing) = c
+            .detail
+            .split("NOT in effect here: ")
+            .nth(1)
+            .and_then(|r| r.split(" (").next())
+    {
+        gaps.push(Gap {
+            missing: format!("Landlock's {missing}"),
+            fix: "a kernel with a newer Landlock ABI (6.12 has 6; 6.15 has 7); spec.landlock.features makes any of them mandatory".to_owned(),
+        });
+    }
+    if let Some(c) = get("treeCache").filter(|c| {
+        !c.available && !c.detail.contains("spec.cache") && !c.detail.contains("not in")
+    }) {
+        gaps.push(Gap {
+            missing: "the tree cache (every request extracts its archive)".to_owned(),
+            fix: c.detail.trim_start_matches("off: ").to_owned(),
+        });
+    }
+    gaps
 }
 
 fn yes(b: bool) -> &'static str {
@@ -253,6 +325,7 @@ fn assemble_as(
     checks.push(read_only_root_check());
     checks.push(socket_dir_check(socket_dir, held.euid));
     checks.push(work_dir_check(work_parent));
+    let gaps = gaps(&checks);
     DoctorReport {
         schema: SCHEMA,
         version: env!("CARGO_PKG_VERSION"),
@@ -265,6 +338,7 @@ fn assemble_as(
         checks,
         verdict: if refusal.is_none() { "start" } else { "refuse" },
         refusal,
+        gaps,
     }
 }
 
@@ -980,6 +1054,12 @@ pub fn render_text(r: &DoctorReport) -> String {
             let _ = writeln!(s, "verdict: serve would REFUSE to start: {why}");
         }
     }
+    if !r.gaps.is_empty() {
+        let _ = writeln!(s, "on this node requests do NOT get:");
+        for g in &r.gaps {
+            let _ = writeln!(s, "  - {}\n    fix: {}", g.missing, g.fix);
+        }
+    }
     s
 }
 
@@ -1109,7 +1189,73 @@ mod tests {
         );
     }
 
-    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"partial","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory; the probe's own cgroup read back: memory.limit_in_bytes=1073741824, swap=0; but no pids controller, no cpu controller"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"treeCache","available":false,"required":false,"status":"info","detail":"off: not in tests"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null}"#;
+    /// On a containerd node under RuntimeDefault: what requests miss, and the deploy/ option
+    /// or node setting named as the fix (the text operators act on; `containerd-test` checks
+    /// the same report from a real containerd).
+    #[test]
+    fn gaps_name_what_is_missing_and_what_restores_it() {
+        let c = |name: &str, status: &'static str, detail: &str| Check {
+            name: name.into(),
+            available: matches!(status, "enforced" | "partial"),
+            required: false,
+            status,
+            detail: detail.into(),
+        };
+        let checks = [
+            c(
+                "namespace.user",
+                "unavailable",
+                "unavailable — Operation not permitted",
+            ),
+            c(
+                "namespace.mount",
+                "unavailable",
+                "unavailable — Operation not permitted",
+            ),
+            c(
+                "namespace.pid",
+                "unavailable",
+                "unavailable — Operation not permitted",
+            ),
+            c(
+                "namespace.net",
+                "unavailable",
+                "unavailable — Operation not permitted",
+            ),
+            c(
+                "cgroups",
+                "unavailable",
+                "cgroups: creating /sys/fs/cgroup/x: Read-only file system (os error 30)",
+            ),
+            c(
+                "landlock",
+                "partial",
+                "kernel ABI 2 (this build asks for ABI 7); features in effect: filesystem, refer; NOT in effect here: truncate, tcp (require them with spec.landlock.features)",
+            ),
+            c(
+                "treeCache",
+                "info",
+                "off: the jails have no mount or PID namespace here",
+            ),
+        ];
+        let g = gaps(&checks);
+        assert_eq!(g.len(), 4, "{g:#?}");
+        assert!(
+            g[0].missing.contains("user, mount, pid, net namespaces"),
+            "{g:#?}"
+        );
+        assert!(
+            g[0].fix.contains("deploy/components/seccomp-localhost"),
+            "{g:#?}"
+        );
+        assert!(g[1].fix.contains("cgroup_writable"), "{g:#?}");
+        assert_eq!(g[2].missing, "Landlock's truncate, tcp");
+        assert!(g[3].fix.contains("no mount or PID namespace"), "{g:#?}");
+        // Everything there: nothing to say.
+        assert!(gaps(&[c("namespace.user", "enforced", "")]).is_empty());
+    }
+
+    const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"partial","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory; the probe's own cgroup read back: memory.limit_in_bytes=1073741824, swap=0; but no pids controller, no cpu controller"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"treeCache","available":false,"required":false,"status":"info","detail":"off: not in tests"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null,"gaps":[]}"#;
     const PINNED_TEXT: &str = r#"cmp-warden 0.0.0 doctor: policy "default" (sha256 00)
 privilege model: minimal-capabilities root (euid 0)
 

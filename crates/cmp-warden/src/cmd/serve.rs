@@ -335,6 +335,15 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         schema = super::doctor::SCHEMA,
         "doctor report"
     );
+    for gap in &doctor.gaps {
+        tracing::warn!(
+            missing = %gap.missing,
+            fix = %gap.fix,
+            "REDUCED CONFINEMENT on this node: requests do not get {} (fix: {})",
+            gap.missing,
+            gap.fix
+        );
+    }
 
     let audit = match a.audit_log.as_str() {
         "-" | "" => server::audit::AuditSink::stderr(),
