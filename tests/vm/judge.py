@@ -203,6 +203,7 @@ def judge(run):
         f"verdict {(d2 or {}).get('verdict')}; {(c2 or {}).get('detail', r.get('root/doctor-beside.err')[-200:])}",
     )
     judge_readonly(r)
+    judge_apparmor(r)
     final = [l for l in r.get("cgroups-final").splitlines() if re.search(r"/j[0-9-]+$", l)]
     r.row("request cgroups left at the end", "none" if not final else str(len(final)), ", ".join(final) or "none")
 
@@ -262,6 +263,25 @@ def judge_readonly(r):
     alive = bool(after) and after.get("outcome") == "ok" and r.rc("readonly/honest-after") == 0
     r.row("server survives the hog", "yes" if alive else "no",
           f"the next request: {after and after.get('outcome')}; server exit {r.get('readonly/exit').strip()}")
+
+
+def judge_apparmor(r):
+    """doctor under containerd's default AppArmor profile (deny mount) and deploy/'s; the
+    server under deploy/'s."""
+    loaded = r.get("apparmor/load.log").strip()
+    for profile, label in [("cmpw-runtime-default", "containerd's default"), ("cmp-warden", "deploy/apparmor")]:
+        d = r.doctor(f"apparmor/doctor-{profile}.json")
+        for name in ["namespace.mount", "diskLimit"]:
+            c = check_of(d, name)
+            r.row(f"AppArmor {label}: {name}", (c or {}).get("status", "no report"),
+                  (c or {}).get("detail", loaded or r.get(f"apparmor/doctor-{profile}.err")[-200:]))
+    attr = r.get("apparmor/server-profile").strip()
+    ev = [r.event("apparmor", a) for a in ["honest", "probe"]]
+    probes = r.get("apparmor/probe.out")
+    allowed = re.findall(r'\\"(\w+)\\":\\"ALLOWED', probes)
+    ok = attr.startswith("cmp-warden") and all(e and e.get("outcome") == "ok" for e in ev) and not allowed
+    r.row("AppArmor deploy/apparmor: serve, requests, probes", "yes" if ok else "no",
+          f"server confined by {attr or '?'}; outcomes {[e and e.get('outcome') for e in ev]}; ALLOWED {allowed or 'none'}")
 
 
 def tree_cache_word(detail):

@@ -4,7 +4,9 @@ cpio tool is needed and every entry is root-owned whoever builds it.
 
 Holds Debian's busybox-static for the guest's architecture (every applet a link to it), the
 static cmp-warden and the cgns helper, the guest's init, scenarios, plugin config, apps and
-policy (with the repository's seccomp profile beside it), and the kernel modules given.
+policy (with the repository's seccomp profile beside it), the kernel modules given, Debian's
+apparmor_parser with its C library (--extra), and the AppArmor profiles it loads (containerd's
+default as documented, deploy/apparmor's).
 
   tests/vm/mkinitramfs.py --busybox BB --applets LIST --binary BIN --cgns CGNS \
       --seccomp JSON [--module KO]... OUT.gz
@@ -74,6 +76,8 @@ def main():
     ap.add_argument("--cgns", required=True)
     ap.add_argument("--seccomp", required=True)
     ap.add_argument("--module", action="append", default=[])
+    ap.add_argument("--extra", action="append", default=[],
+                    help="SRC:DST, a file of the host put at DST (apparmor_parser and its libc)")
     ap.add_argument("out")
     a = ap.parse_args()
     guest = os.path.join(HERE, "guest")
@@ -96,6 +100,13 @@ def main():
     c.file("etc/group", b"root:x:0:\n")
     for m in a.module:
         c.file(f"lib/modules/{os.path.basename(m)}", open(m, "rb").read())
+    for e in a.extra:
+        src, dst = e.split(":", 1)
+        c.file(dst, open(os.path.realpath(src), "rb").read(), 0o755)
+    for f in sorted(os.listdir(os.path.join(guest, "apparmor"))):
+        c.file(f"etc/apparmor/{f}", open(os.path.join(guest, "apparmor", f), "rb").read())
+    c.file("etc/apparmor/cmp-warden",
+           open(os.path.join(HERE, "..", "..", "deploy/apparmor/cmp-warden"), "rb").read())
     c.write(a.out)
 
 

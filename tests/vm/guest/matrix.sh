@@ -161,5 +161,32 @@ req readonly honest-after honest
 stop readonly
 leftovers readonly stopped
 
+# 7. AppArmor (Debian's kernels enable it): under containerd's default profile as documented
+#    (deny mount) and under deploy/apparmor's profile for the sidecar, doctor; then the server
+#    under deploy/'s profile, attacked. A profile applies from the next exec (attr/exec).
+POLICY=/etc/cmp-warden/policy.yaml
+mkdir -p $OUT/apparmor
+mount -t securityfs securityfs /sys/kernel/security
+cat > /tmp/aa-exec <<'AA'
+#!/bin/sh
+profile=$1
+shift
+echo -n "exec $profile" > /proc/self/attr/exec && exec "$@"
+AA
+chmod 755 /tmp/aa-exec
+if /sbin/apparmor_parser -r /etc/apparmor/runtime-default /etc/apparmor/cmp-warden \
+    > $OUT/apparmor/load.log 2>&1; then
+  for p in cmpw-runtime-default cmp-warden; do
+    /tmp/aa-exec $p cmp-warden doctor --policy $POLICY --json \
+      > $OUT/apparmor/doctor-$p.json 2> $OUT/apparmor/doctor-$p.err
+  done
+  serve apparmor $CG/cgroup.procs /tmp/aa-exec cmp-warden
+  cat /proc/$SERVER/attr/current > $OUT/apparmor/server-profile 2>&1
+  req apparmor honest honest
+  req apparmor honest-again honest
+  req apparmor probe probe
+  stop apparmor
+fi
+
 kill $SAMPLER
 find $CG -type d > $OUT/cgroups-final
