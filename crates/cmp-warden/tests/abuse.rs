@@ -778,9 +778,14 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
 
 /// A server whose range leases 8 UIDs, with a short stream idle timeout.
 fn small_pool_bed(idle: &str) -> Bed {
+    small_pool_bed_with(idle, LIMITS)
+}
+
+/// [`small_pool_bed`] with other policy edits.
+fn small_pool_bed_with(idle: &str, edits: &[(&str, &str)]) -> Bed {
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
-    let (first, _) = write_policy(&pol_file, LIMITS);
+    let (first, _) = write_policy(&pol_file, edits);
     let text = std::fs::read_to_string(&pol_file).expect("policy");
     let text = text.replacen(
         &format!("first: {first}, count: 16"),
@@ -863,6 +868,91 @@ fn stalled_streams_hold_no_jail_and_end_at_the_idle_timeout() {
     b.assert_clean();
 }
 
+/// Twenty clients that send their metadata and the first part of the archive — so each
+/// holds a slot, a jail and a UID — and then stall: against 7 slots, they would keep every one
+/// until the archive's wall clock. A stream holding a slot may pause only briefly
+/// (`HELD_STREAM_IDLE_SECS`), so those holding one are ended with DeadlineExceeded naming it,
+/// their slots go back, and an honest request sent after them succeeds within its 15 s
+/// deadline (with the bound removed, each stalled stream keeps its slot for the whole
+/// `--stream-idle-timeout`, 10 s here, and the honest request starves).
+#[test]
+fn streams_that_stall_mid_archive_lose_their_slot_and_do_not_starve_an_honest_request() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    // A wall clock far beyond the test: only the bound on a held stream's pauses frees slots.
+    let edits: Vec<(&str, &str)> = LIMITS
+        .iter()
+        .map(|&(from, to)| {
+            if from.starts_with("wallSeconds") {
+                (from, "wallSeconds: 120")
+            } else {
+                (from, to)
+            }
+        })
+        .collect();
+    let b = small_pool_bed_with("10", &edits);
+    let r = noise_repo();
+    let stalled: Vec<_> = (0..20)
+        .map(|_| {
+            generate_in_background(
+                &b.s,
+                r.path().to_str().expect("utf8"),
+                &[
+                    "-chunk",
+                    "64",
+                    "-stall-after",
+                    "2",
+                    "-stall",
+                    "25s",
+                    "-timeout",
+                    "60s",
+                ],
+            )
+        })
+        .collect();
+    // Every slot taken by a stalled stream, more of them queued.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.s.logs().matches("\"jail taken\"").count() < 7 {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled streams never held the slots:\n{}",
+            b.s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let started = Instant::now();
+    let honest = generate_in_background(
+        &b.s,
+        b.repo.path().to_str().expect("utf8"),
+        &["-timeout", "15s"],
+    );
+    let v = honest
+        .join()
+        .expect("thread")
+        .unwrap_or_else(|e| panic!("the honest request was starved: {e:?}\n{}", b.s.logs()));
+    assert_eq!(v["manifests"][0], CM_JSON);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    // Those that stalled holding a slot were ended; those that stalled while queued held
+    // nothing then (nothing is read from a queued stream), resumed and were answered.
+    let mut ended = 0;
+    for h in stalled {
+        match h.join().expect("thread") {
+            Err((code, msg)) => {
+                assert_eq!(code, DEADLINE_EXCEEDED, "{msg}");
+                assert!(
+                    msg.contains("while the request held a sandbox slot"),
+                    "{msg}"
+                );
+                ended += 1;
+            }
+            Ok(v) => assert_eq!(v["manifests"][0], CM_JSON),
+        }
+    }
+    assert!(ended >= 7, "only {ended} stalled streams were ended");
+    b.assert_clean();
+}
+
 #[test]
 fn more_slow_requests_than_uids_wait_their_turn_instead_of_failing() {
     if !is_root(NEEDS_ROOT) {
@@ -888,6 +978,59 @@ fn more_slow_requests_than_uids_wait_their_turn_instead_of_failing() {
         b.s.logs()
     );
     b.assert_clean();
+}
+
+/// A second instance on the same UID range that does not share the first's lease directory
+/// (its own socket directory, so its own default lease directory) cannot tell the first's
+/// leases; its start-up sweep once killed the first's in-flight work ("the jail exited without
+/// a reply"). It now finds the live instance above those processes, refuses to start (exit
+/// 20) naming it, the range and the fix, and the first's requests all succeed.
+#[test]
+fn a_second_instance_on_the_same_range_without_its_leases_refuses_and_harms_nothing() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(&pol_file, LIMITS);
+    let args = ["--policy", pol_file.to_str().expect("utf8")];
+    let a = Server::start(&plugin(MODES), &args);
+    let r = repo(&[("cm.yaml", CM)]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let started = a.logs().matches("command started").count();
+    let load: Vec<_> = (0..3)
+        .map(|_| generate_in_background(&a, &dir, &["-env", "ARGOCD_ENV_MODE=slow"]))
+        .collect();
+    a.wait_logged("command started", started + 3);
+    // B: the same policy (range), its own socket and work directories.
+    let b = tempfile::tempdir().expect("tmp");
+    for d in ["config", "plugins", "work"] {
+        std::fs::create_dir_all(b.path().join(d)).expect("mkdir");
+    }
+    std::fs::write(b.path().join("config/plugin.yaml"), plugin(MODES)).expect("plugin");
+    let out = std::process::Command::new(bin())
+        .arg("--config-dir-path")
+        .arg(b.path().join("config"))
+        .args(args)
+        .env("ARGOCD_PLUGINSOCKFILEPATH", b.path().join("plugins"))
+        .env("ARGOCD_CMP_WORKDIR", b.path().join("work"))
+        .output()
+        .expect("second instance");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(20), "{err}");
+    let a_pid = a.child.as_ref().expect("child").id();
+    assert!(
+        err.contains(&format!("another live cmp-warden (PID {a_pid})"))
+            && err.contains("CMP_WARDEN_LEASE_DIR")
+            && err.contains("nothing of the other instance was touched"),
+        "{err}"
+    );
+    for h in load {
+        h.join()
+            .expect("thread")
+            .unwrap_or_else(|e| panic!("A's request was harmed: {e:?}\n{}", a.logs()));
+    }
+    a.assert_work_dir_empties();
 }
 
 #[test]

@@ -437,6 +437,9 @@ fn hostile_generator_through_the_server(namespaces: bool) {
         ("victim.environ", "denied:EACCES"),
         ("victim.signal", "denied:EPERM"),
         ("victim.ptrace", "denied:EPERM"),
+        // Opened to every UID above (the file-system layer is attacked in streams_and_ops
+        // `the_default_socket_lets_only_root_and_the_repo_servers_group_open_it`): the peer
+        // check refuses.
         ("server_socket", "denied:refused"),
         // Landlock ABI 6 scoping: no connecting to abstract sockets made outside the domain.
         ("abstract_socket", "denied:EPERM"),

@@ -320,6 +320,35 @@ fn check_as_uid(s: &Server, uid: u32) -> std::process::Output {
         .expect("setpriv")
 }
 
+/// Run as root without socket flags, the socket is root:999 and 0660: the file system lets
+/// only root and the repo-server's group open it — never a leased UID — and the peer check
+/// behind it admits only the allowed UIDs. uid 999 (group 999) is served; uid 4242 cannot
+/// even connect (EACCES before any peer check); with the mode opened, the peer check alone
+/// refuses it (`peers_are_authorised_by_uid`).
+#[test]
+fn the_default_socket_lets_only_root_and_the_repo_servers_group_open_it() {
+    if !is_root("the socket's default owner needs root") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let s = Server::start(&plugin(CAT), &[]);
+    let m = std::fs::metadata(&s.sock).expect("socket");
+    assert_eq!((m.mode() & 0o777, m.uid(), m.gid()), (0o660, 0, 999));
+    assert!(s.logs().contains("socket mode 0660: owned by root:999"));
+    parse_client_output(&check_as_uid(&s, 999)).expect("uid 999 is served");
+    // uid 4242 cannot even connect: EACCES from the file system.
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "4242", "--regid", "4242", "--clear-groups"])
+        .args(["/usr/bin/python3", "-c"])
+        .arg("import socket,sys\ntry:\n    socket.socket(socket.AF_UNIX).connect(sys.argv[1]); print('connected')\nexcept OSError as e:\n    print(e.errno)")
+        .arg(&s.sock)
+        .output()
+        .expect("setpriv");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "13", "EACCES");
+    // Refused by the file system: the server never saw the peer.
+    assert!(!s.logs().contains("peer uid 4242"), "{}", s.logs());
+}
+
 #[test]
 fn peers_are_authorised_by_uid() {
     if !is_root("peers_are_authorised_by_uid runs a client as another uid") {
@@ -619,26 +648,6 @@ fn logrus_levels_are_honoured_and_a_bad_one_stops_start_up_loudly() {
         String::from_utf8_lossy(&out.stderr).contains("not a valid logrus Level: \"verbose\""),
         "{}",
         String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-#[test]
-fn run_as_root_with_no_flags_the_repo_servers_uid_can_connect_and_others_cannot() {
-    if !is_root("the socket default is about running as root") {
-        return;
-    }
-    let s = Server::start(&plugin(CAT), &[]);
-    let mode = std::fs::metadata(&s.sock)
-        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
-        .expect("stat");
-    assert_eq!(mode, 0o666);
-    // 999 (Argo's repo-server) gets through; 4242 reaches the socket and is refused by the
-    // peer-credential check.
-    parse_client_output(&check_as_uid(&s, 999)).expect("uid 999 is served");
-    assert_ne!(check_as_uid(&s, 4242).status.code(), Some(0));
-    assert!(
-        s.logs()
-            .contains("connection refused: peer uid not allowed")
     );
 }
 

@@ -31,9 +31,11 @@ const SPEC: &str = r#"  generate:
           mv sub gone
           ln -sf /etc/passwd link
           echo new > planted.txt
-          # The layers the overlay was made of are nowhere to be found.
+          # The layers the overlay was made of are nowhere to be found: their directory is
+          # covered by an empty read-only tmpfs.
           # (The markers are split so that the logged argv does not contain them.)
-          test -e ../.cmp-warden-layers && echo LAYERS-VIS''IBLE >&2
+          [ -n "$(ls -A ../.cmp-warden-layers 2>/dev/null)" ] && echo LAYERS-VIS''IBLE >&2
+          touch ../.cmp-warden-layers/x 2>/dev/null && echo LAYERS-VIS''IBLE >&2
           grep -q ' cmp-warden-cache ' /proc/self/mountinfo && echo CACHE-VIS''IBLE >&2
         fi
         echo "kind: Tree"
@@ -434,6 +436,89 @@ fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
         second["archive"]["entries"].as_u64().is_some_and(|n| n > 0),
         "{second}"
     );
+}
+
+/// The keeper gone (killed; the natural cause was a second instance's start-up sweep) before
+/// a new archive's fill: the fill cannot start, nothing of the stream was read, so the
+/// request extracts it in its own jail and is answered — the cache is an optimisation, never
+/// a reason to fail (Argo CD's client once saw `Internal: tree cache: fill: keeper: sending
+/// Fill: Broken pipe`).
+#[test]
+fn a_fill_that_cannot_start_extracts_in_its_own_jail() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let (s, _r, _first) = with_a_filled_tree(t.path());
+    let keeper = s
+        .logs()
+        .lines()
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
+        })
+        .expect("keeper pid logged");
+    let st = std::process::Command::new("kill")
+        .args(["-KILL", &keeper.to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    // A new archive: its first request would fill.
+    let other = repo(&[(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: another\n",
+    )]);
+    let v = go(
+        &s,
+        "generate",
+        &["-dir", other.path().to_str().expect("utf8")],
+    )
+    .unwrap_or_else(|e| panic!("the fill's failure reached the client: {e:?}\n{}", s.logs()));
+    assert!(
+        listing(&v).iter().any(|l| l.starts_with("./cm.yaml ")),
+        "{v}"
+    );
+    let logs = s.logs();
+    assert!(
+        logs.contains("the fill could not start; this request extracts in its own jail"),
+        "{logs}"
+    );
+    let uses = s.tree_cache_uses(2);
+    assert_eq!(uses, ["filled", "uncached"], "{uses:?}");
+}
+
+/// A request on a cached tree has one disk budget, as a fresh extraction has: what its
+/// commands write into the tree (the overlay's upper layer) and into `/tmp` come out of the
+/// same `spec.limits.diskBytes` tmpfs. 6 MiB into the tree and then 6 MiB into `/tmp` under an
+/// 8 MiB limit: the second fails with ENOSPC (the upper layer was once a tmpfs of its own, and
+/// both went through), on the request that filled the tree and on a hit alike.
+#[test]
+fn a_cached_request_has_one_disk_budget_for_its_tree_and_tmp() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let pol = t.path().join("policy.yaml");
+    write_policy(
+        &pol,
+        &[
+            ("diskBytes: 2Gi", "diskBytes: 8Mi"),
+            ("extractedBytes: 1Gi", "extractedBytes: 1Mi"),
+            ("fileBytes: 256Mi", "fileBytes: 1Mi"),
+        ],
+    );
+    let fill = "  generate:\n    command: [sh, -c, 'head -c 6000000 /dev/zero > tree.bin && echo tree=ok >&2; if head -c 6000000 /dev/zero > /tmp/tmp.bin 2>/dev/null; then t=written; else t=refused; fi; echo \"{kind: Disk, tmp: $t}\"']\n";
+    let s = Server::start(&plugin(fill), &["--policy", pol.to_str().expect("utf8")]);
+    let r = repo(&[("a.txt", "alpha\n")]);
+    let dir = r.path().to_str().expect("utf8");
+    for _ in 0..2 {
+        let v =
+            go(&s, "generate", &["-dir", dir]).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+        let m = v["manifests"][0].as_str().expect("manifest");
+        assert!(m.contains("\"tmp\":\"refused\""), "{m}");
+    }
+    let uses = s.tree_cache_uses(2);
+    assert_eq!(uses, ["filled", "hit"], "{uses:?}");
 }
 
 /// An archive of many small files takes a tmpfs page per file, far more than its bytes: a

@@ -274,11 +274,13 @@ impl CmpService {
             archive_by: Instant::now() + self.cfg.plan.archive.limits.wall_clock,
             archive_secs: self.cfg.plan.archive.limits.wall_clock.as_secs(),
             idle: self.cfg.admission.stream_idle,
+            holding_slot: false,
         };
         let first = match clock.next(&mut stream).await {
             Err(
                 e @ (StreamError::Deadline
                 | StreamError::Stalled(_)
+                | StreamError::StalledHoldingSlot(_)
                 | StreamError::ReceiveTimeout(_)),
             ) => {
                 return Err(e.to_status());
@@ -339,6 +341,13 @@ impl CmpService {
             .await
             .map_err(|e| e.to_status())?;
         clock.archive_by += queued.elapsed();
+        // Holding a slot (a jail, a UID) now: a pause is tolerated only briefly, or stalled
+        // streams would keep every slot until the archive's wall clock and starve honest
+        // requests queued behind them.
+        clock.idle = clock
+            .idle
+            .min(Duration::from_secs(crate::status::HELD_STREAM_IDLE_SECS));
+        clock.holding_slot = true;
 
         // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());
@@ -425,7 +434,9 @@ impl CmpService {
         ctx.timings.received = Some(std::time::SystemTime::now());
         if matches!(
             received,
-            Err(StreamError::Stalled(_) | StreamError::ReceiveTimeout(_))
+            Err(StreamError::Stalled(_)
+                | StreamError::StalledHoldingSlot(_)
+                | StreamError::ReceiveTimeout(_),)
         ) {
             ctx.limit = Some(Limit::Timeout);
         }
@@ -555,6 +566,7 @@ struct ReceiveClock {
     archive_by: Instant,
     archive_secs: u64,
     idle: Duration,
+    holding_slot: bool,
 }
 
 impl ReceiveClock {
@@ -564,7 +576,12 @@ impl ReceiveClock {
         stream: &mut Streaming<AppStreamRequest>,
     ) -> Result<Option<AppStreamRequest>, StreamError> {
         let idle_by = Instant::now() + self.idle;
-        let mut end = (idle_by, StreamError::Stalled(self.idle.as_secs()));
+        let stalled = if self.holding_slot {
+            StreamError::StalledHoldingSlot(self.idle.as_secs())
+        } else {
+            StreamError::Stalled(self.idle.as_secs())
+        };
+        let mut end = (idle_by, stalled);
         if self.archive_by < end.0 {
             end = (
                 self.archive_by,

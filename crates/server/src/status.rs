@@ -8,6 +8,11 @@ use jail::ErrorKind;
 use jail::RequestError;
 use tonic::{Code, Status};
 
+/// The longest pause in a stream whose request holds a sandbox slot (`--stream-idle-timeout`
+/// still bounds it when shorter): Argo CD's repo-server streams a ready archive without pauses,
+/// and a slot is what honest requests wait for.
+pub const HELD_STREAM_IDLE_SECS: u64 = 5;
+
 /// The longest status message sent. Tools' stderr can be long and errors may echo request
 /// fields; the message travels as an HTTP/2 header, which clients refuse past their limit
 /// (then the user sees a transport error instead of ours).
@@ -97,6 +102,11 @@ pub enum StreamError {
         "error receiving tgz file: no message for {0} s (the stream stalled; --stream-idle-timeout)"
     )]
     Stalled(u64),
+    /// The client stopped sending while its request held a sandbox slot.
+    #[error(
+        "error receiving tgz file: no message for {0} s while the request held a sandbox slot (a stream holding one may pause at most {HELD_STREAM_IDLE_SECS} s, or --stream-idle-timeout if shorter, so stalled clients cannot keep honest requests waiting)"
+    )]
+    StalledHoldingSlot(u64),
     /// The archive took longer to arrive than the policy allows extraction to take.
     #[error(
         "error receiving tgz file: the archive did not arrive within {0} s (policy spec.archive.wallSeconds)"
@@ -125,7 +135,9 @@ impl StreamError {
             Self::Workdir(_) => Code::Internal,
             Self::Env(_) | Self::AppRelPath(_) => Code::InvalidArgument,
             Self::Busy(_) => Code::ResourceExhausted,
-            Self::Stalled(_) | Self::ReceiveTimeout(_) => Code::DeadlineExceeded,
+            Self::Stalled(_) | Self::StalledHoldingSlot(_) | Self::ReceiveTimeout(_) => {
+                Code::DeadlineExceeded
+            }
         };
         status(code, self.to_string())
     }

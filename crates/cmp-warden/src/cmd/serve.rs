@@ -263,18 +263,31 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         }
     };
     // Run as root with no socket flags (Argo's documented sidecar pattern), a socket created
-    // 0755 root:root would refuse the repo-server (999). Without CAP_CHOWN it cannot be given
-    // to 999, so it is opened to every UID and the peer-credential check is what admits: 999
-    // and our own UID, nobody else. `--allowed-uids any` keeps the umask's mode.
-    let socket_mode = a.socket_mode.or_else(|| {
-        (own_uid == 0 && a.socket_owner.is_none() && allowed_uids.is_some()).then_some(0o666)
-    });
-    if a.socket_mode.is_none() && socket_mode.is_some() {
-        tracing::info!(
-            allowed_uids = %uid_list(allowed_uids.as_deref()),
-            "socket mode 0666: the peer-credential check admits only the allowed UIDs (--socket-mode changes the mode)"
-        );
-    }
+    // 0755 root:root would refuse the repo-server (999). Two layers then: the file system lets
+    // only root and the repo-server's group (999, Argo CD's image) connect — never a leased
+    // UID — and the peer-credential check admits only the allowed UIDs.
+    let (socket_mode, socket_owner) = match default_socket(
+        own_uid,
+        &a,
+        allowed_uids.is_some(),
+        &a.socket_dir,
+    ) {
+        Some((mode, owner, why)) => {
+            if mode == 0o666 {
+                tracing::warn!(
+                    allowed_uids = %uid_list(allowed_uids.as_deref()),
+                    "socket mode 0666: {why}; only the peer-credential check refuses other UIDs, leased ones included (give the socket directory group 999 with the setgid bit — the pod's fsGroup: 999 — or pass --socket-owner 0:999 with CAP_CHOWN)"
+                );
+            } else {
+                tracing::info!(
+                    allowed_uids = %uid_list(allowed_uids.as_deref()),
+                    "socket mode 0660: {why}; the peer-credential check then admits only the allowed UIDs (--socket-mode, --socket-owner change it)"
+                );
+            }
+            (Some(mode), owner)
+        }
+        None => (a.socket_mode, socket_owner),
+    };
     if grpc_max_size_mb == 0 {
         bail!(
             "ARGOCD_GRPC_MAX_SIZE_MB is 0: no message could be received (Argo CD would start and fail every request); set a positive number of MiB"
@@ -526,6 +539,50 @@ pub async fn shutdown_signal(early_stop: Arc<AtomicBool>) {
 }
 
 /// Allowed UIDs as the log says them: `999,0`, or `any`.
+/// The socket's mode and owner when run as root with neither `--socket-mode` nor
+/// `--socket-owner` (and an allow list): group 999 (the repo-server's, as Argo CD's image runs
+/// it) and 0660, given by chown while we hold CAP_CHOWN (start-up binds before its capability
+/// drop) or inherited from a setgid socket directory of another group (the pod's fsGroup);
+/// else 0666, said loudly. With the reason, for the log.
+fn default_socket(
+    own_uid: u32,
+    a: &ServeArgs,
+    allow_list: bool,
+    socket_dir: &std::path::Path,
+) -> Option<(u32, Option<(Option<u32>, Option<u32>)>, String)> {
+    use std::os::unix::fs::MetadataExt;
+    if own_uid != 0 || a.socket_mode.is_some() || a.socket_owner.is_some() || !allow_list {
+        return None;
+    }
+    const REPO_SERVER_GID: u32 = 999;
+    let can_chown = jail::supervisor::privileges_now()
+        .effective
+        .iter()
+        .any(|c| c == "CAP_CHOWN");
+    if can_chown {
+        return Some((
+            0o660,
+            Some((None, Some(REPO_SERVER_GID))),
+            format!("owned by root:{REPO_SERVER_GID} (the repo-server's group)"),
+        ));
+    }
+    match std::fs::metadata(socket_dir) {
+        Ok(m) if m.mode() & 0o2000 != 0 && m.gid() != 0 => Some((
+            0o660,
+            None,
+            format!(
+                "group {} from the socket directory's setgid bit",
+                m.gid()
+            ),
+        )),
+        _ => Some((
+            0o666,
+            None,
+            "no CAP_CHOWN to give the socket to the repo-server's group, and the socket directory is not setgid to another group".to_owned(),
+        )),
+    }
+}
+
 fn uid_list(uids: Option<&[u32]>) -> String {
     match uids {
         None => "any".to_owned(),

@@ -149,7 +149,7 @@ pub fn enter(
     if want.pid {
         match unshare_namespaces(UnshareFlags::NEWPID) {
             Ok(()) => {
-                let tree = (attach && dir.is_some()).then(|| (base.to_owned(), disk));
+                let tree = (attach && dir.is_some()).then(|| base.to_owned());
                 mounter = become_init(tree)?;
                 report.created.push("pid".into());
                 if report.has("mount") {
@@ -366,9 +366,9 @@ fn openat_dir(at: &OwnedFd, name: &std::ffi::OsStr) -> Result<OwnedFd, ConfineEr
 
 /// After `unshare(CLONE_NEWPID)`: fork; the child is PID 1 of the new namespace and returns;
 /// the parent stays outside it, waits, and exits with the child's status. With `tree` (the
-/// request directory's path and its disk limit) the parent is first the mounter: the child
-/// gets the socket to it (for the supervisor).
-fn become_init(tree: Option<(PathBuf, DiskLimit)>) -> Result<Option<OwnedFd>, ConfineError> {
+/// request directory's path) the parent is first the mounter: the child gets the socket to it
+/// (for the supervisor).
+fn become_init(tree: Option<PathBuf>) -> Result<Option<OwnedFd>, ConfineError> {
     let step = "pid namespace";
     // The child learns of the parent's death through this pipe as well as PDEATHSIG (which
     // cannot cover a parent that died before the child set it).
@@ -393,9 +393,9 @@ fn become_init(tree: Option<(PathBuf, DiskLimit)>) -> Result<Option<OwnedFd>, Co
             let _ = rustix::process::set_dumpable_behavior(
                 rustix::process::DumpableBehavior::NotDumpable,
             );
-            if let (Some((ours, theirs)), Some((base, disk))) = (pair, tree) {
+            if let (Some((ours, theirs)), Some(base)) = (pair, tree) {
                 drop(theirs);
-                super::mounter::serve_once(&ours, &base, disk);
+                super::mounter::serve_once(&ours, &base);
             }
             let code = wait_for_init(child);
             drop(alive_w);

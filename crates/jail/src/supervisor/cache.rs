@@ -71,6 +71,16 @@ impl CacheConfig {
     }
 }
 
+/// Why a fill gave no tree.
+#[derive(Debug)]
+pub enum FillFailed {
+    /// It never started (the keeper is gone, its exchange broke): nothing of the stream was
+    /// read, so the request extracts it in its own jail, as without the cache.
+    NotStarted(RequestError),
+    /// It read the stream and failed (the archive refused, the filler or the client gone).
+    Failed(RequestError),
+}
+
 /// Hits, fills, uncached requests and evictions so far, and bytes held.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CacheStats {
@@ -372,7 +382,7 @@ impl TreeCache {
         options: &archive::Options,
         limits: FillLimits,
         deadline: Option<Instant>,
-    ) -> Result<Borrow, RequestError> {
+    ) -> Result<Borrow, FillFailed> {
         let mut ticket = ticket;
         let key = ticket.key.clone();
         let id = self.next_fill.fetch_add(1, Ordering::Relaxed);
@@ -399,6 +409,9 @@ impl TreeCache {
             }
             Err(e) => {
                 self.fill_settled(&key, None);
+                if matches!(e, FillFailed::NotStarted(_)) {
+                    lock(&self.state).stats.uncached += 1;
+                }
                 Err(e)
             }
         };
@@ -439,12 +452,14 @@ impl TreeCache {
         options: &archive::Options,
         limits: FillLimits,
         deadline: Option<Instant>,
-    ) -> Result<(u64, u64), RequestError> {
-        let broken = |e: String| self.out_of_service(format!("fill: {e}"));
+    ) -> Result<(u64, u64), FillFailed> {
+        // Up to the keeper's answer to `Fill`, nothing of the stream has been read.
+        let not_started =
+            |e: String| FillFailed::NotStarted(self.out_of_service(format!("fill: {e}")));
         let (arch_r, arch_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| broken(e.to_string()))?;
+            .map_err(|e| not_started(e.to_string()))?;
         let (reply_r, reply_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| broken(e.to_string()))?;
+            .map_err(|e| not_started(e.to_string()))?;
         self.command(
             &KeeperCmd::Fill {
                 id,
@@ -453,8 +468,24 @@ impl TreeCache {
             },
             &[arch_r.as_fd(), reply_w.as_fd()],
         )
-        .map_err(broken)?;
+        .map_err(not_started)?;
+        // The filler's ends are the keeper's now.
         drop((arch_r, reply_w));
+        self.fill_from(id, key, input, arch_w, reply_r, deadline)
+            .map_err(FillFailed::Failed)
+    }
+
+    /// The rest of a fill, once the keeper took it: the stream into the filler, then the
+    /// seal or the discard.
+    fn fill_from(
+        &self,
+        id: u64,
+        key: &str,
+        input: &mut dyn Read,
+        arch_w: OwnedFd,
+        reply_r: OwnedFd,
+        deadline: Option<Instant>,
+    ) -> Result<(u64, u64), RequestError> {
         // Feed: the archive as it arrives, `E` once it ended (verified), nothing more if it
         // was aborted. A write error means the filler stopped; its reply says why.
         let mut w = std::fs::File::from(arch_w);

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::cache::{Borrow, FillTicket, Lookup};
+use super::cache::{Borrow, FillFailed, FillTicket, Lookup};
 use super::cgroup::{CgroupStats, Layout, RequestCgroup};
 use super::plan::Plan;
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
@@ -787,11 +787,12 @@ impl Inner {
                 let p = lock(pool);
                 (p.first(), p.capacity() as u32)
             };
-            let mut uids: Vec<u32> = processes_in_range(Path::new("/proc"), first, count)
+            let procs: Vec<(i32, u32)> = processes_in_range(Path::new("/proc"), first, count)
                 .into_iter()
-                .filter_map(proc_uid)
-                .filter(|u| (first..first + count).contains(u))
+                .filter_map(|pid| proc_uid(pid).map(|u| (pid, u)))
+                .filter(|(_, u)| (first..first + count).contains(u))
                 .collect();
+            let mut uids: Vec<u32> = procs.iter().map(|(_, u)| *u).collect();
             uids.sort_unstable();
             uids.dedup();
             for uid in uids {
@@ -803,6 +804,18 @@ impl Inner {
                     );
                     continue;
                 };
+                // Not locked in our lease directory, yet a live instance's: it keeps its
+                // leases elsewhere. Never kill its work; refuse to share the range blind.
+                if let Some(other) = procs
+                    .iter()
+                    .filter(|(_, u)| *u == uid)
+                    .find_map(|(pid, _)| super::uid::live_instance_above(Path::new("/proc"), *pid))
+                {
+                    return Err(format!(
+                        "UID {uid} of spec.uidRange {first}+{count} runs processes of another live cmp-warden (PID {other}) that keeps its UID leases elsewhere than this instance ({}): two instances on one node need disjoint spec.uidRange values, or one lease directory (CMP_WARDEN_LEASE_DIR; a pod's plugin sidecars share the socket directory, where it is by default); nothing of the other instance was touched",
+                        lock(pool).lease_dir_display()
+                    ));
+                }
                 tracing::warn!(uid, "killing leftover processes of a previous run");
                 self.helper(&ReclaimArgs {
                     creds: Some((uid, uid)),
@@ -886,7 +899,17 @@ impl Inner {
                     input = Box::new(std::io::empty());
                     hold.0 = Some(b);
                 }
-                Err(e) => {
+                // The cache is an optimisation: a fill that never started read nothing of the
+                // stream, which the jail now extracts as with the cache off.
+                Err(FillFailed::NotStarted(e)) => {
+                    tracing::warn!(error = %e.message, "tree cache: the fill could not start; this request extracts in its own jail");
+                    crate::record::update(record, |r| {
+                        r.tree_cache = Some(crate::record::TreeCacheUse::Uncached);
+                        r.archive = None;
+                    });
+                    forward = true;
+                }
+                Err(FillFailed::Failed(e)) => {
                     crate::record::update(record, |r| {
                         r.uid = creds.map(|c| c.uid);
                         r.gid = creds.map(|c| c.gid);
@@ -1184,26 +1207,27 @@ impl Inner {
         job: &FillJob,
         deadline: Option<Instant>,
         record: &Recorder,
-    ) -> Result<Borrow, RequestError> {
+    ) -> Result<Borrow, FillFailed> {
         use crate::record::TreeCacheUse;
         let cache = self
             .cache
             .get()
-            .ok_or_else(|| internal("tree cache: not running"))?;
+            .ok_or_else(|| FillFailed::NotStarted(internal("tree cache: not running")))?;
         let started = Instant::now();
         match cache.fill(ticket, input, &job.options, job.limits, deadline) {
             Ok(b) => {
                 note_tree(record, &b, Some(started));
                 Ok(b)
             }
-            Err(e) => {
+            Err(FillFailed::NotStarted(e)) => Err(FillFailed::NotStarted(e)),
+            Err(FillFailed::Failed(e)) => {
                 crate::record::update(record, |r| {
                     r.tree_cache = Some(TreeCacheUse::Filled);
                     if e.kind != ErrorKind::Internal && e.kind != ErrorKind::Cancelled {
                         r.limit = Some(Limit::Archive);
                     }
                 });
-                Err(e)
+                Err(FillFailed::Failed(e))
             }
         }
     }

@@ -108,6 +108,14 @@ fn ids(text: &str, field: usize) -> impl Iterator<Item = (&str, u32)> {
 }
 
 impl UidPool {
+    /// Where its lease locks are, for messages ("no lease directory" without one).
+    pub fn lease_dir_display(&self) -> String {
+        self.lock_dir.as_ref().map_or_else(
+            || "no lease directory".to_owned(),
+            |d| format!("lease directory {}", d.display()),
+        )
+    }
+
     /// A pool over `first..first+count`, refusing any overlap with `passwd`/`group` contents.
     pub fn new(first: u32, count: u32, passwd: &str, group: &str) -> Result<Self, UidError> {
         let end = first.saturating_add(count);
@@ -339,6 +347,52 @@ pub fn proc_uid(pid: i32) -> Option<u32> {
         .find_map(|l| l.strip_prefix("Uid:"))?
         .split_whitespace()
         .next()?
+        .parse()
+        .ok()
+}
+
+/// The live cmp-warden (another server, not this process nor one of its ancestors) that
+/// `pid` descends from, if any: a leftover of a dead run has been reparented to init or a
+/// subreaper, while a live instance's jails and commands are still its descendants. An
+/// instance is recognised by its executable (the same file as ours, by device and inode).
+pub fn live_instance_above(proc_root: &Path, pid: i32) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = std::fs::metadata(proc_root.join("self/exe")).ok()?;
+    let me = std::process::id() as i32;
+    let mut ancestors_of_me = Vec::new();
+    let mut p = me;
+    for _ in 0..64 {
+        match ppid(proc_root, p) {
+            Some(pp) if pp > 0 => {
+                ancestors_of_me.push(pp);
+                p = pp;
+            }
+            _ => break,
+        }
+    }
+    let mut p = pid;
+    for _ in 0..64 {
+        let parent = ppid(proc_root, p)?;
+        if parent <= 1 {
+            return None;
+        }
+        if parent != me && !ancestors_of_me.contains(&parent) {
+            let exe = std::fs::metadata(proc_root.join(format!("{parent}/exe")));
+            if exe.is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino()) {
+                return Some(parent);
+            }
+        }
+        p = parent;
+    }
+    None
+}
+
+fn ppid(proc_root: &Path, pid: i32) -> Option<i32> {
+    std::fs::read_to_string(proc_root.join(format!("{pid}/status")))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))?
+        .trim()
         .parse()
         .ok()
 }

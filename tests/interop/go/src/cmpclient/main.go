@@ -121,6 +121,8 @@ func main() {
 	authority := flag.String("authority", "", "override :authority (encoded forms)")
 	chunk := flag.Int("chunk", 1024, "chunk size")
 	chunkDelay := flag.Duration("chunk-delay", 0, "pause before each chunk (a slow client)")
+	stallAfter := flag.Int("stall-after", -1, "after this many chunks, pause for -stall once (a client that stalls mid-archive)")
+	stall := flag.Duration("stall", 0, "the pause of -stall-after")
 	timeout := flag.Duration("timeout", 30*time.Second, "request deadline")
 	checksum := flag.String("checksum", "", "override the checksum sent")
 	var env envList
@@ -238,10 +240,13 @@ func main() {
 			if err := s.Send(meta); err != nil {
 				return // io.EOF: the server already answered; CloseAndRecv reports its status
 			}
-			for off := 0; off < len(data); off += *chunk {
+			for i, off := 0, 0; off < len(data); i, off = i+1, off+*chunk {
 				end := off + *chunk
 				if end > len(data) {
 					end = len(data)
+				}
+				if i == *stallAfter {
+					time.Sleep(*stall)
 				}
 				time.Sleep(*chunkDelay)
 				if err := s.Send(&pb.AppStreamRequest{Request: &pb.AppStreamRequest_File{File: &pb.File{Chunk: data[off:end]}}}); err != nil {
