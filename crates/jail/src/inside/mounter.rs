@@ -44,7 +44,7 @@ fn attach(tree: OwnedFd, base: &Path) -> Result<(), String> {
     // The lent tree's mount point detached (the overlay keeps its own hold on it), then the
     // layers covered, whatever happened: commands (no capabilities, seccomp forbids mounts)
     // cannot uncover them, so they reach the tree only through the overlay.
-    let _ = rustix::mount::unmount(&layers.join("lower"), UnmountFlags::DETACH);
+    let _ = rustix::mount::unmount(layers.join("lower"), UnmountFlags::DETACH);
     let cover = std::ffi::CString::new("size=4k,nr_inodes=1,mode=0").map_err(|e| e.to_string())?;
     rustix::mount::mount(
         "cmp-warden-cover",
