@@ -272,7 +272,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         allowed_uids.is_some(),
         &a.socket_dir,
     ) {
-        Some((mode, owner, why)) => {
+        Some(DefaultSocket { mode, owner, why }) => {
             if mode == 0o666 {
                 tracing::warn!(
                     allowed_uids = %uid_list(allowed_uids.as_deref()),
@@ -539,6 +539,13 @@ pub async fn shutdown_signal(early_stop: Arc<AtomicBool>) {
 }
 
 /// Allowed UIDs as the log says them: `999,0`, or `any`.
+/// A socket's mode and owner chosen without flags, and why (for the log).
+struct DefaultSocket {
+    mode: u32,
+    owner: Option<(Option<u32>, Option<u32>)>,
+    why: String,
+}
+
 /// The socket's mode and owner when run as root with neither `--socket-mode` nor
 /// `--socket-owner` (and an allow list): group 999 (the repo-server's, as Argo CD's image runs
 /// it) and 0660, given by chown while we hold CAP_CHOWN (start-up binds before its capability
@@ -549,7 +556,7 @@ fn default_socket(
     a: &ServeArgs,
     allow_list: bool,
     socket_dir: &std::path::Path,
-) -> Option<(u32, Option<(Option<u32>, Option<u32>)>, String)> {
+) -> Option<DefaultSocket> {
     use std::os::unix::fs::MetadataExt;
     if own_uid != 0 || a.socket_mode.is_some() || a.socket_owner.is_some() || !allow_list {
         return None;
@@ -560,26 +567,23 @@ fn default_socket(
         .iter()
         .any(|c| c == "CAP_CHOWN");
     if can_chown {
-        return Some((
-            0o660,
-            Some((None, Some(REPO_SERVER_GID))),
-            format!("owned by root:{REPO_SERVER_GID} (the repo-server's group)"),
-        ));
+        return Some(DefaultSocket {
+            mode: 0o660,
+            owner: Some((None, Some(REPO_SERVER_GID))),
+            why: format!("owned by root:{REPO_SERVER_GID} (the repo-server's group)"),
+        });
     }
     match std::fs::metadata(socket_dir) {
-        Ok(m) if m.mode() & 0o2000 != 0 && m.gid() != 0 => Some((
-            0o660,
-            None,
-            format!(
-                "group {} from the socket directory's setgid bit",
-                m.gid()
-            ),
-        )),
-        _ => Some((
-            0o666,
-            None,
-            "no CAP_CHOWN to give the socket to the repo-server's group, and the socket directory is not setgid to another group".to_owned(),
-        )),
+        Ok(m) if m.mode() & 0o2000 != 0 && m.gid() != 0 => Some(DefaultSocket {
+            mode: 0o660,
+            owner: None,
+            why: format!("group {} from the socket directory's setgid bit", m.gid()),
+        }),
+        _ => Some(DefaultSocket {
+            mode: 0o666,
+            owner: None,
+            why: "no CAP_CHOWN to give the socket to the repo-server's group, and the socket directory is not setgid to another group".to_owned(),
+        }),
     }
 }
 
