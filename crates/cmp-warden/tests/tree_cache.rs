@@ -105,10 +105,15 @@ fn in_background(s: &Server, dir: &str, extra: &[&str]) -> std::thread::JoinHand
 }
 
 fn server(pol: &std::path::Path, edits: &[(&str, &str)], extra: &[&str]) -> Server {
+    server_for(SPEC, pol, edits, extra)
+}
+
+/// A server of the plugin `spec` under the default policy with `edits`, written to `pol`.
+fn server_for(spec: &str, pol: &std::path::Path, edits: &[(&str, &str)], extra: &[&str]) -> Server {
     write_policy(pol, edits);
     let mut args = vec!["--policy", pol.to_str().expect("utf8")];
     args.extend_from_slice(extra);
-    Server::start(&plugin(SPEC), &args)
+    Server::start(&plugin(spec), &args)
 }
 
 /// A server (default policy, in `dir`) whose cache holds the tree of `FILES`: the repository
@@ -394,17 +399,8 @@ fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
     assert!(last["treeCache"].is_null(), "{last}");
 }
 
-/// The keeper gone (killed) after a fill: the next request for that archive finds its tree
-/// listed but cannot borrow it; it extracts in its own jail and gets the same answer, the
-/// cache goes out of service (logged), and later requests are answered uncached.
-#[test]
-fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
-    let t = tempfile::tempdir().expect("tmp");
-    let (s, r, first) = with_a_filled_tree(t.path());
-    let dir = r.path().to_str().expect("utf8");
+/// SIGKILL the server's keeper (its PID from the start-up log).
+fn kill_the_keeper(s: &Server) {
     let keeper = s
         .logs()
         .lines()
@@ -418,6 +414,20 @@ fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
         .status()
         .expect("kill");
     assert!(st.success());
+}
+
+/// The keeper gone (killed) after a fill: the next request for that archive finds its tree
+/// listed but cannot borrow it; it extracts in its own jail and gets the same answer, the
+/// cache goes out of service (logged), and later requests are answered uncached.
+#[test]
+fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let (s, r, first) = with_a_filled_tree(t.path());
+    let dir = r.path().to_str().expect("utf8");
+    kill_the_keeper(&s);
     for _ in 0..2 {
         let again = listing(&go(&s, "generate", &["-dir", dir]).expect("answered"));
         assert_eq!(again, first);
@@ -450,19 +460,7 @@ fn a_fill_that_cannot_start_extracts_in_its_own_jail() {
     }
     let t = tempfile::tempdir().expect("tmp");
     let (s, _r, _first) = with_a_filled_tree(t.path());
-    let keeper = s
-        .logs()
-        .lines()
-        .find_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
-        })
-        .expect("keeper pid logged");
-    let st = std::process::Command::new("kill")
-        .args(["-KILL", &keeper.to_string()])
-        .status()
-        .expect("kill");
-    assert!(st.success());
+    kill_the_keeper(&s);
     // A new archive: its first request would fill.
     let other = repo(&[(
         "cm.yaml",
@@ -498,17 +496,17 @@ fn a_cached_request_has_one_disk_budget_for_its_tree_and_tmp() {
         return;
     }
     let t = tempfile::tempdir().expect("tmp");
-    let pol = t.path().join("policy.yaml");
-    write_policy(
-        &pol,
+    let fill = "  generate:\n    command: [sh, -c, 'head -c 6000000 /dev/zero > tree.bin && echo tree=ok >&2; if head -c 6000000 /dev/zero > /tmp/tmp.bin 2>/dev/null; then t=written; else t=refused; fi; echo \"{kind: Disk, tmp: $t}\"']\n";
+    let s = server_for(
+        fill,
+        &t.path().join("policy.yaml"),
         &[
             ("diskBytes: 2Gi", "diskBytes: 8Mi"),
             ("extractedBytes: 1Gi", "extractedBytes: 1Mi"),
             ("fileBytes: 256Mi", "fileBytes: 1Mi"),
         ],
+        &[],
     );
-    let fill = "  generate:\n    command: [sh, -c, 'head -c 6000000 /dev/zero > tree.bin && echo tree=ok >&2; if head -c 6000000 /dev/zero > /tmp/tmp.bin 2>/dev/null; then t=written; else t=refused; fi; echo \"{kind: Disk, tmp: $t}\"']\n";
-    let s = Server::start(&plugin(fill), &["--policy", pol.to_str().expect("utf8")]);
     let r = repo(&[("a.txt", "alpha\n")]);
     let dir = r.path().to_str().expect("utf8");
     for _ in 0..2 {

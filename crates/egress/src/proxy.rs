@@ -237,6 +237,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A connection refused before its request head is read: answered (briefly: a client that
+/// does not read gets nothing more) and recorded as denied.
+fn refuse_at_accept(shared: &Arc<Shared>, stream: &TcpStream, status: u16, denial: &Denial) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    refuse(&mut &*stream, status, denial);
+    record(
+        shared,
+        Connection {
+            method: String::new(),
+            destination: String::new(),
+            address: None,
+            decision: Decision::Denied,
+            reason: Some(denial.to_string()),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        },
+    );
+}
+
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     loop {
         let (stream, peer) = match listener.accept() {
@@ -257,22 +277,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                 .ok()
                 .and_then(|l| crate::peer::owner(peer, l));
             if owner != Some(uid) {
-                let denial = Denial::Stranger { owner, uid };
-                let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-                refuse(&mut &stream, 403, &denial);
-                record(
-                    shared,
-                    Connection {
-                        method: String::new(),
-                        destination: String::new(),
-                        address: None,
-                        decision: Decision::Denied,
-                        reason: Some(denial.to_string()),
-                        bytes_up: 0,
-                        bytes_down: 0,
-                        duration_ms: 0,
-                    },
-                );
+                refuse_at_accept(shared, &stream, 403, &Denial::Stranger { owner, uid });
                 continue;
             }
         }
@@ -282,21 +287,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             if live.len() >= shared.limits.max_connections {
                 drop(live);
                 let denial = Denial::TooManyConnections(shared.limits.max_connections);
-                let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-                refuse(&mut &stream, 503, &denial);
-                record(
-                    shared,
-                    Connection {
-                        method: String::new(),
-                        destination: String::new(),
-                        address: None,
-                        decision: Decision::Denied,
-                        reason: Some(denial.to_string()),
-                        bytes_up: 0,
-                        bytes_down: 0,
-                        duration_ms: 0,
-                    },
-                );
+                refuse_at_accept(shared, &stream, 503, &denial);
                 continue;
             }
             match stream.try_clone() {
