@@ -485,6 +485,55 @@ fn a_fill_that_cannot_start_extracts_in_its_own_jail() {
     assert_eq!(uses, ["filled", "uncached"], "{uses:?}");
 }
 
+/// A request never waits on another client's stalled stream: while a client that sent half
+/// of an archive pauses (its fill holding the tree's key), an honest request with the same
+/// archive stops waiting for that tree once the fill has not moved for a second and extracts
+/// in its own jail, answered within 4 s (waiting for the stalled fill, it would wait until
+/// the server ends that stream at 5 s, then fill the tree itself).
+#[test]
+fn a_request_never_waits_on_a_stalled_fill_of_its_archive() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let s = server(&t.path().join("policy.yaml"), &[], &[]);
+    // Incompressible, so the archive is many 64-byte chunks.
+    let noise: String = (0..6000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    let r = repo(&[("noise.txt", &noise), ("a.txt", "alpha\n")]);
+    let dir = r.path().to_str().expect("utf8");
+    let stalled = in_background(
+        &s,
+        dir,
+        &["-chunk", "64", "-stall-after", "4", "-stall", "30s"],
+    );
+    // The probe's jail, then the stalled request's (taken before its fill starts).
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.logs().matches("\"jail taken\"").count() < 2 {
+        assert!(Instant::now() < until, "no fill began:\n{}", s.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let v = go(&s, "generate", &["-dir", dir, "-timeout", "4s"]).unwrap_or_else(|e| {
+        panic!(
+            "the honest request waited on the stalled one: {e:?}\n{}",
+            s.logs()
+        )
+    });
+    assert!(listing(&v).iter().any(|l| l.starts_with("./a.txt ")), "{v}");
+    assert!(
+        s.logs()
+            .contains("the archive's tree is being filled by a stream that paused"),
+        "{}",
+        s.logs()
+    );
+    let (code, msg) = stalled.join().expect("thread").expect_err("stalled");
+    assert_eq!(code, DEADLINE_EXCEEDED, "{msg}");
+    let uses = s.tree_cache_uses(2);
+    assert_eq!(uses, ["uncached", "filled"], "{uses:?}");
+}
+
 /// A request on a cached tree has one disk budget, as a fresh extraction has: what its
 /// commands write into the tree (the overlay's upper layer) and into `/tmp` come out of the
 /// same `spec.limits.diskBytes` tmpfs. 6 MiB into the tree and then 6 MiB into `/tmp` under an

@@ -35,6 +35,10 @@ use crate::spec::{ErrorKind, RequestError};
 /// How long the keeper may take to answer a command (a lend maps a namespace: milliseconds).
 const KEEPER_ANSWER: Duration = Duration::from_secs(10);
 
+/// How long a fill's stream may deliver nothing before requests waiting for that tree stop
+/// waiting and extract in their own jails.
+const FILL_STALLED: Duration = Duration::from_secs(1);
+
 /// The cache's configuration (from the policy's `spec.cache`, translated by the plan).
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
@@ -100,7 +104,9 @@ pub struct CacheStats {
 
 #[derive(Debug)]
 enum Entry {
-    Filling,
+    /// Being filled from a request's stream; the instant is when that stream last delivered
+    /// bytes, so a request waiting for the tree can tell a fill in progress from a stalled one.
+    Filling(Instant),
     Ready(Tree),
     /// Out of the budget, its removal under way in the keeper: a request for the key waits
     /// (a fill now would be sealed under the name the removal is about to delete).
@@ -330,21 +336,29 @@ impl TreeCache {
                     st.stats.hits += 1;
                     return Lookup::Hit(b);
                 }
-                Some(Entry::Filling | Entry::Evicting) => {
+                Some(entry @ (Entry::Filling(_) | Entry::Evicting)) => {
+                    // Waiting is worth it only while the filling stream moves: a request
+                    // never waits on another client's stalled stream (it extracts in its own
+                    // jail instead).
+                    if let Entry::Filling(moved) = entry {
+                        if moved.elapsed() >= FILL_STALLED {
+                            st.stats.uncached += 1;
+                            return Lookup::Uncached(
+                                "the archive's tree is being filled by a stream that paused",
+                            );
+                        }
+                    }
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     if left == Some(Duration::ZERO) {
                         st.stats.uncached += 1;
                         return Lookup::Uncached("the archive's tree is still being filled");
                     }
-                    st = match left {
-                        Some(l) => {
-                            self.changed
-                                .wait_timeout(st, l)
-                                .unwrap_or_else(|e| e.into_inner())
-                                .0
-                        }
-                        None => self.changed.wait(st).unwrap_or_else(|e| e.into_inner()),
-                    };
+                    let wait = left.map_or(FILL_STALLED / 4, |l| l.min(FILL_STALLED / 4));
+                    st = self
+                        .changed
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
                 None if fills >= self.cfg.max_fills => {
                     st.stats.uncached += 1;
@@ -360,7 +374,8 @@ impl TreeCache {
                     return Lookup::Uncached("no room for a fill beside the trees in use");
                 }
                 None => {
-                    st.entries.insert(key.to_owned(), Entry::Filling);
+                    st.entries
+                        .insert(key.to_owned(), Entry::Filling(Instant::now()));
                     st.fills += 1;
                     return Lookup::Fill(FillTicket {
                         key: key.to_owned(),
@@ -421,6 +436,13 @@ impl TreeCache {
         out
     }
 
+    /// The stream filling `key` delivered bytes.
+    fn fill_moved(&self, key: &str) {
+        if let Some(Entry::Filling(moved)) = lock(&self.state).entries.get_mut(key) {
+            *moved = Instant::now();
+        }
+    }
+
     /// A fill of `key` is over: its tree is sealed (held once, by the request that filled
     /// it), or it failed or never started and the key is free again.
     fn fill_settled(&self, key: &str, sealed: Option<Tree>) {
@@ -435,7 +457,7 @@ impl TreeCache {
                 st.stats.fills += 1;
             }
             None => {
-                if matches!(st.entries.get(key), Some(Entry::Filling)) {
+                if matches!(st.entries.get(key), Some(Entry::Filling(_))) {
                     st.entries.remove(key);
                 }
             }
@@ -499,6 +521,7 @@ impl TreeCache {
                     break;
                 }
                 Ok(n) => {
+                    self.fill_moved(key);
                     if crate::protocol::write_frame(&mut w, b'D', &buf[..n]).is_err() {
                         break;
                     }

@@ -233,26 +233,45 @@ func main() {
 		}
 		meta := &pb.AppStreamRequest{Request: &pb.AppStreamRequest_Metadata{Metadata: &pb.ManifestRequestMetadata{
 			AppName: name, AppRelPath: *appRel, Checksum: cs, Size: int64(len(data)), Env: entries}}}
-		type sender interface {
-			Send(*pb.AppStreamRequest) error
-		}
-		send := func(s sender) {
-			if err := s.Send(meta); err != nil {
-				return // io.EOF: the server already answered; CloseAndRecv reports its status
+		// The reply is awaited while sending (grpc-go allows one goroutine in SendMsg and one
+		// in RecvMsg), so a client pausing mid-archive learns at once that the server ended
+		// its stream instead of sleeping out its pause.
+		call := func(s grpc.ClientStream, out proto.Message) {
+			errc := make(chan error, 1)
+			ended := make(chan struct{})
+			go func() {
+				errc <- s.RecvMsg(out)
+				close(ended)
+			}()
+			sendAll := func() {
+				if err := s.SendMsg(meta); err != nil {
+					return // io.EOF: the server already answered; RecvMsg reports its status
+				}
+				for i, off := 0, 0; off < len(data); i, off = i+1, off+*chunk {
+					end := off + *chunk
+					if end > len(data) {
+						end = len(data)
+					}
+					pause := *chunkDelay
+					if i == *stallAfter {
+						pause += *stall
+					}
+					select {
+					case <-time.After(pause):
+					case <-ended:
+						return
+					}
+					if err := s.SendMsg(&pb.AppStreamRequest{Request: &pb.AppStreamRequest_File{File: &pb.File{Chunk: data[off:end]}}}); err != nil {
+						return // the server answered early; RecvMsg reports it
+					}
+				}
 			}
-			for i, off := 0, 0; off < len(data); i, off = i+1, off+*chunk {
-				end := off + *chunk
-				if end > len(data) {
-					end = len(data)
-				}
-				if i == *stallAfter {
-					time.Sleep(*stall)
-				}
-				time.Sleep(*chunkDelay)
-				if err := s.Send(&pb.AppStreamRequest{Request: &pb.AppStreamRequest_File{File: &pb.File{Chunk: data[off:end]}}}); err != nil {
-					return // the server answered early; CloseAndRecv reports it
-				}
+			sendAll()
+			_ = s.CloseSend()
+			if err := <-errc; err != nil {
+				fail(err)
 			}
+			resp = out
 		}
 		switch *rpc {
 		case "generate":
@@ -260,34 +279,19 @@ func main() {
 			if err != nil {
 				fail(err)
 			}
-			send(s)
-			r, err := s.CloseAndRecv()
-			if err != nil {
-				fail(err)
-			}
-			resp = r
+			call(s, new(pb.ManifestResponse))
 		case "match":
 			s, err := client.MatchRepository(ctx)
 			if err != nil {
 				fail(err)
 			}
-			send(s)
-			r, err := s.CloseAndRecv()
-			if err != nil {
-				fail(err)
-			}
-			resp = r
+			call(s, new(pb.RepositoryResponse))
 		case "params":
 			s, err := client.GetParametersAnnouncement(ctx)
 			if err != nil {
 				fail(err)
 			}
-			send(s)
-			r, err := s.CloseAndRecv()
-			if err != nil {
-				fail(err)
-			}
-			resp = r
+			call(s, new(pb.ParametersAnnouncementResponse))
 		default:
 			fmt.Fprintln(os.Stderr, "unknown rpc", *rpc)
 			os.Exit(2)
