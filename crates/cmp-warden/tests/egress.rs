@@ -429,6 +429,7 @@ out["private_name"] = via_proxy("CONNECT intranet.example.test:18210 HTTP/1.1\r\
 out["numeric_name"] = via_proxy("CONNECT 2130706433:18210 HTTP/1.1\r\n\r\n")
 out["resolver_name"] = via_proxy("CONNECT localhost:18210 HTTP/1.1\r\n\r\n")
 out["smuggled"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET http://other.example.test/smuggled HTTP/1.1\r\n\r\n")
+out["virtual_host"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nHost: admin.example.test\r\n\r\n")
 print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
 "#;
 
@@ -532,6 +533,10 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         ("private_name", "resolves only to internal addresses"),
         ("resolver_name", "resolves only to internal addresses"),
         ("numeric_name", "not a DNS name or IP address"),
+        (
+            "virtual_host",
+            "Host header (admin.example.test) names another",
+        ),
     ] {
         let line = d[k].as_str().unwrap_or_default();
         assert!(
@@ -557,7 +562,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         .iter()
         .filter(|c| c["decision"] == "allowed")
         .collect();
-    assert_eq!((allowed.len(), denied.len()), (2, 8), "{event}");
+    assert_eq!((allowed.len(), denied.len()), (2, 9), "{event}");
     assert!(!egress.iter().any(|c| {
         c["destination"]
             .as_str()
@@ -571,14 +576,14 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         .expect("write");
     c.read_to_string(&mut body).expect("read");
     // Counted as audited: the metric is the sum of both requests' records (the warm-up's too,
-    // whose connections are not checked here; 8 of this request's are).
+    // whose connections are not checked here; 9 of this request's are).
     let events = audit_events(&s);
     let denied_total = events
         .iter()
         .flat_map(|e| e["egress"].as_array().cloned().unwrap_or_default())
         .filter(|c| c["decision"] == "denied")
         .count();
-    assert!(denied_total >= 16, "{events:#?}");
+    assert!(denied_total >= 18, "{events:#?}");
     assert!(
         body.contains(&format!(
             "cmp_warden_egress_connections_total{{decision=\"denied\"}} {denied_total}\n"
@@ -1195,4 +1200,143 @@ fn ssh_keys_named_by_git_ssh_command_are_readable_where_the_policy_lists_them() 
     let (_, msg) = run(&default).expect_err("outside the policy's paths");
     assert!(msg.contains("id_ed25519"), "{msg}");
     assert!(msg.contains("spec.filesystem.readOnly"), "{msg}");
+}
+
+/// Opens 1,000 connections to the request's proxy and trickles a byte of a request head on
+/// each every 300 ms for 4 s (past the proxy's 3 s... 10 s head deadline: the proxy answers
+/// 408 or, past a cap, 503), then prints a ConfigMap naming how many connections it opened.
+/// A repository without `flood` gets the ConfigMap at once.
+const FLOOD: &str = r#"
+import json, os, socket, time
+if os.path.exists("flood"):
+    host, port = os.environ["HTTPS_PROXY"].rsplit("/", 1)[-1].rsplit(":", 1)
+    socks = []
+    for _ in range(1000):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect((host, int(port)))
+        except BlockingIOError:
+            pass
+        socks.append(s)
+    head = b"CONNECT localhost:1 HTTP/1.1\r\n"
+    for i in range(14):
+        time.sleep(0.3)
+        for s in socks:
+            try:
+                s.send(head[i:i + 1])
+            except OSError:
+                pass
+    opened = len(socks)
+else:
+    opened = 0
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "flood"}, "data": {"opened": str(opened)}}))
+"#;
+
+/// Three requests each open 1,000 connections to their proxies and trickle bytes on them:
+/// the server's threads stay within a few dozen of idle (the proxies' connections are tasks
+/// on one small runtime, and past the caps they are refused), and an honest request sent
+/// meanwhile succeeds.
+#[test]
+fn trickling_floods_through_three_proxies_leave_the_servers_threads_bounded() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(
+        &pol_file,
+        &[(
+            "network: {mode: none}",
+            "network: {mode: allowList, allow: [{host: localhost, ports: [9], internal: true}], maxConnections: 1000}",
+        )],
+    );
+    let s = Server::start(
+        &plugin("  generate: {command: [python3, flood.py]}\n"),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let pid = s.child.as_ref().expect("server").id();
+    let threads = || -> usize {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let flood = repo(&[("flood.py", FLOOD), ("flood", "")]);
+    let honest = repo(&[("flood.py", FLOOD)]);
+    // Idle: after a first request, so every lazily started pool exists.
+    let v = go(
+        &s,
+        "generate",
+        &["-dir", honest.path().to_str().expect("utf8")],
+    )
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert!(v["manifests"][0].as_str().expect("m").contains("flood"));
+    std::thread::sleep(Duration::from_millis(500));
+    let idle = threads();
+    let floods: Vec<_> = (0..3)
+        .map(|_| {
+            let sock = s.sock.clone();
+            let dir = flood.path().to_str().expect("utf8").to_owned();
+            std::thread::spawn(move || {
+                let out = Command::new(go_client())
+                    .arg("-socket")
+                    .arg(&sock)
+                    .args(["-rpc", "generate", "-dir", &dir, "-timeout", "60s"])
+                    .output()
+                    .expect("grpc client");
+                parse_client_output(&out)
+            })
+        })
+        .collect();
+    let mut most = idle;
+    let t0 = Instant::now();
+    let mut honest_ok = None;
+    while t0.elapsed() < Duration::from_secs(5) {
+        most = most.max(threads());
+        if honest_ok.is_none() && t0.elapsed() > Duration::from_secs(2) {
+            honest_ok = Some(go(
+                &s,
+                "generate",
+                &["-dir", honest.path().to_str().expect("utf8")],
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let honest_ok = honest_ok.expect("sent");
+    assert!(
+        honest_ok.is_ok(),
+        "the honest request failed beside the floods: {honest_ok:?}"
+    );
+    for f in floods {
+        let v = f
+            .join()
+            .expect("thread")
+            .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+        assert!(
+            v["manifests"][0]
+                .as_str()
+                .expect("m")
+                .contains("\"opened\": \"1000\""),
+            "{v}"
+        );
+    }
+    assert!(
+        most <= idle + 40,
+        "the server went from {idle} threads idle to {most} under 3 x 1,000 proxy connections"
+    );
+    // The audit events record each request's connections within the record bound.
+    let logs = s.logs();
+    let events: Vec<serde_json::Value> = logs
+        .lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let flooded: Vec<_> = events
+        .iter()
+        .filter(|e| e["egress"].as_array().is_some_and(|a| a.len() > 1))
+        .collect();
+    assert_eq!(flooded.len(), 3, "{logs}");
+    for e in flooded {
+        assert!(e["egress"].as_array().expect("egress").len() <= 256);
+    }
 }

@@ -40,7 +40,7 @@ fn refuses_malformed_policies_with_the_field_named() {
         (
             "network: {mode: none}",
             "network: {mode: none, allow: [{host: a.example, ports: [443]}]}",
-            "spec.network: allow, audit, hosts and maxConnections apply only to mode: allowList",
+            "spec.network: allow, audit, hosts, maxConnections and searchDomains apply only to mode: allowList",
         ),
         (
             "wallSeconds: 300",
@@ -69,6 +69,48 @@ fn refuses_malformed_policies_with_the_field_named() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// A cidr entry that covers loopback and the metadata address without `internal: true` is
+/// valid (those addresses stay refused) and the reviewer is told which, naming the entry.
+#[test]
+fn a_cidr_entry_covering_loopback_and_link_local_is_named_in_a_warning() {
+    let d = tempfile::tempdir().expect("tmp");
+    let f = d.path().join("p.yaml");
+    let default = include_str!("../../../policies/default.yaml");
+    std::fs::write(
+        &f,
+        default.replacen(
+            "network: {mode: none}",
+            "network: {mode: allowList, allow: [{host: vault.example, ports: [8200]}, {cidr: 0.0.0.0/0, ports: [443]}, {cidr: 10.0.0.0/8, ports: [443]}, {cidr: '::/0', ports: [443], internal: true}], searchDomains: true}",
+            1,
+        ),
+    )
+    .expect("write");
+    std::fs::create_dir_all(d.path().join("seccomp")).expect("mkdir");
+    std::fs::write(
+        d.path().join("seccomp/default.json"),
+        include_str!("../../../policies/seccomp/default.json"),
+    )
+    .expect("profile");
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(&f)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0]
+            .starts_with("warning: policy: spec.network.allow[1]: cidr 0.0.0.0/0 covers loopback")
+            && warnings[0].contains("169.254.169.254")
+            && warnings[0].contains("internal: true"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["egress"]["searchDomains"], true, "{v}");
 }
 
 #[test]

@@ -152,6 +152,7 @@ fn main() {
             }],
             audit: false,
             hosts: Vec::new(),
+            search_domains: false,
         },
         Limits {
             max_connections: 1000,

@@ -1,9 +1,10 @@
-//! One HTTP/1.x request head, read with a size bound.
-
-use std::io::Read;
+//! One HTTP/1.x request head, parsed by `httparse` within a size bound.
 
 /// The most a request head may take (request line and headers).
 pub const MAX_HEAD: usize = 16 * 1024;
+
+/// The most header lines a head may carry.
+const MAX_HEADERS: usize = 64;
 
 /// A parsed request head and the bytes the client sent after it.
 #[derive(Debug)]
@@ -23,63 +24,50 @@ impl Head {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// How many times header `name` appears.
+    pub fn count(&self, name: &str) -> usize {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .count()
+    }
 }
 
-/// Read and parse one head. `Ok(None)` when the client closed before sending anything.
-pub fn read_head(r: &mut impl Read) -> Result<Option<Head>, String> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let end = loop {
-        if let Some(i) = find(&buf, b"\r\n\r\n") {
-            break i;
-        }
-        if buf.len() > MAX_HEAD {
+/// Parse the head at the start of `buf`: `Ok(None)` while it is incomplete (read more, up to
+/// [`MAX_HEAD`]), or the head and what followed it.
+pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let end = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
             return Err(format!("request head larger than {MAX_HEAD} bytes"));
         }
-        let n = r
-            .read(&mut chunk)
-            .map_err(|e| format!("reading the request: {e}"))?;
-        if n == 0 {
-            return if buf.is_empty() {
-                Ok(None)
-            } else {
-                Err("the client closed mid-request".into())
-            };
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(format!("more than {MAX_HEADERS} header lines"));
         }
-        buf.extend_from_slice(&chunk[..n]);
+        Err(e) => return Err(format!("malformed request head ({e})")),
     };
-    let text = std::str::from_utf8(&buf[..end]).map_err(|_| "request head is not UTF-8")?;
-    let mut lines = text.split("\r\n");
-    let line = lines.next().unwrap_or_default();
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(format!("malformed request line {line:?}"));
-    };
-    if !matches!(version, "HTTP/1.1" | "HTTP/1.0") || method.is_empty() || target.is_empty() {
-        return Err(format!("malformed request line {line:?}"));
+    if end > MAX_HEAD {
+        return Err(format!("request head larger than {MAX_HEAD} bytes"));
     }
-    let mut headers = Vec::new();
-    for l in lines {
-        let (k, v) = l
-            .split_once(':')
-            .ok_or_else(|| format!("malformed header line {l:?}"))?;
-        if k.is_empty() || k.bytes().any(|b| b.is_ascii_whitespace()) {
-            return Err(format!("malformed header name {k:?}"));
-        }
-        headers.push((k.to_owned(), v.trim().to_owned()));
+    let (Some(method), Some(target)) = (req.method, req.path) else {
+        return Err("malformed request line".into());
+    };
+    let mut out = Vec::with_capacity(req.headers.len());
+    for h in req.headers.iter() {
+        let v = std::str::from_utf8(h.value)
+            .map_err(|_| format!("header {:?} is not UTF-8", h.name))?;
+        out.push((h.name.to_owned(), v.trim().to_owned()));
     }
     Ok(Some(Head {
         method: method.to_owned(),
         target: target.to_owned(),
-        headers,
-        rest: buf[end + 4..].to_vec(),
+        headers: out,
+        rest: buf[end..].to_vec(),
     }))
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Split `host:port` (IPv6 in brackets); `default` when the port is absent.
@@ -110,9 +98,9 @@ mod tests {
 
     #[test]
     fn heads_parse_and_bounds_hold() {
-        let mut r =
+        let r =
             &b"CONNECT vault.example:8200 HTTP/1.1\r\nHost: vault.example:8200\r\n\r\nhello"[..];
-        let h = read_head(&mut r).expect("ok").expect("head");
+        let h = parse_head(r).expect("ok").expect("head");
         assert_eq!(
             (h.method.as_str(), h.target.as_str()),
             ("CONNECT", "vault.example:8200")
@@ -124,15 +112,23 @@ mod tests {
             &[b'a'; MAX_HEAD + 10],
         ]
         .concat();
+        assert!(parse_head(&big).expect_err("too big").contains("larger"));
+        assert!(parse_head(b"GET  HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse_head(b"GET / HTTP/2\r\n\r\n").is_err());
+        assert!(parse_head(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n").is_err());
+        let many: String = (0..70).map(|i| format!("X{i}: y\r\n")).collect();
         assert!(
-            read_head(&mut &big[..])
-                .expect_err("too big")
-                .contains("larger")
+            parse_head(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes())
+                .expect_err("many")
+                .contains("header lines")
         );
-        assert!(read_head(&mut &b"GET  HTTP/1.1\r\n\r\n"[..]).is_err());
-        assert!(read_head(&mut &b"GET / HTTP/2\r\n\r\n"[..]).is_err());
-        assert!(read_head(&mut &b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"[..]).is_err());
-        assert!(read_head(&mut &b""[..]).expect("ok").is_none());
+        // Incomplete: more is needed.
+        assert!(parse_head(b"").expect("ok").is_none());
+        assert!(
+            parse_head(b"CONNECT a:1 HTTP/1.1\r\n")
+                .expect("ok")
+                .is_none()
+        );
     }
 
     #[test]

@@ -1,19 +1,20 @@
-//! The proxy: one acceptor thread per request, one thread per connection (plus one per
-//! relay direction), all stopped and joined when the request ends.
+//! The proxy: every connection is a task on one small runtime that all requests' proxies
+//! share (one worker thread; name lookups and socket-owner checks on at most
+//! [`BLOCKING_THREADS`] more), so connections cost the supervisor memory — bounded by
+//! [`MAX_CONNECTIONS_TOTAL`] across requests — and never a thread each.
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::unix::net::UnixStream;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::sync::watch;
 
-use crate::head::{Head, read_head, split_authority};
+use crate::head::{Head, MAX_HEAD, parse_head, split_authority};
 use crate::rules::{AllowList, Denial, Host, normalise_name};
 
 /// Bounds of one request's proxy.
@@ -21,9 +22,10 @@ use crate::rules::{AllowList, Denial, Host, normalise_name};
 pub struct Limits {
     /// Connections open at once (more are refused with 503).
     pub max_connections: usize,
-    /// How long a client may take to send its request head.
+    /// How long a client may take to send its whole request head (one deadline from accept,
+    /// however the bytes trickle in).
     pub head_timeout: Duration,
-    /// How long connecting to a destination may take.
+    /// How long resolving and connecting to a destination may take together.
     pub connect_timeout: Duration,
     /// Connections recorded in detail (the rest are counted).
     pub max_records: usize,
@@ -39,6 +41,18 @@ impl Default for Limits {
         }
     }
 }
+
+/// Proxy connections open at once across every request of the process: beside each
+/// request's `maxConnections`, what bounds the supervisor's descriptors and memory however
+/// many requests use their proxies at once (more are refused with 503, naming it).
+pub const MAX_CONNECTIONS_TOTAL: usize = 1024;
+
+/// Threads for name lookups and socket-owner checks (blocking calls), shared by all proxies:
+/// more lookups than this wait their turn within their connection's deadline.
+pub const BLOCKING_THREADS: usize = 4;
+
+/// The most of a destination kept in a record or a log line.
+const MAX_DESTINATION: usize = 270;
 
 /// What the proxy did with a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,7 +83,7 @@ impl Decision {
 pub struct Connection {
     /// `CONNECT`, or the method of a plain-HTTP request.
     pub method: String,
-    /// The destination as the client named it (`host:port`).
+    /// The destination as the client named it (`host:port`), at most 270 characters.
     pub destination: String,
     /// The address connected to, when one was.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,6 +101,21 @@ pub struct Connection {
     pub duration_ms: u64,
 }
 
+impl Connection {
+    fn denied() -> Self {
+        Self {
+            method: String::new(),
+            destination: String::new(),
+            address: None,
+            decision: Decision::Denied,
+            reason: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        }
+    }
+}
+
 /// The destination a command's askpass helper asks for: the repo-server's git credential
 /// socket (a reserved name that never resolves).
 pub const ASKPASS_HOST: &str = "askpass.cmp-warden.invalid";
@@ -98,6 +127,7 @@ pub struct Proxy {
     limits: Limits,
     askpass: Option<PathBuf>,
     admit_uid: Option<u32>,
+    deadline: Option<Instant>,
 }
 
 struct Shared {
@@ -105,21 +135,26 @@ struct Shared {
     limits: Limits,
     askpass: Option<PathBuf>,
     admit_uid: Option<u32>,
-    stopping: AtomicBool,
-    /// Live connections' sockets (client, destination), to shut down when the request ends.
-    live: Mutex<HashMap<u64, (TcpStream, Option<TcpStream>)>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    deadline: Option<Instant>,
+    /// The listener's own address (for the socket-owner check).
+    local: Option<SocketAddr>,
+    /// Turns true when the request ends: every task of this proxy returns at once.
+    stop: watch::Receiver<bool>,
+    /// Connections of this request open now.
+    live: AtomicUsize,
+    /// Tasks of this proxy still running (the acceptor and each connection), for `finish`.
+    tasks: Mutex<usize>,
+    tasks_done: Condvar,
     records: Mutex<Vec<Connection>>,
     unrecorded: AtomicU64,
-    next_id: AtomicU64,
+    accept_failures: AtomicU64,
 }
 
 /// A serving proxy. [`ProxyHandle::finish`] stops it and returns its records.
 #[derive(Debug)]
 pub struct ProxyHandle {
     shared: Arc<Shared>,
-    listener: Arc<TcpListener>,
-    acceptor: Option<JoinHandle<()>>,
+    stop: Option<watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -128,9 +163,36 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// Small stacks: the threads only copy bytes through a heap buffer.
-const STACK: usize = 128 * 1024;
-const BUF: usize = 16 * 1024;
+/// Relay buffer per direction.
+const BUF: usize = 8 * 1024;
+
+/// Connections open across every proxy of the process.
+static TOTAL: AtomicUsize = AtomicUsize::new(0);
+
+/// The runtime all proxies share, built on first use.
+fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    static BUILDING: Mutex<()> = Mutex::new(());
+    if let Some(rt) = RT.get() {
+        return Ok(rt);
+    }
+    let _one = lock(&BUILDING);
+    if let Some(rt) = RT.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_name("egress")
+        .thread_stack_size(256 * 1024)
+        .enable_io()
+        .enable_time()
+        .build()?;
+    Ok(RT.get_or_init(|| rt))
+}
+
+/// The threads the proxies' runtime may use at most (its worker and blocking threads).
+pub const MAX_THREADS: usize = 1 + BLOCKING_THREADS;
 
 impl Proxy {
     /// A proxy for `list` within `limits`.
@@ -140,6 +202,7 @@ impl Proxy {
             limits,
             askpass: None,
             admit_uid: None,
+            deadline: None,
         }
     }
 
@@ -157,43 +220,54 @@ impl Proxy {
         self
     }
 
+    /// Resolving and connecting never run past `deadline` (the request's).
+    pub fn with_deadline(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
     /// The askpass socket credential requests are relayed to, if any.
     pub fn askpass(&self) -> Option<&std::path::Path> {
         self.askpass.as_deref()
     }
 
     /// Serve `listener` (a socket in the jail's network namespace) until finished.
-    pub fn start(self, listener: TcpListener) -> std::io::Result<ProxyHandle> {
-        listener.set_nonblocking(false)?;
-        let listener = Arc::new(listener);
+    pub fn start(self, listener: std::net::TcpListener) -> std::io::Result<ProxyHandle> {
+        let rt = runtime()?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr().ok();
+        let listener = {
+            let _in = rt.enter();
+            TcpListener::from_std(listener)?
+        };
+        let (tx, rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             list: self.list,
             limits: self.limits,
             askpass: self.askpass,
             admit_uid: self.admit_uid,
-            stopping: AtomicBool::new(false),
-            live: Mutex::new(HashMap::new()),
-            threads: Mutex::new(Vec::new()),
+            deadline: self.deadline,
+            local,
+            stop: rx,
+            live: AtomicUsize::new(0),
+            tasks: Mutex::new(0),
+            tasks_done: Condvar::new(),
             records: Mutex::new(Vec::new()),
             unrecorded: AtomicU64::new(0),
-            next_id: AtomicU64::new(0),
+            accept_failures: AtomicU64::new(0),
         });
-        let (s, l) = (shared.clone(), listener.clone());
-        let acceptor = std::thread::Builder::new()
-            .name("egress-accept".into())
-            .stack_size(STACK)
-            .spawn(move || accept_loop(&s, &l))?;
+        let task = Task::new(&shared);
+        rt.spawn(accept_loop(shared.clone(), listener, task));
         Ok(ProxyHandle {
             shared,
-            listener,
-            acceptor: Some(acceptor),
+            stop: Some(tx),
         })
     }
 }
 
 impl ProxyHandle {
-    /// Stop accepting, cut every open connection, join every thread, and return the records
-    /// (and how many connections went unrecorded past the record limit).
+    /// Stop accepting, cut every open connection, wait for every task, and return the
+    /// records (and how many connections went unrecorded past the record limit).
     pub fn finish(mut self) -> (Vec<Connection>, u64) {
         self.stop();
         let records = std::mem::take(&mut *lock(&self.shared.records));
@@ -201,35 +275,40 @@ impl ProxyHandle {
     }
 
     fn stop(&mut self) {
-        self.shared.stopping.store(true, Ordering::SeqCst);
-        // Wakes the blocked accept (Linux returns EINVAL from accept on a shut-down listener).
-        let _ = rustix::net::shutdown(&*self.listener, rustix::net::Shutdown::Both);
-        if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(true);
         }
-        for (_, (client, dest)) in lock(&self.shared.live).drain() {
-            let _ = client.shutdown(Shutdown::Both);
-            if let Some(d) = dest {
-                let _ = d.shutdown(Shutdown::Both);
+        // Each task returns at its next await; a lookup still running on a blocking thread
+        // is abandoned, not waited for.
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut n = lock(&self.shared.tasks);
+        while *n > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    tasks = *n,
+                    "egress proxy: tasks still running 10 s after the request ended"
+                );
+                break;
             }
-        }
-        let threads = std::mem::take(&mut *lock(&self.shared.threads));
-        for t in threads {
-            let _ = t.join();
+            n = self
+                .shared
+                .tasks_done
+                .wait_timeout(n, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
     /// Connections open now (for tests and the bench).
     pub fn open_connections(&self) -> usize {
-        lock(&self.shared.live).len()
+        self.shared.live.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for ProxyHandle {
     fn drop(&mut self) {
-        if self.acceptor.is_some() {
-            self.stop();
-        }
+        self.stop();
     }
 }
 
@@ -237,98 +316,140 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A connection refused before its request head is read: answered (briefly: a client that
-/// does not read gets nothing more) and recorded as denied.
-fn refuse_at_accept(shared: &Arc<Shared>, stream: &TcpStream, status: u16, denial: &Denial) {
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    refuse(&mut &*stream, status, denial);
-    record(
-        shared,
-        Connection {
-            method: String::new(),
-            destination: String::new(),
-            address: None,
-            decision: Decision::Denied,
-            reason: Some(denial.to_string()),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-        },
-    );
+/// A running task of one proxy, counted until dropped.
+struct Task(Arc<Shared>);
+
+impl Task {
+    fn new(shared: &Arc<Shared>) -> Self {
+        *lock(&shared.tasks) += 1;
+        Task(shared.clone())
+    }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+impl Drop for Task {
+    fn drop(&mut self) {
+        *lock(&self.0.tasks) -= 1;
+        self.0.tasks_done.notify_all();
+    }
+}
+
+/// One open connection, counted in its request's and the process's totals until dropped.
+struct Open(Arc<Shared>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+        TOTAL.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Resolves when the request ends.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Take a place for one more connection, or say which cap is full.
+fn admit(shared: &Arc<Shared>) -> Result<Open, Denial> {
+    let max = shared.limits.max_connections;
+    if shared
+        .live
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_err()
+    {
+        return Err(Denial::TooManyConnections(max));
+    }
+    if TOTAL
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < MAX_CONNECTIONS_TOTAL).then_some(n + 1)
+        })
+        .is_err()
+    {
+        shared.live.fetch_sub(1, Ordering::SeqCst);
+        return Err(Denial::ServerFull(MAX_CONNECTIONS_TOTAL));
+    }
+    Ok(Open(shared.clone()))
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, _task: Task) {
+    let mut stop = shared.stop.clone();
     loop {
-        let (stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(_) if shared.stopping.load(Ordering::SeqCst) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+        let accepted = tokio::select! {
+            _ = stopped(&mut stop) => return,
+            r = listener.accept() => r,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
             Err(e) => {
-                tracing::warn!(error = %e, "egress proxy: accept failed; no more connections for this request");
-                return;
+                // Out of descriptors (EMFILE, ENFILE) or a connection gone before accept:
+                // back off rather than spin, and say so once per request.
+                if shared.accept_failures.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!(error = %e, "egress proxy: accept failed; retrying every 100 ms (said once per request)");
+                }
+                tokio::select! {
+                    _ = stopped(&mut stop) => return,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
             }
         };
-        if shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        if let Some(uid) = shared.admit_uid {
-            let owner = listener
-                .local_addr()
-                .ok()
-                .and_then(|l| crate::peer::owner(peer, l));
-            if owner != Some(uid) {
-                refuse_at_accept(shared, &stream, 403, &Denial::Stranger { owner, uid });
-                continue;
+        match admit(&shared) {
+            Ok(open) => {
+                let task = Task::new(&shared);
+                tokio::spawn(connection(shared.clone(), stream, peer, open, task));
             }
-        }
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut live = lock(&shared.live);
-            if live.len() >= shared.limits.max_connections {
-                drop(live);
-                let denial = Denial::TooManyConnections(shared.limits.max_connections);
-                refuse_at_accept(shared, &stream, 503, &denial);
-                continue;
-            }
-            match stream.try_clone() {
-                Ok(c) => {
-                    live.insert(id, (c, None));
-                }
-                Err(_) => continue,
-            }
-        }
-        // Reap finished connection threads so the list stays as short as the live set.
-        {
-            let mut threads = lock(&shared.threads);
-            let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *threads)
-                .into_iter()
-                .partition(|t| t.is_finished());
-            *threads = running;
-            for t in done {
-                let _ = t.join();
-            }
-        }
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("egress-conn".into())
-            .stack_size(STACK)
-            .spawn(move || {
-                let c = serve(&s, id, stream);
-                lock(&s.live).remove(&id);
-                record(&s, c);
-            });
-        match spawned {
-            Ok(t) => lock(&shared.threads).push(t),
-            Err(e) => {
-                lock(&shared.live).remove(&id);
-                tracing::warn!(error = %e, "egress proxy: no thread for a connection");
+            Err(denial) => {
+                let mut c = Connection::denied();
+                c.reason = Some(denial.to_string());
+                record(&shared, c);
+                // Answered and closed on a task of its own (no place, no head read).
+                let task = Task::new(&shared);
+                let mut stop = shared.stop.clone();
+                tokio::spawn(async move {
+                    let _task = task;
+                    let mut stream = stream;
+                    tokio::select! {
+                        _ = stopped(&mut stop) => {}
+                        _ = answer(&mut stream, 503, &denial) => {}
+                    }
+                });
             }
         }
     }
 }
 
+/// Serve one connection until it ends or the request does, then record it.
+async fn connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    open: Open,
+    _task: Task,
+) {
+    let t0 = Instant::now();
+    let mut stop = shared.stop.clone();
+    let mut c = Connection::denied();
+    let bytes = Bytes::default();
+    tokio::select! {
+        _ = stopped(&mut stop) => {}
+        _ = serve(&shared, stream, peer, &mut c, &bytes) => {}
+    }
+    drop(open);
+    c.bytes_up = bytes.up.load(Ordering::Relaxed);
+    c.bytes_down = bytes.down.load(Ordering::Relaxed);
+    c.duration_ms = t0.elapsed().as_millis() as u64;
+    record(&shared, c);
+}
+
+#[derive(Default)]
+struct Bytes {
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
 fn record(shared: &Shared, c: Connection) {
-    tracing::info!(
+    // The audit event keeps the record; the log line is for debugging.
+    tracing::debug!(
         destination = %c.destination,
         address = %c.address.map(|a| a.to_string()).unwrap_or_default(),
         decision = c.decision.as_str(),
@@ -345,9 +466,9 @@ fn record(shared: &Shared, c: Connection) {
     }
 }
 
-/// Answer a refusal: the status, a reason phrase naming the destination and the policy field
-/// (tools print the phrase of a failed CONNECT), and the same text as the body.
-fn refuse(w: &mut impl Write, status: u16, denial: &Denial) {
+/// A refusal: the status, a reason phrase naming the destination and the policy field (tools
+/// print the phrase of a failed CONNECT), and the same text as the body.
+fn refusal(status: u16, denial: &Denial) -> String {
     let text = denial.to_string();
     let phrase: String = format!("cmp-warden: {text}")
         .chars()
@@ -359,98 +480,135 @@ fn refuse(w: &mut impl Write, status: u16, denial: &Denial) {
             }
         })
         .collect();
-    let _ = write!(
-        w,
+    format!(
         "HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}\n",
         text.len() + 1
-    );
-    let _ = w.flush();
+    )
 }
 
-/// Steps 1–5 for one connection.
-fn serve(shared: &Shared, id: u64, mut client: TcpStream) -> Connection {
-    let t0 = Instant::now();
-    let mut c = Connection {
-        method: String::new(),
-        destination: String::new(),
-        address: None,
-        decision: Decision::Denied,
-        reason: None,
-        bytes_up: 0,
-        bytes_down: 0,
-        duration_ms: 0,
-    };
-    let finish = |mut c: Connection| {
-        c.duration_ms = t0.elapsed().as_millis() as u64;
-        c
-    };
-    // 1. One bounded head, within the head timeout.
-    let _ = client.set_read_timeout(Some(shared.limits.head_timeout));
-    let head = match read_head(&mut client) {
-        Ok(Some(h)) => h,
-        Ok(None) => {
+/// Answer `status` for `denial` and note it as the connection's reason.
+async fn refuse(client: &mut TcpStream, c: &mut Connection, status: u16, denial: Denial) {
+    answer(client, status, &denial).await;
+    c.reason = Some(denial.to_string());
+}
+
+/// Write the refusal and close our side, then discard what the client still sends for a
+/// moment, so closing does not reset the connection before the client read the answer (all
+/// within 2 s: a client that neither reads nor stops gets nothing more).
+async fn answer(client: &mut TcpStream, status: u16, denial: &Denial) {
+    let text = refusal(status, denial);
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        client.write_all(text.as_bytes()).await?;
+        client.shutdown().await
+    })
+    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut sink = [0u8; 1024];
+        let mut left = 64 * 1024;
+        while left > 0 {
+            match client.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left -= n.min(left),
+            }
+        }
+    })
+    .await;
+}
+
+/// The first `MAX_DESTINATION` characters of `s`.
+fn bounded(s: &str) -> String {
+    if s.len() <= MAX_DESTINATION {
+        return s.to_owned();
+    }
+    let mut end = MAX_DESTINATION;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Read one head within `MAX_HEAD` bytes: `Ok(None)` if the client closed first.
+async fn read_head(client: &mut TcpStream) -> Result<Option<Head>, String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = client
+            .read(&mut chunk)
+            .await
+            .map_err(|e| format!("reading the request: {e}"))?;
+        if n == 0 {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err("the client closed mid-request".into())
+            };
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(h) = parse_head(&buf)? {
+            return Ok(Some(h));
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(format!("request head larger than {MAX_HEAD} bytes"));
+        }
+    }
+}
+
+/// Steps 1–4 of the crate's doc for one connection (5, the record, is the caller's).
+async fn serve(
+    shared: &Shared,
+    mut client: TcpStream,
+    peer: SocketAddr,
+    c: &mut Connection,
+    bytes: &Bytes,
+) {
+    // 0. On a loopback the pod shares: only the request's own processes.
+    if let (Some(uid), Some(local)) = (shared.admit_uid, shared.local) {
+        let owner = tokio::task::spawn_blocking(move || crate::peer::owner(peer, local))
+            .await
+            .ok()
+            .flatten();
+        if owner != Some(uid) {
+            return refuse(&mut client, c, 403, Denial::Stranger { owner, uid }).await;
+        }
+    }
+    // 1. One bounded head, within one deadline for all of it.
+    let head = match tokio::time::timeout(shared.limits.head_timeout, read_head(&mut client)).await
+    {
+        Ok(Ok(Some(h))) => h,
+        Ok(Ok(None)) => {
             c.reason = Some("the client sent nothing".into());
-            return finish(c);
+            return;
         }
-        Err(why) => {
-            let d = Denial::BadRequest(why);
-            refuse(&mut client, 400, &d);
-            c.reason = Some(d.to_string());
-            return finish(c);
+        Ok(Err(why)) => return refuse(&mut client, c, 400, Denial::BadRequest(why)).await,
+        Err(_) => {
+            let why = format!(
+                "no complete request head within {} s",
+                shared.limits.head_timeout.as_secs()
+            );
+            return refuse(&mut client, c, 408, Denial::BadRequest(why)).await;
         }
     };
-    let _ = client.set_read_timeout(None);
-    c.method = head.method.clone();
+    c.method = bounded(&head.method);
     let (host, port, forward) = match destination(&head) {
         Ok(d) => d,
-        Err(d) => {
-            refuse(&mut client, 400, &d);
-            c.reason = Some(d.to_string());
-            return finish(c);
-        }
+        Err(d) => return refuse(&mut client, c, 400, d).await,
     };
-    c.destination = if host.contains(':') && !host.starts_with('[') {
+    c.destination = bounded(&if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
-    };
+    });
     // The git credential relay: only by CONNECT, only when the request has it.
     if host.eq_ignore_ascii_case(ASKPASS_HOST) && forward.is_none() {
-        let Some(path) = &shared.askpass else {
-            let d = Denial::BadRequest(
-                "git credentials are not available to this request: the plugin does not set provideGitCreds, or the repo-server sent no ARGOCD_ASK_PASS_SOCK".into(),
-            );
-            refuse(&mut client, 403, &d);
-            c.reason = Some(d.to_string());
-            return finish(c);
-        };
-        let socket = match UnixStream::connect(path) {
-            Ok(s) => s,
-            Err(e) => {
-                let d = Denial::BadRequest(format!(
-                    "the repo-server's askpass socket {} cannot be reached: {e}",
-                    path.display()
-                ));
-                refuse(&mut client, 502, &d);
-                c.decision = Decision::Allowed;
-                c.reason = Some(d.to_string());
-                return finish(c);
-            }
-        };
-        c.decision = Decision::Allowed;
-        if client
-            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            .is_err()
-        {
-            return finish(c);
-        }
-        let (up, down) = tunnel(client, Upstream::Unix(socket), &head.rest);
-        c.bytes_up = up;
-        c.bytes_down = down;
-        return finish(c);
+        return askpass(shared, client, c, bytes, &head).await;
+    }
+    // A plain-HTTP request goes where its Host header says (virtual hosts behind one
+    // address): that must be the destination decided on.
+    if let (Some(_), Err(d)) = (&forward, same_host(&head, &host, port)) {
+        return refuse(&mut client, c, 403, d).await;
     }
     // 2–3. Decide, resolve, connect to a checked address.
-    let upstream = match connect(shared, &host, port) {
+    let upstream = match connect(shared, &host, port).await {
         Ok((stream, addr, audited)) => {
             c.address = Some(addr);
             c.decision = if audited.is_some() {
@@ -462,42 +620,74 @@ fn serve(shared: &Shared, id: u64, mut client: TcpStream) -> Connection {
             stream
         }
         Err((status, d, decision)) => {
-            refuse(&mut client, status, &d);
             c.decision = decision;
-            c.reason = Some(d.to_string());
-            return finish(c);
+            return refuse(&mut client, c, status, d).await;
         }
     };
-    if let (Some(entry), Ok(clone)) = (lock(&shared.live).get_mut(&id), upstream.try_clone()) {
-        entry.1 = Some(clone);
-    }
-    if shared.stopping.load(Ordering::SeqCst) {
-        let _ = upstream.shutdown(Shutdown::Both);
-        return finish(c);
-    }
     // 4. Relay.
-    let (up, down) = match forward {
+    match forward {
         None => {
             if client
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                .is_err()
+                .await
+                .is_ok()
             {
-                return finish(c);
+                tunnel(client, upstream, &head.rest, bytes).await;
             }
-            tunnel(client, Upstream::Tcp(upstream), &head.rest)
         }
-        Some(path) => forward_one(client, upstream, &head, &path),
-    };
-    c.bytes_up = up;
-    c.bytes_down = down;
-    // 5. Recorded by the caller.
-    finish(c)
+        Some(path) => forward_one(client, upstream, &head, &path, bytes).await,
+    }
 }
+
+/// `CONNECT askpass.cmp-warden.invalid:1`: a tunnel to the repo-server's askpass socket.
+async fn askpass(
+    shared: &Shared,
+    mut client: TcpStream,
+    c: &mut Connection,
+    bytes: &Bytes,
+    head: &Head,
+) {
+    let Some(path) = &shared.askpass else {
+        let d = Denial::BadRequest(
+            "git credentials are not available to this request: the plugin does not set provideGitCreds, or the repo-server sent no ARGOCD_ASK_PASS_SOCK".into(),
+        );
+        return refuse(&mut client, c, 403, d).await;
+    };
+    c.decision = Decision::Allowed;
+    let socket = match UnixStream::connect(path).await {
+        Ok(s) => s,
+        Err(e) => {
+            let d = Denial::BadRequest(format!(
+                "the repo-server's askpass socket {} cannot be reached: {e}",
+                path.display()
+            ));
+            return refuse(&mut client, c, 502, d).await;
+        }
+    };
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_ok()
+    {
+        tunnel(client, socket, &head.rest, bytes).await;
+    }
+}
+
+/// Longest authority a destination may have (a 253-character name, brackets, a port).
+const MAX_AUTHORITY: usize = 263;
 
 /// The destination of a head: `CONNECT host:port`, or an absolute `http://` URL (whose
 /// origin-form path is returned for forwarding).
 fn destination(head: &Head) -> Result<(String, u16, Option<String>), Denial> {
+    let too_long = || {
+        Denial::BadRequest(format!(
+            "a destination longer than {MAX_AUTHORITY} characters is not a host and port"
+        ))
+    };
     if head.method.eq_ignore_ascii_case("CONNECT") {
+        if head.target.len() > MAX_AUTHORITY {
+            return Err(too_long());
+        }
         let (h, p) = split_authority(&head.target, None).map_err(Denial::BadRequest)?;
         return Ok((h, p, None));
     }
@@ -508,13 +698,17 @@ fn destination(head: &Head) -> Result<(String, u16, Option<String>), Denial> {
     else {
         return Err(Denial::BadRequest(format!(
             "{} {}: only CONNECT and absolute http:// requests are proxied (https goes through CONNECT)",
-            head.method, head.target
+            bounded(&head.method),
+            bounded(&head.target)
         )));
     };
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], rest[i..].to_owned()),
         None => (rest, "/".to_owned()),
     };
+    if authority.len() > MAX_AUTHORITY {
+        return Err(too_long());
+    }
     if authority.contains('@') {
         return Err(Denial::BadRequest(
             "credentials in the proxy URL's authority are not forwarded".into(),
@@ -529,12 +723,60 @@ fn destination(head: &Head) -> Result<(String, u16, Option<String>), Denial> {
     Ok((h, p, Some(path)))
 }
 
+/// A forwarded request's `Host` names the destination decided on (one header; the same host,
+/// case and a trailing dot aside; the same port, if it names one) — or it is absent and the
+/// forwarded head gets that destination.
+fn same_host(head: &Head, host: &str, port: u16) -> Result<(), Denial> {
+    let mismatch = |given: &str| Denial::HostMismatch {
+        given: bounded(given),
+        destination: bounded(&format!("{host}:{port}")),
+    };
+    match head.count("host") {
+        0 => return Ok(()),
+        1 => {}
+        _ => return Err(mismatch("several Host headers")),
+    }
+    let given = head.header("host").unwrap_or_default();
+    // Without a port, the header names the host alone (clients omit the port they dial).
+    let (h, p) = split_authority(given, Some(port)).map_err(|_| mismatch(given))?;
+    let norm = |s: &str| s.trim_end_matches('.').to_ascii_lowercase();
+    if p == port && norm(&h) == norm(host) {
+        Ok(())
+    } else {
+        Err(mismatch(given))
+    }
+}
+
 type Refusal = (u16, Denial, Decision);
 
 /// Decide `host:port` against the list, resolve it here, and connect to the first address the
-/// list admits. Returns the stream, the address, and in audit mode what the list would have
-/// refused.
-fn connect(
+/// list admits — all within the connect timeout and the request's deadline. Returns the
+/// stream, the address, and in audit mode what the list would have refused.
+async fn connect(
+    shared: &Shared,
+    host: &str,
+    port: u16,
+) -> Result<(TcpStream, SocketAddr, Option<String>), Refusal> {
+    let mut budget = shared.limits.connect_timeout;
+    if let Some(d) = shared.deadline {
+        budget = budget.min(d.saturating_duration_since(Instant::now()));
+    }
+    let bounded_by = budget;
+    match tokio::time::timeout(budget, decide_and_connect(shared, host, port)).await {
+        Ok(r) => r,
+        Err(_) => Err((
+            504,
+            Denial::BadRequest(format!(
+                "resolving and connecting to {}:{port} took longer than {} ms (the proxy's connect timeout, or the request's deadline)",
+                bounded(host),
+                bounded_by.as_millis()
+            )),
+            Decision::Allowed,
+        )),
+    }
+}
+
+async fn decide_and_connect(
     shared: &Shared,
     host: &str,
     port: u16,
@@ -550,42 +792,42 @@ fn connect(
         }
         Err(d) => return Err((403, d, Decision::Denied)),
     };
-    let (name, candidates): (String, Vec<IpAddr>) = match &host {
-        Host::Ip(ip) => (ip.to_string(), vec![*ip]),
-        Host::Name(n) if list.fixed_addresses(n).is_some() => (
-            n.clone(),
-            list.fixed_addresses(n).unwrap_or_default().to_vec(),
-        ),
-        Host::Name(n) => {
-            let addrs = (n.as_str(), port).to_socket_addrs().map_err(|e| {
-                (
-                    403,
-                    Denial::Unresolvable {
-                        host: n.clone(),
-                        error: e.to_string(),
-                    },
-                    Decision::Denied,
-                )
-            })?;
-            let mut ips: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
-            ips.dedup();
-            (n.clone(), ips)
+    let candidates: Vec<IpAddr> = match &host {
+        Host::Ip(ip) => vec![*ip],
+        Host::Name(n) => match list.fixed_addresses(n) {
+            Some(fixed) => fixed.to_vec(),
+            None => resolve(n.clone(), port, list.search_domains)
+                .await
+                .map_err(|error| {
+                    (
+                        403,
+                        Denial::Unresolvable {
+                            host: n.clone(),
+                            error,
+                            search_domains: list.search_domains,
+                        },
+                        Decision::Denied,
+                    )
+                })?,
+        },
+    };
+    // Every address is checked, an IP literal's as a resolved one's: internal addresses
+    // need an entry that admits them.
+    let mut usable = Vec::new();
+    for ip in &candidates {
+        let own = own_address(*ip);
+        if list.address_allowed(&entries, *ip, port, own) {
+            usable.push(*ip);
         }
-    };
-    // IP literals were admitted by a CIDR entry, which names its addresses explicitly.
-    let usable: Vec<IpAddr> = match &host {
-        Host::Ip(_) => candidates.clone(),
-        Host::Name(_) => candidates
-            .iter()
-            .copied()
-            .filter(|ip| list.address_allowed(&entries, *ip, port, own_address(*ip)))
-            .collect(),
-    };
+    }
     let usable = if usable.is_empty() && !candidates.is_empty() {
-        let d = Denial::Internal {
-            host: name,
-            port,
-            addresses: candidates.clone(),
+        let d = match &host {
+            Host::Ip(ip) => Denial::InternalAddress { ip: *ip, port },
+            Host::Name(n) => Denial::Internal {
+                host: n.clone(),
+                port,
+                addresses: candidates.clone(),
+            },
         };
         if !list.audit {
             return Err((403, d, Decision::Denied));
@@ -598,17 +840,18 @@ fn connect(
     let mut last = String::from("no address");
     for ip in usable {
         let addr = SocketAddr::new(ip, port);
-        match TcpStream::connect_timeout(&addr, shared.limits.connect_timeout) {
+        match TcpStream::connect(addr).await {
             Ok(s) => return Ok((s, addr, would_deny)),
             Err(e) => last = format!("{addr}: {e}"),
         }
     }
+    let text = match &host {
+        Host::Name(n) => n.clone(),
+        Host::Ip(ip) => ip.to_string(),
+    };
     Err((
         502,
-        Denial::BadRequest(format!(
-            "connecting to {}:{port} failed ({last})",
-            host_text(&host)
-        )),
+        Denial::BadRequest(format!("connecting to {text}:{port} failed ({last})")),
         if would_deny.is_some() {
             Decision::Audited
         } else {
@@ -617,11 +860,37 @@ fn connect(
     ))
 }
 
-fn host_text(h: &Host) -> String {
-    match h {
-        Host::Name(n) => n.clone(),
-        Host::Ip(ip) => ip.to_string(),
+/// The addresses of `name`: the node's hosts file, then DNS for the name as absolute (no
+/// search-domain expansion), unless the policy asks for the pod's search domains. On a
+/// blocking thread the caller abandons when its deadline passes.
+async fn resolve(name: String, port: u16, search_domains: bool) -> Result<Vec<IpAddr>, String> {
+    let looked_up = tokio::task::spawn_blocking(move || {
+        if search_domains {
+            return lookup(&name, port);
+        }
+        let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let fixed = crate::rules::hosts_file_addresses(&hosts, &name);
+        if !fixed.is_empty() {
+            return Ok(fixed);
+        }
+        // A trailing dot makes the name absolute for the system's resolver.
+        lookup(&format!("{name}."), port)
+    })
+    .await;
+    match looked_up {
+        Ok(r) => r,
+        Err(e) => Err(format!("lookup task: {e}")),
     }
+}
+
+fn lookup(name: &str, port: u16) -> Result<Vec<IpAddr>, String> {
+    let mut ips: Vec<IpAddr> = (name, port)
+        .to_socket_addrs()
+        .map_err(|e| e.to_string())?
+        .map(|a| a.ip())
+        .collect();
+    ips.dedup();
+    Ok(ips)
 }
 
 /// Whether `ip` is one of this node's (the pod's) own addresses: binding to it succeeds only
@@ -630,103 +899,41 @@ fn own_address(ip: IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
-/// What a tunnel's far side is: a destination, or the repo-server's askpass socket.
-enum Upstream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Upstream {
-    fn try_clone(&self) -> std::io::Result<Upstream> {
-        Ok(match self {
-            Upstream::Tcp(s) => Upstream::Tcp(s.try_clone()?),
-            Upstream::Unix(s) => Upstream::Unix(s.try_clone()?),
-        })
-    }
-}
-
-/// One side of a relay.
-trait Half: Read + Write {
-    fn shut(&self, how: Shutdown);
-}
-
-impl Half for TcpStream {
-    fn shut(&self, how: Shutdown) {
-        let _ = self.shutdown(how);
-    }
-}
-
-impl Half for Upstream {
-    fn shut(&self, how: Shutdown) {
-        let _ = match self {
-            Upstream::Tcp(s) => s.shutdown(how),
-            Upstream::Unix(s) => s.shutdown(how),
-        };
-    }
-}
-
-impl Read for Upstream {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Upstream::Tcp(s) => s.read(buf),
-            Upstream::Unix(s) => s.read(buf),
+/// Relay both ways until both sides are done (each side's end passed on to the other).
+async fn tunnel<U>(client: TcpStream, mut upstream: U, pending: &[u8], bytes: &Bytes)
+where
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    if !pending.is_empty() {
+        if upstream.write_all(pending).await.is_err() {
+            return;
         }
+        bytes.up.fetch_add(pending.len() as u64, Ordering::Relaxed);
     }
+    let (cr, cw) = tokio::io::split(client);
+    let (ur, uw) = tokio::io::split(upstream);
+    tokio::join!(pipe(cr, uw, &bytes.up), pipe(ur, cw, &bytes.down));
 }
 
-impl Write for Upstream {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Upstream::Tcp(s) => s.write(buf),
-            Upstream::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Relay both ways until both sides are done; returns (bytes up, bytes down).
-fn tunnel(client: TcpStream, mut upstream: Upstream, pending: &[u8]) -> (u64, u64) {
-    let (c2, u2) = match (client.try_clone(), upstream.try_clone()) {
-        (Ok(c), Ok(u)) => (c, u),
-        _ => return (0, 0),
-    };
-    let down = std::thread::Builder::new()
-        .name("egress-down".into())
-        .stack_size(STACK)
-        .spawn(move || copy(u2, c2));
-    let mut up = 0;
-    if !pending.is_empty() && upstream.write_all(pending).is_ok() {
-        up += pending.len() as u64;
-    }
-    up += copy(client, upstream);
-    let down = down.map(|t| t.join().unwrap_or(0)).unwrap_or(0);
-    (up, down)
-}
-
-/// Copy until EOF or an error, then pass the EOF on; returns the bytes copied.
-fn copy(mut from: impl Half, mut to: impl Half) -> u64 {
+/// Copy until EOF or an error, then pass the EOF on.
+async fn pipe(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, n: &AtomicU64) {
     let mut buf = vec![0u8; BUF];
-    let mut n = 0u64;
     loop {
-        match from.read(&mut buf) {
+        match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(k) => {
-                if to.write_all(&buf[..k]).is_err() {
+                if to.write_all(&buf[..k]).await.is_err() {
                     break;
                 }
-                n += k as u64;
+                n.fetch_add(k as u64, Ordering::Relaxed);
             }
         }
     }
-    to.shut(Shutdown::Write);
-    from.shut(Shutdown::Read);
-    n
+    let _ = to.shutdown().await;
 }
 
-/// Hop-by-hop and proxy headers that are not forwarded.
+/// Hop-by-hop and proxy headers that are not forwarded (`Host` is written from the
+/// destination decided on).
 const DROPPED: &[&str] = &[
     "connection",
     "keep-alive",
@@ -736,73 +943,76 @@ const DROPPED: &[&str] = &[
     "te",
     "trailer",
     "upgrade",
+    "host",
 ];
 
 /// Forward exactly one plain-HTTP request (head and a `Content-Length` body) with
 /// `Connection: close`, then relay the response. Nothing else the client sends on this
 /// connection is forwarded, so a second request smuggled behind the first never leaves.
-fn forward_one(client: TcpStream, upstream: TcpStream, head: &Head, path: &str) -> (u64, u64) {
-    let mut c = &client;
+async fn forward_one(
+    mut client: TcpStream,
+    mut upstream: TcpStream,
+    head: &Head,
+    path: &str,
+    bytes: &Bytes,
+) {
     if head.header("transfer-encoding").is_some() {
-        refuse(
-            &mut c,
-            501,
-            &Denial::BadRequest(
-                "chunked request bodies are not forwarded over plain HTTP; use https (CONNECT)"
-                    .into(),
-            ),
+        let d = Denial::BadRequest(
+            "chunked request bodies are not forwarded over plain HTTP; use https (CONNECT)".into(),
         );
-        return (0, 0);
+        let _ = client.write_all(refusal(501, &d).as_bytes()).await;
+        return;
     }
     let length: u64 = match head.header("content-length").map(str::parse) {
         None => 0,
         Some(Ok(n)) => n,
         Some(Err(_)) => {
-            refuse(
-                &mut c,
-                400,
-                &Denial::BadRequest("bad Content-Length".into()),
-            );
-            return (0, 0);
+            let d = Denial::BadRequest("bad Content-Length".into());
+            let _ = client.write_all(refusal(400, &d).as_bytes()).await;
+            return;
         }
     };
     let mut out = format!("{} {path} HTTP/1.1\r\n", head.method);
+    if let Some(h) = head.header("host") {
+        out.push_str(&format!("Host: {h}\r\n"));
+    } else if let Some(authority) = head.target.get("http://".len()..) {
+        let authority = authority.split(['/', '?']).next().unwrap_or_default();
+        out.push_str(&format!("Host: {authority}\r\n"));
+    }
     for (k, v) in &head.headers {
         if !DROPPED.contains(&k.to_ascii_lowercase().as_str()) {
             out.push_str(&format!("{k}: {v}\r\n"));
         }
     }
     out.push_str("Connection: close\r\n\r\n");
-    let mut u = &upstream;
-    if u.write_all(out.as_bytes()).is_err() {
-        return (0, 0);
+    if upstream.write_all(out.as_bytes()).await.is_err() {
+        return;
     }
-    let mut up = out.len() as u64;
-    let first = head.rest.len().min(length as usize);
-    if u.write_all(&head.rest[..first]).is_err() {
-        return (up, 0);
+    bytes.up.fetch_add(out.len() as u64, Ordering::Relaxed);
+    let first = head
+        .rest
+        .len()
+        .min(usize::try_from(length).unwrap_or(usize::MAX));
+    if upstream.write_all(&head.rest[..first]).await.is_err() {
+        return;
     }
-    up += first as u64;
+    bytes.up.fetch_add(first as u64, Ordering::Relaxed);
     let mut remaining = length - first as u64;
     let mut buf = vec![0u8; BUF];
-    let mut cr = &client;
     while remaining > 0 {
         let want = remaining.min(BUF as u64) as usize;
-        match cr.read(&mut buf[..want]) {
+        match client.read(&mut buf[..want]).await {
             Ok(0) | Err(_) => break,
             Ok(k) => {
-                if u.write_all(&buf[..k]).is_err() {
+                if upstream.write_all(&buf[..k]).await.is_err() {
                     break;
                 }
-                up += k as u64;
+                bytes.up.fetch_add(k as u64, Ordering::Relaxed);
                 remaining -= k as u64;
             }
         }
     }
-    let down = match client.try_clone() {
-        Ok(c) => copy(Upstream::Tcp(upstream), c),
-        Err(_) => 0,
-    };
-    let _ = client.shutdown(Shutdown::Both);
-    (up, down)
+    let (ur, _uw) = tokio::io::split(upstream);
+    let (_cr, cw) = tokio::io::split(client);
+    pipe(ur, cw, &bytes.down).await;
 }

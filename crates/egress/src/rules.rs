@@ -107,6 +107,23 @@ impl Cidr {
     }
 }
 
+impl Cidr {
+    /// Whether the two blocks share an address.
+    pub fn overlaps(&self, other: &Cidr) -> bool {
+        let shorter = if self.prefix <= other.prefix {
+            self
+        } else {
+            other
+        };
+        let longer = if self.prefix <= other.prefix {
+            other
+        } else {
+            self
+        };
+        shorter.contains(longer.addr)
+    }
+}
+
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.prefix)
@@ -130,13 +147,16 @@ pub struct Rule {
     pub target: Target,
     /// TCP ports (at least one).
     pub ports: Vec<u16>,
-    /// For a host entry: its names may resolve to internal addresses (loopback, link-local,
-    /// private ranges, the pod's own), which are otherwise refused.
+    /// The entry admits internal addresses: for a host entry, its names may resolve to any
+    /// (loopback, link-local, private ranges, the pod's own), which are otherwise refused; for
+    /// a cidr entry, the loopback, link-local and unspecified addresses and the pod's own in
+    /// its block (the private ranges a block names it admits without this).
     pub internal: bool,
 }
 
 /// The allow list of one policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AllowList {
     /// The entries, in policy order.
     pub rules: Vec<Rule>,
@@ -146,6 +166,9 @@ pub struct AllowList {
     /// Names resolved to these addresses instead of by DNS (like a pod's `hostAliases`):
     /// lower-case name, addresses. The addresses are still checked like resolved ones.
     pub hosts: Vec<(String, Vec<IpAddr>)>,
+    /// Names are resolved through the pod's DNS search domains (`resolv.conf`'s `search` and
+    /// `ndots`) instead of as absolute names.
+    pub search_domains: bool,
 }
 
 /// Why a destination is refused. Each message names the destination and the policy field that
@@ -164,12 +187,24 @@ pub enum Denial {
         port: u16,
         addresses: Vec<IpAddr>,
     },
+    /// An IP literal that is loopback, link-local, unspecified or the pod's own: the cidr
+    /// entry that covers it does not say `internal: true`.
+    InternalAddress { ip: IpAddr, port: u16 },
     /// The name does not resolve (from the supervisor's side).
-    Unresolvable { host: String, error: String },
+    Unresolvable {
+        host: String,
+        error: String,
+        /// Whether the pod's search domains were tried.
+        search_domains: bool,
+    },
+    /// A plain-HTTP request whose `Host` header names another destination than its URL.
+    HostMismatch { given: String, destination: String },
     /// Not a proxy request this proxy serves.
     BadRequest(String),
     /// The request already holds the policy's number of concurrent connections.
     TooManyConnections(usize),
+    /// The server's proxies already hold this many connections across requests.
+    ServerFull(usize),
     /// A process other than the request's connected to its proxy (a listener on a loopback
     /// the pod shares): the socket's owner, if the kernel's tables still had it.
     Stranger {
@@ -204,20 +239,44 @@ impl fmt::Display for Denial {
                 let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
                 write!(
                     f,
-                    "egress to {host}:{port} denied: it resolves only to internal addresses ({}); set internal: true on its spec.network.allow entry or add a cidr entry",
+                    "egress to {host}:{port} denied: it resolves only to internal addresses ({}); set internal: true on its spec.network.allow entry (a cidr entry admits the private addresses it covers, never loopback, link-local or the pod's own)",
                     list.join(", ")
                 )
             }
-            Denial::Unresolvable { host, error } => {
+            Denial::InternalAddress { ip, port } => write!(
+                f,
+                "egress to {}:{port} denied: loopback, link-local (the cloud metadata address among them), unspecified and the pod's own addresses need an entry with internal: true (spec.network.allow[].internal); a cidr entry that only covers them does not admit them",
+                SocketAddrText(*ip)
+            ),
+            Denial::Unresolvable {
+                host,
+                error,
+                search_domains,
+            } => {
                 write!(
                     f,
                     "egress to {host} denied: the name does not resolve ({error})"
-                )
+                )?;
+                if !search_domains {
+                    write!(
+                        f,
+                        "; it was resolved as an absolute name: write the full name (e.g. NAME.NAMESPACE.svc.cluster.local) or set spec.network.searchDomains: true"
+                    )?;
+                }
+                Ok(())
             }
+            Denial::HostMismatch { given, destination } => write!(
+                f,
+                "egress to {destination} denied: the request's Host header ({given}) names another destination; a plain-HTTP request through the proxy goes only to the host its URL names and spec.network.allow admits"
+            ),
             Denial::BadRequest(why) => write!(f, "egress proxy: {why}"),
             Denial::TooManyConnections(n) => write!(
                 f,
                 "egress denied: the request already has {n} open connections (spec.network.maxConnections)"
+            ),
+            Denial::ServerFull(n) => write!(
+                f,
+                "egress denied: the server's egress proxies already hold {n} connections across all requests (a fixed bound of the supervisor); retry later"
             ),
             Denial::Stranger { owner, uid } => {
                 let who = owner.map_or_else(
@@ -320,19 +379,81 @@ impl AllowList {
         })
     }
 
-    /// Whether a resolved address may be used for a name its `entries` matched: an external
-    /// address always; an internal one (`internal` says so, with `own` for the pod's own
-    /// addresses) only when one of the entries says `internal: true` or a CIDR entry names it
-    /// on this port.
+    /// Whether an address may be used for a destination its `entries` matched (a name's
+    /// resolved address, or an IP literal): an external address always; an internal one
+    /// ([`is_internal`], with `own` for the pod's own addresses) when one of the entries says
+    /// `internal: true`, or when a CIDR entry covers it on this port and it is merely private
+    /// (a block that names private addresses admits them; loopback, link-local, unspecified
+    /// and the pod's own need `internal: true` even there, so `0.0.0.0/0` never reaches the
+    /// metadata address).
     pub fn address_allowed(&self, entries: &[&Rule], ip: IpAddr, port: u16, own: bool) -> bool {
         if !own && !is_internal(ip) {
             return true;
         }
-        entries.iter().any(|r| r.internal)
-            || self.rules.iter().any(|r| {
-                r.ports.contains(&port) && matches!(&r.target, Target::Cidr(c) if c.contains(ip))
-            })
+        if entries.iter().any(|r| r.internal) {
+            return true;
+        }
+        self.rules.iter().any(|r| {
+            r.ports.contains(&port)
+                && matches!(&r.target, Target::Cidr(c) if c.contains(ip))
+                && (r.internal || (!own && !is_sensitive(ip)))
+        })
     }
+
+    /// Warnings for a reviewer: cidr entries that cover loopback, link-local or unspecified
+    /// addresses without `internal: true` (those addresses stay refused).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            let Target::Cidr(c) = &r.target else { continue };
+            if r.internal {
+                continue;
+            }
+            let covered: Vec<&str> = SENSITIVE_BLOCKS
+                .iter()
+                .filter(|(block, _)| c.overlaps(&Cidr::parse(block).expect("a fixed block")))
+                .map(|(_, what)| *what)
+                .collect();
+            if !covered.is_empty() {
+                out.push(format!(
+                    "spec.network.allow[{i}]: cidr {c} covers {}; those addresses stay refused unless the entry says internal: true",
+                    covered.join(", ")
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Blocks a cidr entry admits only with `internal: true`, as a reviewer reads them.
+const SENSITIVE_BLOCKS: &[(&str, &str)] = &[
+    ("127.0.0.0/8", "loopback (127.0.0.0/8)"),
+    (
+        "169.254.0.0/16",
+        "link-local (169.254.0.0/16, the cloud metadata address 169.254.169.254 among them)",
+    ),
+    ("0.0.0.0/8", "unspecified (0.0.0.0/8)"),
+    ("::1/128", "IPv6 loopback (::1)"),
+    ("fe80::/10", "IPv6 link-local (fe80::/10)"),
+    ("::/128", "the IPv6 unspecified address"),
+];
+
+/// The addresses a hosts file (`/etc/hosts`' format) lists for `name` (case-insensitive),
+/// in file order.
+pub fn hosts_file_addresses(text: &str, name: &str) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or_default();
+        let mut fields = line.split_whitespace();
+        let Some(ip) = fields.next().and_then(|a| a.parse::<IpAddr>().ok()) else {
+            continue;
+        };
+        if fields.any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(name)) && !out.contains(&ip)
+        {
+            out.push(ip);
+        }
+    }
+    out
 }
 
 /// IPv4-mapped (`::ffff:a.b.c.d`) addresses as their IPv4 form.
@@ -348,12 +469,52 @@ fn canonical(ip: IpAddr) -> IpAddr {
 
 /// Addresses that are not the public internet: loopback, link-local (the cloud metadata
 /// address 169.254.169.254 among them), private and shared ranges, unspecified, multicast,
-/// reserved; in IPv6 also unique-local and the NAT64 and mapped forms of internal IPv4.
+/// reserved; in IPv6 also unique-local, the NAT64 local-use prefix, and every form that
+/// embeds an IPv4 address (mapped, compatible, NAT64 well-known, 6to4, Teredo) judged by the
+/// address it embeds.
 pub fn is_internal(ip: IpAddr) -> bool {
     match canonical(ip) {
         IpAddr::V4(a) => internal_v4(a),
-        IpAddr::V6(a) => internal_v6(a),
+        IpAddr::V6(a) => internal_v6(a) || embedded_v4(a).iter().any(|v4| internal_v4(*v4)),
     }
+}
+
+/// The internal addresses no block admits by merely covering them: loopback, link-local,
+/// unspecified ("this network"), in any IPv6 form that embeds them too.
+fn is_sensitive(ip: IpAddr) -> bool {
+    let v4 = |a: Ipv4Addr| a.is_loopback() || a.is_link_local() || a.octets()[0] == 0;
+    match canonical(ip) {
+        IpAddr::V4(a) => v4(a),
+        IpAddr::V6(a) => {
+            a.is_loopback()
+                || a.is_unspecified()
+                || (a.segments()[0] & 0xffc0) == 0xfe80
+                || embedded_v4(a).iter().any(|e| v4(*e))
+        }
+    }
+}
+
+/// The IPv4 addresses an IPv6 address carries: IPv4-compatible (`::a.b.c.d`), NAT64's
+/// well-known prefix (`64:ff9b::/96`), 6to4 (`2002:AABB:CCDD::/48`), Teredo (`2001::/32`:
+/// the server's address and the client's, inverted). (Mapped ones are IPv4 already.)
+fn embedded_v4(a: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let s = a.segments();
+    let v4 = |h: u16, l: u16| Ipv4Addr::new((h >> 8) as u8, h as u8, (l >> 8) as u8, l as u8);
+    let mut out = Vec::new();
+    if s[..6] == [0, 0, 0, 0, 0, 0] {
+        out.push(v4(s[6], s[7]));
+    }
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+        out.push(v4(s[6], s[7]));
+    }
+    if s[0] == 0x2002 {
+        out.push(v4(s[1], s[2]));
+    }
+    if s[0] == 0x2001 && s[1] == 0 {
+        out.push(v4(s[2], s[3]));
+        out.push(v4(!s[6], !s[7]));
+    }
+    out
 }
 
 fn internal_v4(a: Ipv4Addr) -> bool {
@@ -377,12 +538,9 @@ fn internal_v6(a: Ipv6Addr) -> bool {
         || (s[0] & 0xffc0) == 0xfe80 // link-local
         || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
         || (s[0] & 0xff00) == 0xff00 // multicast
-        // NAT64 (64:ff9b::/96) of an internal IPv4 address
-        || (s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] && {
-            let [h, l] = [s[6], s[7]];
-            internal_v4(Ipv4Addr::new((h >> 8) as u8, h as u8, (l >> 8) as u8, l as u8))
-        })
-        // IPv4-compatible (deprecated, ::a.b.c.d)
+        // NAT64's local-use prefix (64:ff9b:1::/48): a network's own translator
+        || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1)
+        // IPv4-compatible (deprecated, ::a.b.c.d): never a public destination
         || (s[..6] == [0, 0, 0, 0, 0, 0])
 }
 
@@ -416,6 +574,7 @@ mod tests {
             ],
             audit: false,
             hosts: Vec::new(),
+            search_domains: false,
         };
         assert!(list.entries_for(&name("vault.example"), 8200).is_ok());
         assert!(list.entries_for(&name("VAULT.example."), 8200).is_ok());
@@ -448,6 +607,7 @@ mod tests {
             ],
             audit: false,
             hosts: Vec::new(),
+            search_domains: false,
         };
         // The address a listed name resolves to is not listed by that name.
         assert!(matches!(
@@ -484,6 +644,7 @@ mod tests {
             ],
             audit: false,
             hosts: Vec::new(),
+            search_domains: false,
         };
         let public = list.entries_for(&name("public.example"), 443).expect("e");
         for ip in [
@@ -514,6 +675,113 @@ mod tests {
         assert!(!list.address_allowed(&public, "10.9.1.1".parse().expect("ip"), 80, false));
         let local = list.entries_for(&name("local.example"), 80).expect("e");
         assert!(list.address_allowed(&local, "127.0.0.1".parse().expect("ip"), 80, false));
+    }
+
+    #[test]
+    fn every_ipv6_form_of_an_internal_ipv4_address_is_internal() {
+        for ip in [
+            "::ffff:169.254.169.254", // mapped
+            "::a9fe:a9fe",            // compatible
+            "64:ff9b::a9fe:a9fe",     // NAT64 well-known
+            "64:ff9b::7f00:1",
+            "64:ff9b:1::8.8.8.8",  // NAT64 local-use: a network's own translator
+            "2002:a9fe:a9fe::1",   // 6to4 of 169.254.169.254
+            "2002:7f00:1::",       // 6to4 of 127.0.0.1
+            "2002:a00:1::1",       // 6to4 of 10.0.0.1
+            "2001:0:a9fe:a9fe::1", // Teredo, server 169.254.169.254
+            "2001:0:808:808::80ff:fffe", // Teredo, client 127.0.0.1 (inverted)
+        ] {
+            let ip: IpAddr = ip.parse().expect("ip");
+            assert!(is_internal(ip), "{ip}");
+        }
+        for ip in [
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2001:0:808:808::f7f7:f7f7",
+            "2606:4700::1111",
+        ] {
+            let ip: IpAddr = ip.parse().expect("ip");
+            assert!(!is_internal(ip), "{ip}");
+        }
+        // A cidr entry covering the public forms admits them; loopback and link-local stay
+        // out, in whichever form.
+        let list = AllowList {
+            rules: vec![
+                rule("::/0", &[443], false),
+                rule("0.0.0.0/0", &[443], false),
+            ],
+            audit: false,
+            hosts: Vec::new(),
+            search_domains: false,
+        };
+        let entries = list.entries_for(&name("2002:808:808::1"), 443).expect("e");
+        assert!(list.address_allowed(&entries, "2002:808:808::1".parse().expect("ip"), 443, false));
+        for ip in [
+            "2002:a9fe:a9fe::1",
+            "64:ff9b::7f00:1",
+            "::1",
+            "fe80::1",
+            "169.254.169.254",
+        ] {
+            let ip: IpAddr = ip.parse().expect("ip");
+            let entries = list.entries_for(&Host::Ip(ip), 443).expect("e");
+            assert!(!list.address_allowed(&entries, ip, 443, false), "{ip}");
+        }
+    }
+
+    #[test]
+    fn cidr_entries_admit_loopback_and_link_local_only_when_they_say_internal() {
+        let list = AllowList {
+            rules: vec![
+                rule("0.0.0.0/0", &[443], false),
+                rule("10.0.0.0/8", &[80], false),
+                rule("127.0.0.0/8", &[8080], true),
+            ],
+            audit: false,
+            hosts: Vec::new(),
+            search_domains: false,
+        };
+        let at = |ip: &str, port: u16| {
+            let ip: IpAddr = ip.parse().expect("ip");
+            let entries = list.entries_for(&Host::Ip(ip), port).expect("entries");
+            list.address_allowed(&entries, ip, port, false)
+        };
+        assert!(at("8.8.8.8", 443));
+        // Private addresses a block names are admitted by it.
+        assert!(at("10.1.2.3", 443) && at("10.1.2.3", 80));
+        assert!(!at("127.0.0.1", 443));
+        assert!(!at("169.254.169.254", 443));
+        assert!(!at("0.0.0.0", 443));
+        assert!(at("127.0.0.1", 8080));
+        // The pod's own address needs internal: true even where merely covered.
+        let ext: IpAddr = "93.184.216.34".parse().expect("ip");
+        let entries = list.entries_for(&Host::Ip(ext), 443).expect("e");
+        assert!(!list.address_allowed(&entries, ext, 443, true));
+        // A reviewer is told.
+        let w = list.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("spec.network.allow[0]: cidr 0.0.0.0/0 covers loopback"),
+            "{w:?}"
+        );
+        assert!(
+            w[0].contains("169.254.169.254") && w[0].contains("internal: true"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn a_hosts_file_lists_names_case_insensitively() {
+        let text = "127.0.0.1 localhost\n# 10.0.0.1 commented\n10.1.1.1 Vault.Example vault # x\n::1 localhost ip6-localhost\nbad line\n";
+        assert_eq!(
+            hosts_file_addresses(text, "localhost"),
+            vec![
+                "127.0.0.1".parse::<IpAddr>().expect("ip"),
+                "::1".parse().expect("ip")
+            ]
+        );
+        assert_eq!(hosts_file_addresses(text, "vault.example").len(), 1);
+        assert!(hosts_file_addresses(text, "commented").is_empty());
     }
 
     #[test]

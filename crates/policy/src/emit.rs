@@ -187,6 +187,9 @@ fn network(p: &Policy) -> String {
     if p.egress.audit {
         o.push_str("    audit: true\n");
     }
+    if p.egress.search_domains {
+        o.push_str("    searchDomains: true\n");
+    }
     if !p.egress.hosts.is_empty() {
         o.push_str("    hosts:\n");
         for (name, ips) in &p.egress.hosts {

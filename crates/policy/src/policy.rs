@@ -288,6 +288,8 @@ struct RawNetwork {
     max_connections: Option<u64>,
     #[serde(default)]
     hosts: std::collections::BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    search_domains: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -654,6 +656,15 @@ impl Policy {
         Self::parse(DEFAULT_POLICY_YAML, None)
     }
 
+    /// What a reviewer should look at in a valid policy (each names its field): cidr entries
+    /// that cover loopback, link-local or unspecified addresses without `internal: true`.
+    pub fn warnings(&self) -> Vec<String> {
+        if self.network != NetworkMode::AllowList {
+            return Vec::new();
+        }
+        self.egress.warnings()
+    }
+
     /// Read and validate a policy file (its seccomp profile is resolved beside it).
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path)
@@ -908,10 +919,15 @@ fn check_env_pass(env: &RawEnv) -> Result<Vec<String>, PolicyError> {
 /// Landlock's TCP rules without one — is the jail's to check: it depends on the node.)
 fn check_network(n: &RawNetwork) -> Result<(egress::AllowList, usize), PolicyError> {
     if n.mode != NetworkMode::AllowList {
-        if !n.allow.is_empty() || n.audit || n.max_connections.is_some() || !n.hosts.is_empty() {
+        if !n.allow.is_empty()
+            || n.audit
+            || n.max_connections.is_some()
+            || !n.hosts.is_empty()
+            || n.search_domains
+        {
             return Err(invalid(
                 "spec.network",
-                "allow, audit, hosts and maxConnections apply only to mode: allowList",
+                "allow, audit, hosts, maxConnections and searchDomains apply only to mode: allowList",
             ));
         }
         return Ok((egress::AllowList::default(), 0));
@@ -944,12 +960,6 @@ fn check_network(n: &RawNetwork) -> Result<(egress::AllowList, usize), PolicyErr
             return Err(invalid(
                 "spec.network.allow[].ports",
                 "each entry lists at least one port, from 1 to 65535",
-            ));
-        }
-        if d.internal && d.cidr.is_some() {
-            return Err(invalid(
-                "spec.network.allow[].internal",
-                "applies to host entries (a cidr entry names its addresses already)",
             ));
         }
         rules.push(egress::Rule {
@@ -988,6 +998,7 @@ fn check_network(n: &RawNetwork) -> Result<(egress::AllowList, usize), PolicyErr
             rules,
             audit: n.audit,
             hosts,
+            search_domains: n.search_domains,
         },
         max as usize,
     ))
@@ -1269,8 +1280,8 @@ mod tests {
                 "spec.network.allow[].cidr",
             ),
             (
-                "network: {mode: allowList, allow: [{cidr: 10.0.0.0/8, ports: [1], internal: true}]}",
-                "applies to host entries",
+                "network: {mode: none, searchDomains: true}",
+                "apply only to mode: allowList",
             ),
             (
                 "network: {mode: allowList, allow: [{host: a.example, ports: [1]}], maxConnections: 0}",

@@ -7,12 +7,16 @@ use std::time::Duration;
 use anyhow::Context;
 use policy::Policy;
 
-/// Load `--policy FILE` or the embedded default.
+/// Load `--policy FILE` or the embedded default, logging what a reviewer should look at.
 pub fn load_policy(file: Option<&Path>) -> anyhow::Result<Policy> {
-    Ok(match file {
+    let p = match file {
         Some(f) => Policy::load(f)?,
         None => Policy::default_policy()?,
-    })
+    };
+    for w in p.warnings() {
+        tracing::warn!(warning = %w, "policy");
+    }
+    Ok(p)
 }
 
 /// `ARGOCD_EXEC_TIMEOUT` (Go duration syntax, e.g. `90s`): Argo CD documents it, but its

@@ -62,6 +62,9 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
                 eprintln!("invalid: policy: spec.seccomp.profile: {e}");
                 return ExitCode::from(1);
             }
+            for w in p.warnings() {
+                eprintln!("warning: policy: {w}");
+            }
             match serde_json::to_string_pretty(&p) {
                 Ok(s) => super::print_out(&format!("{s}\n")),
                 Err(e) => {

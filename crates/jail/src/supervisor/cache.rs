@@ -340,13 +340,13 @@ impl TreeCache {
                     // Waiting is worth it only while the filling stream moves: a request
                     // never waits on another client's stalled stream (it extracts in its own
                     // jail instead).
-                    if let Entry::Filling(moved) = entry {
-                        if moved.elapsed() >= FILL_STALLED {
-                            st.stats.uncached += 1;
-                            return Lookup::Uncached(
-                                "the archive's tree is being filled by a stream that paused",
-                            );
-                        }
+                    if let Entry::Filling(moved) = entry
+                        && moved.elapsed() >= FILL_STALLED
+                    {
+                        st.stats.uncached += 1;
+                        return Lookup::Uncached(
+                            "the archive's tree is being filled by a stream that paused",
+                        );
                     }
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     if left == Some(Duration::ZERO) {

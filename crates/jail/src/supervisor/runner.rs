@@ -955,7 +955,8 @@ impl Inner {
                         p.admit_only_uid(creds.map_or(own, |c| c.uid))
                     } else {
                         p
-                    };
+                    }
+                    .with_deadline(deadline);
                     match p.start(l) {
                         Ok(h) => Some(h),
                         Err(e) => return Err(internal(format!("egress proxy: {e}"))),
