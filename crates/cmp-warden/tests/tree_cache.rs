@@ -400,14 +400,16 @@ fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
 }
 
 /// SIGKILL the server's keeper (its PID from the start-up log).
+/// Kill the keeper started last.
 fn kill_the_keeper(s: &Server) {
     let keeper = s
         .logs()
         .lines()
-        .find_map(|l| {
+        .filter_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
             (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
         })
+        .last()
         .expect("keeper pid logged");
     let st = std::process::Command::new("kill")
         .args(["-KILL", &keeper.to_string()])
@@ -532,6 +534,50 @@ fn a_request_never_waits_on_a_stalled_fill_of_its_archive() {
     assert_eq!(code, DEADLINE_EXCEEDED, "{msg}");
     let uses = s.tree_cache_uses(2);
     assert_eq!(uses, ["uncached", "filled"], "{uses:?}");
+}
+
+/// A keeper that dies is started again — at most 3 times, each no sooner than 5 s after the
+/// cache broke, each logged — so the cache is not out of service for the rest of the
+/// server's life; the requests in between extract in their own jails; past the bound it
+/// stays out of service and says so.
+#[test]
+fn a_keeper_that_dies_is_restarted_a_bounded_number_of_times() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let (s, _r, _first) = with_a_filled_tree(t.path());
+    let mut expected = vec!["filled"];
+    for round in 0..4 {
+        kill_the_keeper(&s);
+        let broken = Instant::now();
+        // A new archive: the fill cannot start; answered from its own jail.
+        let a = repo(&[("a.txt", &format!("round {round} a\n"))]);
+        go(&s, "generate", &["-dir", a.path().to_str().expect("utf8")])
+            .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+        expected.push("uncached");
+        std::thread::sleep(
+            Duration::from_secs(5).saturating_sub(broken.elapsed()) + Duration::from_millis(300),
+        );
+        let b = repo(&[("b.txt", &format!("round {round} b\n"))]);
+        go(&s, "generate", &["-dir", b.path().to_str().expect("utf8")])
+            .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+        expected.push(if round < 3 { "filled" } else { "uncached" });
+    }
+    let logs = s.logs();
+    assert_eq!(
+        logs.matches("tree cache: keeper restarted").count(),
+        3,
+        "{logs}"
+    );
+    assert!(
+        logs.contains(
+            "the keeper was restarted 3 times; requests extract in their own jails from now on"
+        ),
+        "{logs}"
+    );
+    let uses = s.tree_cache_uses(expected.len());
+    assert_eq!(uses, expected, "{uses:?}");
 }
 
 /// A request on a cached tree has one disk budget, as a fresh extraction has: what its

@@ -35,6 +35,12 @@ use crate::spec::{ErrorKind, RequestError};
 /// How long the keeper may take to answer a command (a lend maps a namespace: milliseconds).
 const KEEPER_ANSWER: Duration = Duration::from_secs(10);
 
+/// A keeper that died or broke its exchange is started again at most this many times in the
+/// life of the server (each logged), no sooner than [`RESTART_AFTER`] after it broke; past
+/// that the cache stays out of service and says so.
+const MAX_RESTARTS: u32 = 3;
+const RESTART_AFTER: Duration = Duration::from_secs(5);
+
 /// How long a fill's stream may deliver nothing before requests waiting for that tree stop
 /// waiting and extract in their own jails.
 const FILL_STALLED: Duration = Duration::from_secs(1);
@@ -128,7 +134,12 @@ struct State {
     used: u64,
     fills: usize,
     clock: u64,
-    broken: Option<String>,
+    /// Why the cache is out of service, and since when.
+    broken: Option<(String, Instant)>,
+    /// Keepers started after the first.
+    restarts: u32,
+    /// Bumped at each restart: fills of an earlier keeper settle nothing of this one's.
+    generation: u64,
     stats: CacheStats,
 }
 
@@ -161,6 +172,7 @@ pub(crate) struct Borrow {
 #[derive(Debug)]
 pub(crate) struct FillTicket {
     key: String,
+    generation: u64,
     /// `None` once [`TreeCache::fill`] has settled the key.
     cache: Option<Arc<TreeCache>>,
 }
@@ -168,7 +180,7 @@ pub(crate) struct FillTicket {
 impl Drop for FillTicket {
     fn drop(&mut self) {
         if let Some(c) = self.cache.take() {
-            c.fill_settled(&self.key, None);
+            c.fill_settled(&self.key, self.generation, None);
             tracing::debug!(key = %self.key, "tree cache: a fill was given up before it started");
         }
     }
@@ -189,6 +201,8 @@ struct KeeperConn {
 #[derive(Debug)]
 pub(crate) struct TreeCache {
     cfg: CacheConfig,
+    /// How to start a keeper again: the binary, its logging flags, where it mounts.
+    spawn: (std::path::PathBuf, Vec<String>, std::path::PathBuf),
     keeper: Mutex<KeeperConn>,
     state: Mutex<State>,
     changed: Condvar,
@@ -229,80 +243,68 @@ impl TreeCache {
         mount_at: &std::path::Path,
         cfg: CacheConfig,
     ) -> Result<TreeCache, String> {
-        let (first, count) = cfg.range;
-        if (first..first.saturating_add(count)).contains(&cfg.uid) {
-            return Err(format!(
-                "spec.cache.uid {} is inside spec.uidRange {first}+{count}: the cache identity must never run a request",
-                cfg.uid
-            ));
-        }
-        let (ours, theirs) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(|e| e.to_string())?;
-        rustix::net::sockopt::set_socket_timeout(
-            &ours,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(KEEPER_ANSWER),
-        )
-        .map_err(|e| e.to_string())?;
-        let tmpfs = cfg.tmpfs_bytes();
-        let args = KeeperArgs {
-            uid: cfg.uid,
-            gid: cfg.uid,
-            mount: mount_at.to_owned(),
-            bytes: tmpfs,
-        };
-        let mut cmd = Command::new(exe);
-        cmd.arg(KEEPER_ARG)
-            .args(log_args)
-            .args(args.to_args())
-            .env_clear()
-            .stdin(Stdio::from(theirs))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        let mut child = crate::reaper::spawn_tracked(&mut cmd).map_err(|e| e.to_string())?;
-        let pid = child.id();
-        let handshake = (|| {
-            expect_ok(recv_msg::<KeeperReply>(ours.as_fd()))?;
-            for (file, id) in [("uid_map", cfg.uid), ("gid_map", cfg.uid)] {
-                std::fs::write(
-                    format!("/proc/{pid}/{file}"),
-                    format!("{id} {id} 1\n{first} {first} {count}\n"),
-                )
-                .map_err(|e| format!("keeper's {file}: {e}"))?;
-            }
-            send_msg(ours.as_fd(), &KeeperReply::Ok, &[]).map_err(|e| e.to_string())?;
-            expect_ok(recv_msg::<KeeperReply>(ours.as_fd()))
-        })();
-        if let Err(e) = handshake {
-            // Closing the socket ends it (a signal may not reach it once it is the cache
-            // identity); reaped by the orphan reaper if it takes longer than this.
-            drop(ours);
-            let _ = child.kill();
-            let end = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < end && !matches!(child.try_wait(), Ok(Some(_))) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            crate::reaper::untrack(pid as i32);
-            return Err(e);
-        }
-        tracing::debug!(pid, bytes = tmpfs, "tree cache keeper started");
+        let keeper = spawn_keeper(exe, log_args, mount_at, &cfg)?;
         Ok(TreeCache {
+            spawn: (exe.to_owned(), log_args.to_vec(), mount_at.to_owned()),
             cfg,
-            keeper: Mutex::new(KeeperConn {
-                child,
-                sock: ours,
-                poisoned: None,
-            }),
+            keeper: Mutex::new(keeper),
             state: Mutex::default(),
             changed: Condvar::new(),
             next_fill: AtomicU64::new(0),
             _identity: None,
         })
+    }
+
+    /// Start a new keeper in place of one that broke, when the bound allows (the caller saw
+    /// `broken` set at least [`RESTART_AFTER`] ago and fewer than [`MAX_RESTARTS`] restarts).
+    /// Every tree went with the old keeper's tmpfs (clones lent to running requests live on
+    /// in their mounts); fills still feeding the old one fail and settle nothing here.
+    fn restart(&self) {
+        let mut k = lock(&self.keeper);
+        {
+            let mut st = lock(&self.state);
+            let due = st
+                .broken
+                .as_ref()
+                .is_some_and(|(_, since)| since.elapsed() >= RESTART_AFTER);
+            if !due || st.restarts >= MAX_RESTARTS {
+                return;
+            }
+            st.restarts += 1;
+        }
+        let (exe, log_args, mount_at) = &self.spawn;
+        let fresh = spawn_keeper(exe, log_args, mount_at, &self.cfg);
+        let mut st = lock(&self.state);
+        match fresh {
+            Ok(new) => {
+                let old = std::mem::replace(&mut *k, new);
+                stop_keeper(old);
+                let why = st.broken.take().map(|(w, _)| w).unwrap_or_default();
+                st.entries.clear();
+                st.used = 0;
+                st.fills = 0;
+                st.generation += 1;
+                tracing::warn!(
+                    restart = st.restarts,
+                    of = MAX_RESTARTS,
+                    after = %why,
+                    "tree cache: keeper restarted (its trees are gone; they fill again)"
+                );
+            }
+            Err(e) => {
+                tracing::error!(
+                    restart = st.restarts,
+                    of = MAX_RESTARTS,
+                    error = %e,
+                    "tree cache: the keeper could not be restarted"
+                );
+                if let Some((_, since)) = &mut st.broken {
+                    *since = Instant::now();
+                }
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
     }
 
     /// Keep `lock` (the cache identity's lease lock) for as long as the cache lives.
@@ -313,6 +315,17 @@ impl TreeCache {
     /// The tree of `key`: held, to be filled by the caller, or not from the cache. Waits
     /// (until `deadline`) while another request fills it.
     pub fn lookup(self: &Arc<Self>, key: &str, deadline: Option<Instant>) -> Lookup {
+        let restart_due = {
+            let st = lock(&self.state);
+            st.restarts < MAX_RESTARTS
+                && st
+                    .broken
+                    .as_ref()
+                    .is_some_and(|(_, since)| since.elapsed() >= RESTART_AFTER)
+        };
+        if restart_due {
+            self.restart();
+        }
         let mut st = lock(&self.state);
         loop {
             if st.broken.is_some() {
@@ -379,6 +392,7 @@ impl TreeCache {
                     st.fills += 1;
                     return Lookup::Fill(FillTicket {
                         key: key.to_owned(),
+                        generation: st.generation,
                         cache: Some(self.clone()),
                     });
                 }
@@ -400,6 +414,7 @@ impl TreeCache {
     ) -> Result<Borrow, FillFailed> {
         let mut ticket = ticket;
         let key = ticket.key.clone();
+        let generation = ticket.generation;
         let id = self.next_fill.fetch_add(1, Ordering::Relaxed);
         let result = self.fill_inner(id, &key, input, options, limits, deadline);
         let out = match result {
@@ -407,6 +422,7 @@ impl TreeCache {
                 let bytes = file_bytes.saturating_add(entries.saturating_mul(ENTRY_OVERHEAD));
                 self.fill_settled(
                     &key,
+                    generation,
                     Some(Tree {
                         bytes,
                         entries,
@@ -423,7 +439,7 @@ impl TreeCache {
                 })
             }
             Err(e) => {
-                self.fill_settled(&key, None);
+                self.fill_settled(&key, generation, None);
                 if matches!(e, FillFailed::NotStarted(_)) {
                     lock(&self.state).stats.uncached += 1;
                 }
@@ -445,8 +461,12 @@ impl TreeCache {
 
     /// A fill of `key` is over: its tree is sealed (held once, by the request that filled
     /// it), or it failed or never started and the key is free again.
-    fn fill_settled(&self, key: &str, sealed: Option<Tree>) {
+    fn fill_settled(&self, key: &str, generation: u64, sealed: Option<Tree>) {
         let mut st = lock(&self.state);
+        if st.generation != generation {
+            // A fill of a keeper since replaced: its tree went with it.
+            return;
+        }
         st.fills = st.fills.saturating_sub(1);
         match sealed {
             Some(mut tree) => {
@@ -669,8 +689,12 @@ impl TreeCache {
     fn out_of_service(&self, why: String) -> RequestError {
         let mut st = lock(&self.state);
         if st.broken.is_none() {
-            tracing::error!(error = %why, "TREE CACHE OUT OF SERVICE: requests extract in their own jails from now on");
-            st.broken = Some(why.clone());
+            if st.restarts < MAX_RESTARTS {
+                tracing::error!(error = %why, restarts_left = MAX_RESTARTS - st.restarts, "TREE CACHE OUT OF SERVICE: requests extract in their own jails until the keeper is restarted");
+            } else {
+                tracing::error!(error = %why, "TREE CACHE OUT OF SERVICE: the keeper was restarted {MAX_RESTARTS} times; requests extract in their own jails from now on");
+            }
+            st.broken = Some((why.clone(), Instant::now()));
         }
         RequestError::internal(format!("tree cache: {why}"))
     }
@@ -710,20 +734,107 @@ impl TreeCache {
     pub fn shutdown(&self) {
         let mut k = lock(&self.keeper);
         let _ = rustix::net::shutdown(&k.sock, rustix::net::Shutdown::Both);
-        let pid = k.child.id() as i32;
+        wait_or_kill(&mut k.child);
+    }
+}
+
+/// End a keeper that is no longer ours: its socket closed, then waited for briefly.
+fn stop_keeper(mut k: KeeperConn) {
+    let _ = rustix::net::shutdown(&k.sock, rustix::net::Shutdown::Both);
+    wait_or_kill(&mut k.child);
+}
+
+/// Wait up to 2 s for a keeper that saw its socket close, else kill it; untracked either way.
+fn wait_or_kill(child: &mut Child) {
+    let pid = child.id() as i32;
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            crate::reaper::untrack(pid);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Still running: it cannot outlive us by much, and its cache goes with its namespaces.
+    let _ = child.kill();
+    crate::reaper::untrack(pid);
+}
+
+/// Start a keeper and hand it its namespace's maps: the cache identity and the jails' range
+/// onto themselves (the supervisor holds CAP_SETUID and CAP_SETGID for this).
+fn spawn_keeper(
+    exe: &std::path::Path,
+    log_args: &[String],
+    mount_at: &std::path::Path,
+    cfg: &CacheConfig,
+) -> Result<KeeperConn, String> {
+    let (first, count) = cfg.range;
+    if (first..first.saturating_add(count)).contains(&cfg.uid) {
+        return Err(format!(
+            "spec.cache.uid {} is inside spec.uidRange {first}+{count}: the cache identity must never run a request",
+            cfg.uid
+        ));
+    }
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    rustix::net::sockopt::set_socket_timeout(
+        &ours,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(KEEPER_ANSWER),
+    )
+    .map_err(|e| e.to_string())?;
+    let tmpfs = cfg.tmpfs_bytes();
+    let args = KeeperArgs {
+        uid: cfg.uid,
+        gid: cfg.uid,
+        mount: mount_at.to_owned(),
+        bytes: tmpfs,
+    };
+    let mut cmd = Command::new(exe);
+    cmd.arg(KEEPER_ARG)
+        .args(log_args)
+        .args(args.to_args())
+        .env_clear()
+        .stdin(Stdio::from(theirs))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut child = crate::reaper::spawn_tracked(&mut cmd).map_err(|e| e.to_string())?;
+    let pid = child.id();
+    let handshake = (|| {
+        expect_ok(recv_msg::<KeeperReply>(ours.as_fd()))?;
+        for (file, id) in [("uid_map", cfg.uid), ("gid_map", cfg.uid)] {
+            std::fs::write(
+                format!("/proc/{pid}/{file}"),
+                format!("{id} {id} 1\n{first} {first} {count}\n"),
+            )
+            .map_err(|e| format!("keeper's {file}: {e}"))?;
+        }
+        send_msg(ours.as_fd(), &KeeperReply::Ok, &[]).map_err(|e| e.to_string())?;
+        expect_ok(recv_msg::<KeeperReply>(ours.as_fd()))
+    })();
+    if let Err(e) = handshake {
+        // Closing the socket ends it (a signal may not reach it once it is the cache
+        // identity); reaped by the orphan reaper if it takes longer than this.
+        drop(ours);
+        let _ = child.kill();
         let end = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = k.child.try_wait() {
-                crate::reaper::untrack(pid);
-                return;
-            }
+        while Instant::now() < end && !matches!(child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        // Still running (it should have seen its socket close): it cannot outlive us by
-        // much, and its cache goes with its namespaces.
-        let _ = k.child.kill();
-        crate::reaper::untrack(pid);
+        crate::reaper::untrack(pid as i32);
+        return Err(e);
     }
+    tracing::debug!(pid, bytes = tmpfs, "tree cache keeper started");
+    Ok(KeeperConn {
+        child,
+        sock: ours,
+        poisoned: None,
+    })
 }
 
 fn expect_ok(r: std::io::Result<Option<(KeeperReply, Vec<OwnedFd>)>>) -> Result<(), String> {
