@@ -405,11 +405,11 @@ fn kill_the_keeper(s: &Server) {
     let keeper = s
         .logs()
         .lines()
-        .filter_map(|l| {
+        .rev()
+        .find_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
             (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
         })
-        .last()
         .expect("keeper pid logged");
     let st = std::process::Command::new("kill")
         .args(["-KILL", &keeper.to_string()])
