@@ -1027,6 +1027,81 @@ fn a_second_instance_on_the_same_range_without_its_leases_refuses_and_harms_noth
     a.assert_work_dir_empties();
 }
 
+/// Two instances with adjacent ranges (B's starts where A's ends), each with its own socket
+/// and so lease directory, the tree cache on: A's cache identity was once `first + count`,
+/// B's first UID, so B's start-up sweep killed A's keeper and A's next new archive failed
+/// (`Internal: tree cache: fill: keeper: sending Fill: Broken pipe`). The identity now
+/// defaults to 65535, outside both ranges (one a process already runs as is skipped), and
+/// both instances fill new archives after B started.
+#[test]
+fn adjacent_ranges_with_their_own_lease_directories_lose_no_request() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_a = pol.path().join("a/policy.yaml");
+    let pol_b = pol.path().join("b/policy.yaml");
+    std::fs::create_dir_all(pol_a.parent().expect("dir")).expect("mkdir");
+    std::fs::create_dir_all(pol_b.parent().expect("dir")).expect("mkdir");
+    let (first, count) = write_policy(&pol_a, LIMITS);
+    // B: the range right above A's (this test's allocation leaves it free).
+    write_policy(&pol_b, LIMITS);
+    let text = std::fs::read_to_string(&pol_b).expect("policy");
+    let at = text.find("uidRange: {first: ").expect("uidRange");
+    let end = at + text[at..].find('}').expect("}") + 1;
+    let text = format!(
+        "{}uidRange: {{first: {}, count: {count}}}{}",
+        &text[..at],
+        first + count,
+        &text[end..]
+    );
+    std::fs::write(&pol_b, text).expect("policy");
+    let keeper_uid = |s: &Server| -> u32 {
+        let pid = s
+            .logs()
+            .lines()
+            .rev()
+            .find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
+            })
+            .expect("keeper started");
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("keeper alive");
+        st.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next()?.parse().ok())
+            .expect("uid")
+    };
+    let new_archive = |s: &Server, tag: &str| {
+        let r = repo(&[(
+            "cm.yaml",
+            &CM.replace("name: cm", &format!("name: cm-{tag}")),
+        )]);
+        go(s, "generate", &["-dir", r.path().to_str().expect("utf8")])
+            .unwrap_or_else(|e| panic!("{tag}: {e:?}\n{}", s.logs()))
+    };
+    let a = Server::start(&plugin(MODES), &["--policy", pol_a.to_str().expect("utf8")]);
+    new_archive(&a, "a1");
+    let b = Server::start(&plugin(MODES), &["--policy", pol_b.to_str().expect("utf8")]);
+    new_archive(&a, "a2");
+    new_archive(&b, "b1");
+    new_archive(&a, "a3");
+    assert_eq!(
+        a.tree_cache_uses(3),
+        ["filled", "filled", "filled"],
+        "{}",
+        a.logs()
+    );
+    assert_eq!(b.tree_cache_uses(1), ["filled"], "{}", b.logs());
+    let (ka, kb) = (keeper_uid(&a), keeper_uid(&b));
+    let both = first..first + 2 * count;
+    assert!(
+        !both.contains(&ka) && !both.contains(&kb) && ka != kb,
+        "{ka} {kb} {both:?}"
+    );
+    assert!(!a.logs().contains("OUT OF SERVICE"), "{}", a.logs());
+}
+
 #[test]
 fn two_instances_sharing_a_uid_range_never_touch_each_others_requests() {
     if !is_root(NEEDS_ROOT) {

@@ -720,6 +720,9 @@ impl Policy {
     }
 }
 
+/// The tree cache's identity unless `spec.cache.uid` says otherwise (or the range holds it).
+pub const DEFAULT_CACHE_UID: u32 = 65535;
+
 /// `spec.cache`: on unless disabled, 512 MiB, its identity outside the UID range.
 fn check_cache(
     raw: Option<&RawCache>,
@@ -732,8 +735,13 @@ fn check_cache(
         Some(q) => qty(q, "spec.cache.bytes", 1 << 20)?,
         None => 512 << 20,
     };
+    // By default 65535: above the ranges operators give instances (so never inside the next
+    // instance's range, as first + count would be), within a user-namespaced pod's 0..65535.
     let uid = match raw.uid {
         Some(u) => u,
+        None if !(uid_first..uid_first.saturating_add(uid_count)).contains(&DEFAULT_CACHE_UID) => {
+            DEFAULT_CACHE_UID
+        }
         None => uid_first.checked_add(uid_count).ok_or_else(|| {
             invalid(
                 "spec.cache.uid",
@@ -767,7 +775,7 @@ fn check_cache(
         let given = if raw.uid.is_some() {
             "given"
         } else {
-            "by default spec.uidRange.first + count"
+            "by default spec.uidRange.first + count, the range holding 65535"
         };
         // The first ID above the range, unless that is what ran into 65534.
         let end = uid_first.saturating_add(uid_count);
@@ -1188,15 +1196,24 @@ mod tests {
             e(with("first: 20000", "first: 0")).contains("spec.uidRange.first: must be >= 1000")
         );
         assert!(e(with("count: 40000", "count: 60000")).contains("must not contain 65534"));
-        // The cache's identity: not the overflow ID (nor within the 15 a second instance may
-        // take above it), not a system ID; the message says what to set.
-        let near_nobody = e(with("count: 40000", "count: 45530"));
+        // The cache's identity: 65535 by default, so never the first ID of the next range
+        // an operator gives another instance; not the overflow ID (nor within the 15 a second
+        // instance may take above it), not a system ID; the message says what to set.
+        let default = with("count: 40000", "count: 45530").expect("65535 outside the range");
+        assert_eq!(default.cache.uid, 65535);
+        let near_nobody = e(with(
+            "cache: {enabled: true, bytes: 512Mi}",
+            "cache: {enabled: true, bytes: 512Mi, uid: 65530}",
+        ));
         assert!(
-            near_nobody.contains("spec.cache.uid: 65530 (by default spec.uidRange.first + count)")
+            near_nobody.contains("spec.cache.uid: 65530 (given)")
                 && near_nobody.contains("65534 (nobody/overflow id)")
-                && near_nobody.contains("set spec.cache.uid to a free ID such as 65535"),
+                && near_nobody.contains("set spec.cache.uid to a free ID such as 60000"),
             "{near_nobody}"
         );
+        // A range holding 65535: the first ID above it.
+        let above = with("first: 20000", "first: 65535").expect("policy");
+        assert_eq!(above.cache.uid, 65535 + 40000);
         assert!(
             e(with(
                 "cache: {enabled: true, bytes: 512Mi}",

@@ -189,19 +189,32 @@ impl UidPool {
     }
 
     /// Lock an identity outside the range for as long as the returned file lives: the first of
-    /// `uid`, `uid + 1`, … (`tries` of them) no other instance holds. Without a lease
-    /// directory (one instance on the node) `uid` itself, unlocked.
+    /// `uid`, `uid + 1`, … (`tries` of them) no other instance holds — by its lease lock, or,
+    /// for an instance with another lease directory, by a process running as it. Without a
+    /// lease directory, the first no process runs as, unlocked.
     pub fn lock_outside(&self, uid: u32, tries: u32) -> Option<(u32, Option<std::fs::File>)> {
-        let Some(dir) = &self.lock_dir else {
-            return Some((uid, None));
-        };
         (uid..uid.saturating_add(tries))
             .filter(|u| !(self.first..self.first + self.capacity() as u32).contains(u))
             // The overflow ID: what every unmapped ID shows as in a user namespace.
             .filter(|&u| u != 65534)
-            .find_map(|u| match try_lock(dir, u) {
-                Ok(Some(f)) => Some((u, Some(f))),
-                _ => None,
+            // Another instance's keeper (its lease directory not ours) runs as it.
+            .filter(|&u| {
+                let running = process_of_uid(Path::new("/proc"), u);
+                if let Some(pid) = running {
+                    tracing::info!(
+                        uid = u,
+                        pid,
+                        "cache identity taken by a process of another instance; trying the next"
+                    );
+                }
+                running.is_none()
+            })
+            .find_map(|u| match &self.lock_dir {
+                None => Some((u, None)),
+                Some(dir) => match try_lock(dir, u) {
+                    Ok(Some(f)) => Some((u, Some(f))),
+                    _ => None,
+                },
             })
     }
 
@@ -385,6 +398,24 @@ pub fn live_instance_above(proc_root: &Path, pid: i32) -> Option<i32> {
         p = parent;
     }
     None
+}
+
+/// A process (not of this server's) whose real UID is `uid`, if one is running.
+pub fn process_of_uid(proc_root: &Path, uid: u32) -> Option<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir(proc_root)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .find(|&pid| {
+            std::fs::read_to_string(proc_root.join(format!("{pid}/status"))).is_ok_and(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|ids| ids.split_whitespace().next()?.parse::<u32>().ok())
+                    == Some(uid)
+            })
+        })
 }
 
 fn ppid(proc_root: &Path, pid: i32) -> Option<i32> {
