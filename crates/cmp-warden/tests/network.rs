@@ -411,6 +411,50 @@ print('token', check(b'', timeout=10, metadata=[('authorization', 'Bearer ' + to
     assert!(text.contains("token ok"), "{text}");
 }
 
+/// 600 sockets that connect to the TLS port and send nothing, more than the 256 handshakes
+/// that may be under way: accepting never waits for a place (the oldest pending handshake
+/// is dropped for a new connection), so grpc-go's call, with its 10 s dial deadline, is
+/// answered beside them (it waited for a place to free, 10 s, and more before); the silent
+/// sockets dropped are closed, and the refusals are logged sparsely.
+#[test]
+fn silent_sockets_on_the_tls_port_do_not_starve_an_honest_call() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    let k = pki();
+    let srv = tls_server(s(&k.cert), s(&k.key), &[]);
+    let addr = tcp_addr(&srv);
+    // Built before the clock of the silent sockets starts.
+    common::go_client();
+    let mut silent: Vec<std::net::TcpStream> = (0..600)
+        .map(|_| std::net::TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let v = go_tcp(&addr, "check", &["-tls-ca", s(&k.ca), "-timeout", "5s"])
+        .unwrap_or_else(|e| panic!("the honest call was starved: {e:?}\n{}", srv.logs()));
+    assert_eq!(v["isDiscoveryConfigured"], false, "{v}");
+    // The oldest silent sockets were dropped for newer connections: closed, not left open.
+    let mut closed = 0;
+    for c in &mut silent {
+        // Closed reads 0 at once; open would block.
+        c.set_nonblocking(true).expect("nonblocking");
+        let mut b = [0u8; 1];
+        if matches!(std::io::Read::read(c, &mut b), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 600 - 256,
+        "only {closed} silent sockets were closed"
+    );
+    let logs = srv.logs();
+    let warned = logs
+        .lines()
+        .filter(|l| l.contains("oldest dropped for a new connection"))
+        .count();
+    assert!((1..=2).contains(&warned), "{warned} warnings:\n{logs}");
+}
+
 #[test]
 fn a_rotated_certificate_is_served_without_a_restart() {
     if !common::is_root(NEEDS_ROOT) {

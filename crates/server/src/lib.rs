@@ -15,6 +15,7 @@ pub mod service;
 pub mod status;
 pub mod tls;
 pub mod trace;
+pub mod watch_cap;
 
 pub use listener::{ListenOptions, TcpOptions, bind, serve};
 pub use service::{CmpService, ServiceConfig};

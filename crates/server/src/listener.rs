@@ -15,7 +15,7 @@ use std::time::Duration;
 use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginServiceServer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
@@ -163,10 +163,60 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// How long a TCP client may take to finish the TLS handshake.
+/// Streams one connection may have open at once (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 128;
+
+/// How long a TCP client may take from accept to a finished TLS handshake (its first bytes
+/// included: one deadline, however it trickles).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once (a slow-handshake flood waits here, not in memory).
+/// Handshakes in progress at once. When all are taken, the oldest is dropped for the new
+/// one: accepting never waits, and silent sockets (the oldest, since an honest client
+/// finishes in milliseconds) cannot hold every place.
 const MAX_PENDING_HANDSHAKES: usize = 256;
+
+/// Handshakes in progress, oldest first.
+type Pending = Arc<std::sync::Mutex<std::collections::VecDeque<(u64, tokio::task::AbortHandle)>>>;
+
+/// After a failed accept: wait before the next one (out of descriptors, EMFILE or ENFILE,
+/// lasts until a connection closes; retrying at once spins a core and floods the log), and
+/// say so at most once every 10 s, with how many failed meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct AcceptErrors {
+    said: Option<std::time::Instant>,
+    unsaid: u64,
+}
+
+/// A warning a flood could repeat endlessly, said at most once every 10 s with how many
+/// occurred meanwhile (each also logged at debug).
+#[derive(Debug, Default)]
+pub(crate) struct Sparse(std::sync::Mutex<(Option<std::time::Instant>, u64)>);
+
+impl Sparse {
+    pub(crate) fn warn(&self, what: &str, detail: &dyn std::fmt::Display) {
+        tracing::debug!(detail = %detail, "{what}");
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.1 += 1;
+        if g.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            tracing::warn!(detail = %detail, count = g.1, "{what} (said at most every 10 s; count since the last)");
+            *g = (Some(std::time::Instant::now()), 0);
+        }
+    }
+}
+
+impl AcceptErrors {
+    pub(crate) async fn after(&mut self, listener: &str, e: &std::io::Error) {
+        self.unsaid += 1;
+        if self
+            .said
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            tracing::warn!(listener, error = %e, failures = self.unsaid, "accept failed; retrying every 100 ms (said at most every 10 s)");
+            self.said = Some(std::time::Instant::now());
+            self.unsaid = 0;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 /// Accept TCP connections (TLS-wrapped when configured) into `conns` until `stop` flips.
 pub fn spawn_tcp_acceptor(
@@ -176,50 +226,94 @@ pub fn spawn_tcp_acceptor(
     mut stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let pending: Pending = Arc::default();
+    let refused: Arc<Sparse> = Arc::default();
     let refuser = crate::refuse::Refuser::new();
     tokio::spawn(async move {
+        let mut errors = AcceptErrors::default();
+        let mut next_id = 0u64;
+        let mut dropped = 0u64;
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
                 r = listener.accept() => match r {
                     Ok((stream, remote)) => {
+                        let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
                         let _ = stream.set_nodelay(true);
                         let Some(acceptor) = acceptor.clone() else {
                             if conns.send(Ok(Conn::Tcp(stream))).await.is_err() { break; }
                             continue;
                         };
-                        let Ok(permit) = pending.clone().acquire_owned().await else { break };
+                        let oldest = {
+                            let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                            (p.len() >= MAX_PENDING_HANDSHAKES).then(|| p.pop_front()).flatten()
+                        };
+                        if let Some((_, handle)) = oldest {
+                            handle.abort();
+                            dropped += 1;
+                            if dropped == 1 || dropped.is_multiple_of(1000) {
+                                tracing::warn!(dropped, "{MAX_PENDING_HANDSHAKES} TLS handshakes in progress: the oldest dropped for a new connection (counted; said at the first and every 1,000th)");
+                            }
+                        }
+                        let id = next_id;
+                        next_id += 1;
                         let conns = conns.clone();
                         let refuser = refuser.clone();
-                        tokio::spawn(async move {
-                            let _permit = permit;
-                            // A plaintext client is told this port speaks TLS, not reset.
-                            match first_bytes(&stream).await {
-                                crate::refuse::FirstBytes::Tls => {}
-                                crate::refuse::FirstBytes::PlaintextH2 => {
-                                    tracing::warn!(%remote, "TLS handshake refused: the client spoke plaintext HTTP/2 (told so in a gRPC status)");
-                                    refuser.grpc(stream, tonic::Status::unavailable(PLAINTEXT_GRPC));
-                                    return;
-                                }
-                                crate::refuse::FirstBytes::Plaintext => {
-                                    tracing::warn!(%remote, "TLS handshake refused: the client spoke plaintext (told so in a 400)");
-                                    refuser.http1(stream, PLAINTEXT_HTTP.to_owned());
-                                    return;
-                                }
+                        let done = pending.clone();
+                        let refused = refused.clone();
+                        // Listed before the task can end (it takes the same lock to leave).
+                        let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                        let task = tokio::spawn(async move {
+                            let told = handshake(stream, deadline, acceptor, refuser, conns).await;
+                            if let Err(why) = told {
+                                refused.warn("TLS handshake refused", &format_args!("{remote}: {why}"));
                             }
-                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                Ok(Ok(tls)) => { let _ = conns.send(Ok(Conn::Tls(Box::new(tls)))).await; }
-                                Ok(Err(e)) => tracing::warn!(%remote, error = %e, "TLS handshake refused"),
-                                Err(_) => tracing::warn!(%remote, "TLS handshake timed out"),
+                            let mut p = done.lock().unwrap_or_else(|e| e.into_inner());
+                            if let Some(i) = p.iter().position(|(n, _)| *n == id) {
+                                p.remove(i);
                             }
                         });
+                        p.push_back((id, task.abort_handle()));
                     }
-                    Err(e) => tracing::warn!(error = %e, "accept failed"),
+                    Err(e) => errors.after("tcp", &e).await,
                 }
             }
         }
     })
+}
+
+/// One TLS handshake, within `deadline` from accept; the connection goes to `conns`, or
+/// why it was refused comes back.
+async fn handshake(
+    stream: TcpStream,
+    deadline: tokio::time::Instant,
+    acceptor: tokio_rustls::TlsAcceptor,
+    refuser: crate::refuse::Refuser,
+    conns: mpsc::Sender<std::io::Result<Conn>>,
+) -> Result<(), String> {
+    // A plaintext client is told this port speaks TLS, not reset.
+    match first_bytes(&stream, deadline).await {
+        crate::refuse::FirstBytes::Tls => {}
+        crate::refuse::FirstBytes::PlaintextH2 => {
+            refuser.grpc(stream, tonic::Status::unavailable(PLAINTEXT_GRPC));
+            return Err("the client spoke plaintext HTTP/2 (told so in a gRPC status)".into());
+        }
+        crate::refuse::FirstBytes::Plaintext => {
+            refuser.http1(stream, PLAINTEXT_HTTP.to_owned());
+            return Err("the client spoke plaintext (told so in a 400)".into());
+        }
+    }
+    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => {
+            let _ = conns.send(Ok(Conn::Tls(Box::new(tls)))).await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "not finished within {} s of accept",
+            HANDSHAKE_TIMEOUT.as_secs()
+        )),
+    }
 }
 
 /// What a plaintext gRPC client on a TLS port is told.
@@ -228,10 +322,12 @@ const PLAINTEXT_GRPC: &str = "this port serves gRPC over TLS and the client conn
 const PLAINTEXT_HTTP: &str = "Client sent an HTTP request to an HTTPS server: use https://";
 
 /// Up to four first bytes of a new connection, without consuming them (TLS then reads them
-/// again); whatever has arrived within the handshake timeout.
-async fn first_bytes(stream: &TcpStream) -> crate::refuse::FirstBytes {
+/// again); whatever has arrived by `deadline`.
+async fn first_bytes(
+    stream: &TcpStream,
+    deadline: tokio::time::Instant,
+) -> crate::refuse::FirstBytes {
     let mut buf = [0u8; 4];
-    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
     loop {
         match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
             Ok(Ok(n)) if n >= 4 || (n > 0 && buf[0] == 0x16) => {
@@ -325,6 +421,7 @@ pub async fn serve(
         let mut accept_stop = stop_rx.clone();
         let conn_tx = conn_tx.clone();
         acceptors.push(tokio::spawn(async move {
+            let mut errors = AcceptErrors::default();
             loop {
                 tokio::select! {
                     _ = accept_stop.changed() => break,
@@ -358,7 +455,7 @@ pub async fn serve(
                                 break;
                             }
                         }
-                        Err(e) => tracing::warn!(error = %e, "accept failed"),
+                        Err(e) => errors.after("unix", &e).await,
                     }
                 }
             }
@@ -385,7 +482,13 @@ pub async fn serve(
         let _ = stop_wait.wait_for(|v| *v).await;
     };
     let server = tonic::transport::Server::builder()
+        // Bounds before any authentication: streams per connection, and pings that find a
+        // peer gone (a connection that answers them stays; its streams are bounded).
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .layer(crate::reply_memory::HoldReplyMemory)
+        .layer(crate::watch_cap::CapHealthWatches::default())
         .add_service(health)
         .add_service(grpc)
         .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), signal);

@@ -350,15 +350,29 @@ pub fn kill_reason(limit: Option<jail::Limit>) -> Option<&'static str> {
     limit.filter(|l| l.kills()).map(jail::Limit::as_str)
 }
 
+/// Connections the metrics listener serves at once.
+const MAX_METRICS_CONNECTIONS: usize = 32;
+
 /// Serve `GET /metrics` (and `GET /healthz`) on `listener` until the task is dropped: HTTP/1.1
-/// by hyper, 5 s to send the request head, 30 s per connection.
+/// by hyper, 5 s to send the request head, 30 s per connection, 32 connections at once.
 pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    let mut errors = crate::listener::AcceptErrors::default();
+    // Connections served at once; more wait in the kernel's backlog.
+    let places = Arc::new(tokio::sync::Semaphore::new(MAX_METRICS_CONNECTIONS));
     loop {
-        let Ok((conn, _)) = listener.accept().await else {
-            continue;
+        let Ok(place) = places.clone().acquire_owned().await else {
+            return;
+        };
+        let conn = match listener.accept().await {
+            Ok((conn, _)) => conn,
+            Err(e) => {
+                errors.after("metrics", &e).await;
+                continue;
+            }
         };
         let m = metrics.clone();
         tokio::spawn(async move {
+            let _place = place;
             let service = hyper::service::service_fn(move |req| {
                 let m = m.clone();
                 async move { Ok::<_, std::convert::Infallible>(respond(&req, &m)) }

@@ -1,0 +1,109 @@
+//! Open health watches are capped. `grpc.health.v1.Health/Watch` is open without a token
+//! (Kubernetes' gRPC probes cannot send one) and a watch keeps its stream, and the server's
+//! memory for it, for as long as the client keeps it open: 200,000 of them on one connection
+//! once took the server to 1.25 GB. At most [`MAX_HEALTH_WATCHES`] are open at once, each
+//! holding its place until its response body is dropped; more are answered
+//! `ResourceExhausted` at once. (`Check` stays uncapped: it answers and ends.)
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Health watches open at once across all connections.
+pub const MAX_HEALTH_WATCHES: usize = 64;
+
+const WATCH_PATH: &str = "/grpc.health.v1.Health/Watch";
+
+/// The layer (one per server).
+#[derive(Debug, Clone)]
+pub struct CapHealthWatches(Arc<Semaphore>);
+
+impl Default for CapHealthWatches {
+    fn default() -> Self {
+        Self(Arc::new(Semaphore::new(MAX_HEALTH_WATCHES)))
+    }
+}
+
+impl<S> tower_layer::Layer<S> for CapHealthWatches {
+    type Service = Capped<S>;
+    fn layer(&self, inner: S) -> Capped<S> {
+        Capped {
+            inner,
+            places: self.0.clone(),
+        }
+    }
+}
+
+/// The service the layer wraps.
+#[derive(Debug, Clone)]
+pub struct Capped<S> {
+    inner: S,
+    places: Arc<Semaphore>,
+}
+
+impl<S, ReqB> tower_service::Service<http::Request<ReqB>> for Capped<S>
+where
+    S: tower_service::Service<http::Request<ReqB>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<ReqB>) -> Self::Future {
+        if req.uri().path() != WATCH_PATH {
+            return Box::pin(self.inner.call(req));
+        }
+        let Ok(place) = self.places.clone().try_acquire_owned() else {
+            let status = tonic::Status::resource_exhausted(format!(
+                "{MAX_HEALTH_WATCHES} health watches are open on this server already; use grpc.health.v1.Health/Check, or close a watch"
+            ));
+            return Box::pin(std::future::ready(Ok(status.into_http())));
+        };
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| {
+                tonic::body::Body::new(Holding {
+                    body,
+                    _place: place,
+                })
+            }))
+        })
+    }
+}
+
+/// A watch's response body, holding its place until dropped.
+struct Holding {
+    body: tonic::body::Body,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Body for Holding {
+    type Data = <tonic::body::Body as Body>::Data;
+    type Error = <tonic::body::Body as Body>::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
