@@ -67,7 +67,7 @@ def slot_files(n):
     c["image"] = f"cmp-warden-{n}:latest"
     for e in c["env"]:
         if e["name"] == "CMP_WARDEN_METRICS_ADDRESS":
-            e["value"] = f"0.0.0.0:{port}"
+            e["value"] = f"$(POD_IP):{port}"
     c["ports"] = [{"name": f"cmp-metrics-{n}", "containerPort": port}]
     for m in c["volumeMounts"]:
         m["name"] = rename.get(m["name"], m["name"])

@@ -43,7 +43,7 @@ pub struct AppsetServeArgs {
     #[arg(long, env = "CMP_WARDEN_AUDIT_LOG", default_value = "-")]
     audit_log: String,
     /// Serve Prometheus metrics at http://ADDRESS/metrics.
-    #[arg(long, env = "CMP_WARDEN_METRICS_ADDRESS")]
+    #[arg(long, env = "CMP_WARDEN_METRICS_ADDRESS", value_parser = super::parse_listen_address)]
     metrics_address: Option<std::net::SocketAddr>,
     /// Seconds in-flight requests may run after SIGTERM.
     #[arg(long, default_value_t = 30)]

@@ -60,7 +60,7 @@ pub struct ServeArgs {
     #[arg(long, env = "CMP_WARDEN_AUDIT_LOG", default_value = "-")]
     audit_log: String,
     /// Serve Prometheus metrics at http://ADDRESS/metrics (e.g. 127.0.0.1:9102) [default: off].
-    #[arg(long, env = "CMP_WARDEN_METRICS_ADDRESS")]
+    #[arg(long, env = "CMP_WARDEN_METRICS_ADDRESS", value_parser = super::parse_listen_address)]
     metrics_address: Option<std::net::SocketAddr>,
     /// Plugins as services: also (or, with --no-unix-socket, only) serve on a TCP port.
     #[command(flatten)]
