@@ -152,7 +152,10 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
     // The tree cache's keeper started as `serve` starts it (and stopped with doctor).
     assert_check(&v, "treeCache", true, false, "info");
     let tc = check(&v, "treeCache")["detail"].as_str().unwrap_or("");
-    assert_eq!(tc, "on (512 MiB of sealed trees)");
+    assert_eq!(
+        tc,
+        "on (512 MiB of sealed trees; the keeper and each filler confined by Landlock, required, and seccomp)"
+    );
 
     // The text form says the same.
     let text = Command::new(bin()).arg("doctor").output().expect("doctor");

@@ -580,6 +580,44 @@ fn a_keeper_that_dies_is_restarted_a_bounded_number_of_times() {
     assert_eq!(uses, expected, "{uses:?}");
 }
 
+/// The keeper holds capabilities over its own user namespace (to clone and idmap trees), so
+/// it runs under what SECURITY.md says: `no_new_privs`, Landlock (required: the cache does
+/// not start without it) and a seccomp filter, as the kernel itself reports for its process.
+#[test]
+fn the_keeper_runs_under_no_new_privs_landlock_and_seccomp() {
+    if !is_root(NEEDS_ROOT) {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let (s, _r, _first) = with_a_filled_tree(t.path());
+    let pid = s
+        .logs()
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
+        })
+        .expect("keeper pid");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("keeper status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    assert!(
+        s.logs()
+            .contains("tree cache keeper: Landlock and seccomp in force"),
+        "{}",
+        s.logs()
+    );
+}
+
 /// A request on a cached tree has one disk budget, as a fresh extraction has: what its
 /// commands write into the tree (the overlay's upper layer) and into `/tmp` come out of the
 /// same `spec.limits.diskBytes` tmpfs. 6 MiB into the tree and then 6 MiB into `/tmp` under an

@@ -17,7 +17,10 @@
 //!     dumpable; `no_new_privs` (its capabilities now only reach that namespace);
 //!  4. a mount namespace, private, and the cache tmpfs (`size` = the budget plus room for the
 //!     fills under way) on the work root as this namespace sees it, with `staging/` and `trees/`;
-//!  5. Landlock: the cache and `/proc` (to map the lending namespaces) only;
+//!  5. Landlock: the cache and `/proc` (to map the lending namespaces) only — required: a
+//!     kernel without it gets no cache; then (5b) a seccomp filter: no exec, no sockets, no
+//!     other namespace, no classic mounts or new filesystems, no ID changes
+//!     (`seccomp::KEEPER_DENIED`);
 //!  6. one lend of the empty `trees` directory: a kernel that cannot idmap a tmpfs mount
 //!     (before Linux 6.3) could fill trees but never lend one, so the keeper stops here;
 //!  7. `R`, then one command at a time until the socket closes ([`KeeperCmd`]).
@@ -198,6 +201,9 @@ fn start(a: &KeeperArgs, sock: std::os::fd::BorrowedFd<'_>) -> Result<Cache, Str
     };
     // 5.
     landlock_cache_only(&root)?;
+    // 5b.
+    let denied = crate::seccomp::install_keeper_filter().map_err(|e| format!("seccomp: {e}"))?;
+    tracing::debug!(denied, "tree cache keeper: Landlock and seccomp in force");
     Ok(cache)
 }
 
@@ -232,8 +238,16 @@ fn landlock_cache_only(root: &OwnedFd) -> Result<(), String> {
             ))
         })
         .and_then(|r| r.restrict_self())
-        .map(|_| ())
         .map_err(|e| format!("landlock: {e}"))
+        .and_then(|status| match status.ruleset {
+            // An older ABI handles fewer rights but still keeps the keeper's files to the
+            // cache and /proc; without Landlock it would reach everything its identity
+            // may, so the cache does not start (and start-up and doctor say why).
+            landlock::RulesetStatus::NotEnforced => Err(
+                "landlock: not enforced by this kernel, so the keeper would not be confined to the cache (turn the cache off: spec.cache.enabled: false)".to_owned(),
+            ),
+            _ => Ok(()),
+        })
 }
 
 struct Keeper {

@@ -420,10 +420,86 @@ const FILL_DENIED: &[&str] = &[
 /// `clone` alone and have no LDT (seccompiler refuses names unknown to the architecture).
 const FILL_DENIED_X86_64: &[&str] = &["fork", "vfork", "modify_ldt"];
 
+/// What the tree cache's keeper may not do once it is set up (`keeper::start` step 5b): run
+/// a program, trace or read another process, open or accept a socket (it has its one to the
+/// supervisor), enter another namespace, mount the classic way or make a new filesystem (it
+/// only clones and idmaps its own trees: `open_tree`, `mount_setattr`), change its IDs,
+/// or reach the kernel's riskier surfaces. What it does need stays: forking the filler and
+/// the lending namespaces' helpers (`clone`/`fork`, `unshare`), and what the filler then
+/// does before its own filter (`capset`, `prctl`, `setrlimit`, `setsid`).
+const KEEPER_DENIED: &[&str] = &[
+    "execve",
+    "execveat",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "bpf",
+    "perf_event_open",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "setuid",
+    "setgid",
+    "setreuid",
+    "setregid",
+    "setresuid",
+    "setresgid",
+    "setgroups",
+    "personality",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "syslog",
+    "quotactl",
+];
+
+/// [`KEEPER_DENIED`] that exist on x86_64 only.
+const KEEPER_DENIED_X86_64: &[&str] = &["modify_ldt"];
+
 /// Install the filler's filter ([`FILL_DENIED`] → EPERM, x32 numbers → ENOSYS).
 pub fn install_fill_filter() -> Result<(), SeccompError> {
     let prog = fill_program(true)?;
     seccompiler::apply_filter(&prog).map_err(|e| SeccompError::Install(e.to_string()))
+}
+
+/// Install the keeper's filter ([`KEEPER_DENIED`] → EPERM, x32 numbers → ENOSYS); returns
+/// how many calls it denies.
+pub fn install_keeper_filter() -> Result<usize, SeccompError> {
+    let prog = keeper_program_for(target_arch()?, true)?;
+    seccompiler::apply_filter(&prog).map_err(|e| SeccompError::Install(e.to_string()))?;
+    Ok(KEEPER_DENIED.len())
 }
 
 fn fill_program(search: bool) -> Result<BpfProgram, SeccompError> {
@@ -434,10 +510,28 @@ fn fill_program_for(
     arch: seccompiler::TargetArch,
     search: bool,
 ) -> Result<BpfProgram, SeccompError> {
+    deny_program_for(arch, FILL_DENIED, FILL_DENIED_X86_64, search)
+}
+
+fn keeper_program_for(
+    arch: seccompiler::TargetArch,
+    search: bool,
+) -> Result<BpfProgram, SeccompError> {
+    deny_program_for(arch, KEEPER_DENIED, KEEPER_DENIED_X86_64, search)
+}
+
+/// A filter that answers EPERM to `common` (and `x86_64_only` there), allows the rest, and
+/// refuses x32 numbers on x86_64.
+fn deny_program_for(
+    arch: seccompiler::TargetArch,
+    common: &[&str],
+    x86_64_only: &[&str],
+    search: bool,
+) -> Result<BpfProgram, SeccompError> {
     let x86_64 = arch == seccompiler::TargetArch::x86_64;
-    let denied: Vec<&str> = FILL_DENIED
+    let denied: Vec<&str> = common
         .iter()
-        .chain(x86_64.then_some(FILL_DENIED_X86_64).into_iter().flatten())
+        .chain(x86_64.then_some(x86_64_only).into_iter().flatten())
         .copied()
         .collect();
     let doc = json!({ "fill": {
@@ -915,6 +1009,14 @@ mod tests {
                     compile_for(&p, mode, net, true, arch)
                         .unwrap_or_else(|e| panic!("{arch:?} {mode:?} {net:?}: {e}"));
                 }
+            }
+            let keeper = keeper_program_for(arch, true)
+                .unwrap_or_else(|e| panic!("{arch:?}: the keeper's filter: {e}"));
+            for nr in syscall_numbers(&["execve", "socket", "setns"], arch).expect("numbers") {
+                assert!(
+                    keeper.iter().any(|i| i.code == BPF_JEQ_K && i.k == nr),
+                    "{arch:?}: call {nr} not in the keeper's filter"
+                );
             }
             let fill = fill_program_for(arch, true)
                 .unwrap_or_else(|e| panic!("{arch:?}: the filler's filter: {e}"));

@@ -193,7 +193,10 @@ impl Enforcement {
     /// The tree cache in one phrase (logs and doctor).
     pub fn tree_cache_phrase(&self) -> String {
         match &self.tree_cache {
-            Ok(bytes) => format!("on ({} MiB of sealed trees)", bytes >> 20),
+            Ok(bytes) => format!(
+                "on ({} MiB of sealed trees; the keeper and each filler confined by Landlock, required, and seccomp)",
+                bytes >> 20
+            ),
             Err(why) => format!("off: {why}"),
         }
     }
