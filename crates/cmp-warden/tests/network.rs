@@ -344,6 +344,35 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
         .filter(|e| e["code"] == "Unauthenticated" && e["limit"] == "authentication")
         .count();
     assert!(refused >= 2, "refusals audited: {refused}\n{}", srv.logs());
+    // ... within a budget: anyone who reaches the port can send them. 80 more refused calls:
+    // at most 50 per 10 s are audited one by one (the rest counted), and the authentication
+    // warning is said at most every 10 s.
+    let t0 = Instant::now();
+    for _ in 0..80 {
+        failed_with(
+            &call(&addr, "generate", Some(r.path()), &ca),
+            "code=Unauthenticated",
+        );
+    }
+    let windows = (t0.elapsed().as_secs() / 10 + 2) as usize;
+    let logs = srv.logs();
+    let refused = logs
+        .lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["code"] == "Unauthenticated")
+        .count();
+    assert!(
+        (50..=50 * windows).contains(&refused),
+        "{refused} refusals audited in {windows} windows"
+    );
+    let warned = logs
+        .lines()
+        .filter(|l| {
+            l.contains("request refused: authentication") && l.contains("\"level\":\"warning\"")
+        })
+        .count();
+    assert!(warned <= windows, "{warned} authentication warnings");
 }
 
 #[test]

@@ -52,6 +52,19 @@ pub struct AppSetService {
     slots: Arc<Semaphore>,
 }
 
+/// Client text echoed in an error: at most 256 bytes of it (cut on a character boundary).
+fn echoed(s: &str) -> String {
+    const MAX: usize = 256;
+    if s.len() <= MAX {
+        return s.to_owned();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len())
+}
+
 impl AppSetService {
     /// Bundle the pieces; the concurrency limit comes from the config.
     pub fn new(
@@ -134,6 +147,9 @@ fn error_response(e: &HttpError) -> Response<Full<Bytes>> {
 /// What one request did, for the audit event and metrics.
 #[derive(Debug, Default)]
 struct Ctx {
+    /// Refused before authentication (an unknown endpoint or method, a wrong token): audited
+    /// within the refusal budget only.
+    refused: bool,
     appset: String,
     bytes_in: u64,
     record: Option<jail::record::Recorder>,
@@ -179,6 +195,7 @@ impl AppSetService {
             .as_ref()
             .map(jail::record::snapshot)
             .unwrap_or_default();
+        let refused = ctx.refused;
         let status = result
             .as_ref()
             .err()
@@ -221,26 +238,32 @@ impl AppSetService {
             egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
             tree_cache: None,
         });
-        self.audit.emit(&event);
+        if refused {
+            self.audit.emit_refused(&event);
+        } else {
+            self.audit.emit(&event);
+        }
     }
 
     async fn serve_one(&self, req: Request<Incoming>, ctx: &mut Ctx) -> Result<String, HttpError> {
         let deadline = Instant::now() + Duration::from_secs(self.config.timeout_seconds);
         if req.uri().path() != PATH {
+            ctx.refused = true;
             return Err(err(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 format!(
                     "no such endpoint {}; the generator serves POST {PATH}",
-                    req.uri().path()
+                    echoed(req.uri().path())
                 ),
             ));
         }
         if req.method() != Method::POST {
+            ctx.refused = true;
             return Err(err(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
-                format!("{} is not allowed; use POST", req.method()),
+                format!("{} is not allowed; use POST", echoed(req.method().as_str())),
             ));
         }
         if let Err(e) = self.token.check(
@@ -248,7 +271,9 @@ impl AppSetService {
                 .get(header::AUTHORIZATION)
                 .map(HeaderValue::as_bytes),
         ) {
-            tracing::warn!(reason = %e, "request refused: authentication");
+            static REFUSED: crate::sparse::Sparse = crate::sparse::Sparse::new();
+            REFUSED.warn("request refused: authentication", &e);
+            ctx.refused = true;
             return Err(err(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string()));
         }
         let json_type = req

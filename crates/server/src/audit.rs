@@ -15,7 +15,23 @@ pub const SCHEMA: &str = "cmp-warden.audit/v1";
 
 /// Where events go.
 #[derive(Debug, Clone)]
-pub struct AuditSink(Arc<Sink>);
+pub struct AuditSink(Arc<Sink>, Arc<Mutex<RefusalWindow>>);
+
+/// Requests refused before authentication (a wrong token, an unknown endpoint) in the current
+/// window: anyone who reaches a port can send them, so at most [`REFUSALS_AUDITED`] per
+/// [`REFUSAL_WINDOW`] are audited one by one; the rest are counted and said in one warning
+/// when the window turns over. (Metrics count every one.)
+#[derive(Debug, Default)]
+struct RefusalWindow {
+    since: Option<std::time::Instant>,
+    audited: u32,
+    suppressed: u64,
+}
+
+/// Refusals before authentication audited one by one per window.
+pub const REFUSALS_AUDITED: u32 = 50;
+/// The window.
+pub const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug)]
 enum Sink {
@@ -34,7 +50,7 @@ impl Default for AuditSink {
 impl AuditSink {
     /// Standard error, interleaved with the logs.
     pub fn stderr() -> Self {
-        Self(Arc::new(Sink::Stderr))
+        Self(Arc::new(Sink::Stderr), Arc::default())
     }
 
     /// Append to `path` (created with mode 0600 if missing).
@@ -45,12 +61,12 @@ impl AuditSink {
             .append(true)
             .mode(0o600)
             .open(path)?;
-        Ok(Self(Arc::new(Sink::File(Mutex::new(f)))))
+        Ok(Self(Arc::new(Sink::File(Mutex::new(f))), Arc::default()))
     }
 
     /// In memory (tests).
     pub fn memory() -> Self {
-        Self(Arc::new(Sink::Memory(Mutex::default())))
+        Self(Arc::new(Sink::Memory(Mutex::default())), Arc::default())
     }
 
     /// Events written so far (memory sink only).
@@ -58,6 +74,38 @@ impl AuditSink {
         match &*self.0 {
             Sink::Memory(v) => v.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             _ => Vec::new(),
+        }
+    }
+
+    /// Write the event of a request refused before authentication, within the window's
+    /// budget; past it, count it (said in one warning when the window turns over).
+    pub fn emit_refused(&self, event: &AuditEvent) {
+        let write = {
+            let mut w = self.1.lock().unwrap_or_else(|e| e.into_inner());
+            if w.since.is_none_or(|t| t.elapsed() >= REFUSAL_WINDOW) {
+                if w.suppressed > 0 {
+                    tracing::warn!(
+                        suppressed = w.suppressed,
+                        window_s = REFUSAL_WINDOW.as_secs(),
+                        "requests refused before authentication were not audited one by one past {REFUSALS_AUDITED} per window (counted in the metrics)"
+                    );
+                }
+                *w = RefusalWindow {
+                    since: Some(std::time::Instant::now()),
+                    audited: 0,
+                    suppressed: 0,
+                };
+            }
+            if w.audited < REFUSALS_AUDITED {
+                w.audited += 1;
+                true
+            } else {
+                w.suppressed += 1;
+                false
+            }
+        };
+        if write {
+            self.emit(event);
         }
     }
 

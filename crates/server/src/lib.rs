@@ -12,6 +12,7 @@ pub mod metrics;
 mod refuse;
 pub mod reply_memory;
 pub mod service;
+pub mod sparse;
 pub mod status;
 pub mod tls;
 pub mod trace;

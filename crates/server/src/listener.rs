@@ -186,23 +186,6 @@ pub(crate) struct AcceptErrors {
     unsaid: u64,
 }
 
-/// A warning a flood could repeat endlessly, said at most once every 10 s with how many
-/// occurred meanwhile (each also logged at debug).
-#[derive(Debug, Default)]
-pub(crate) struct Sparse(std::sync::Mutex<(Option<std::time::Instant>, u64)>);
-
-impl Sparse {
-    pub(crate) fn warn(&self, what: &str, detail: &dyn std::fmt::Display) {
-        tracing::debug!(detail = %detail, "{what}");
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        g.1 += 1;
-        if g.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-            tracing::warn!(detail = %detail, count = g.1, "{what} (said at most every 10 s; count since the last)");
-            *g = (Some(std::time::Instant::now()), 0);
-        }
-    }
-}
-
 impl AcceptErrors {
     pub(crate) async fn after(&mut self, listener: &str, e: &std::io::Error) {
         self.unsaid += 1;
@@ -227,7 +210,7 @@ pub fn spawn_tcp_acceptor(
 ) -> tokio::task::JoinHandle<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let pending: Pending = Arc::default();
-    let refused: Arc<Sparse> = Arc::default();
+    let refused = Arc::new(crate::sparse::Sparse::new());
     let refuser = crate::refuse::Refuser::new();
     tokio::spawn(async move {
         let mut errors = AcceptErrors::default();

@@ -119,7 +119,12 @@ impl CmpService {
         };
         let header = req.metadata().get("authorization").map(|v| v.as_bytes());
         token.check(header).map_err(|e| {
-            tracing::warn!(remote = %remote.map(|r| r.to_string()).unwrap_or_default(), reason = %e, "request refused: authentication");
+            static REFUSED: crate::sparse::Sparse = crate::sparse::Sparse::new();
+            let remote = remote.map(|r| r.to_string()).unwrap_or_default();
+            REFUSED.warn(
+                "request refused: authentication",
+                &format_args!("{remote}: {e}"),
+            );
             Status::unauthenticated(e.to_string())
         })
     }
@@ -135,12 +140,6 @@ impl CmpService {
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request_id = uuid::Uuid::new_v4();
-        let trace = crate::trace::RequestTrace::begin(
-            self.cfg.tracer.as_deref(),
-            req.metadata()
-                .get("traceparent")
-                .and_then(|v| v.to_str().ok()),
-        );
         let span = tracing::info_span!("request", %request_id, rpc = op.rpc_name(), app = tracing::field::Empty);
         let started = Instant::now();
         let _active = self.cfg.metrics.started();
@@ -149,10 +148,7 @@ impl CmpService {
             op,
             request_id,
             started,
-            ctx: Some(Ctx {
-                trace,
-                ..Ctx::default()
-            }),
+            ctx: Some(Ctx::default()),
             handoff: None,
         };
         if let Err(refused) = self.authenticate(&req) {
@@ -162,6 +158,15 @@ impl CmpService {
             let out = Err(refused);
             audit.finish(&out);
             return out;
+        }
+        // Traced only once authenticated: the caller's sampling flag is not trusted before.
+        if let Some(ctx) = audit.ctx.as_mut() {
+            ctx.trace = crate::trace::RequestTrace::begin(
+                self.cfg.tracer.as_deref(),
+                req.metadata()
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok()),
+            );
         }
         let out = self
             .handle_inner(
@@ -251,7 +256,11 @@ impl CmpService {
             egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
             tree_cache: event.tree_cache.map(jail::record::TreeCacheUse::as_str),
         });
-        self.cfg.audit.emit(&event);
+        if limit == Some(Limit::Authentication) {
+            self.cfg.audit.emit_refused(&event);
+        } else {
+            self.cfg.audit.emit(&event);
+        }
     }
 
     async fn handle_inner(

@@ -1,0 +1,27 @@
+//! Warnings a flood could repeat endlessly: each occurrence logged at debug, and a warning
+//! at most once every 10 s with how many occurred since the last.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One kind of warning, said sparsely.
+#[derive(Debug, Default)]
+pub struct Sparse(Mutex<(Option<Instant>, u64)>);
+
+impl Sparse {
+    /// A fresh one (for statics).
+    pub const fn new() -> Self {
+        Self(Mutex::new((None, 0)))
+    }
+
+    /// Note one occurrence of `what` with `detail`.
+    pub fn warn(&self, what: &str, detail: &dyn std::fmt::Display) {
+        tracing::debug!(detail = %detail, "{what}");
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.1 += 1;
+        if g.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            tracing::warn!(detail = %detail, count = g.1, "{what} (said at most every 10 s; count since the last)");
+            *g = (Some(Instant::now()), 0);
+        }
+    }
+}
