@@ -347,9 +347,7 @@ fn refusals_before_authentication_are_audited_within_a_budget_and_echo_little() 
         let req = if i % 2 == 0 {
             format!("GET /{long} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         } else {
-            format!(
-                "POST /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
-            )
+            "POST /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".to_owned()
         };
         let (status, _, body) = g.raw(req.as_bytes());
         assert!(status == 404 || status == 401, "{status} {body}");
