@@ -1057,15 +1057,7 @@ fn adjacent_ranges_with_their_own_lease_directories_lose_no_request() {
     );
     std::fs::write(&pol_b, text).expect("policy");
     let keeper_uid = |s: &Server| -> u32 {
-        let pid = s
-            .logs()
-            .lines()
-            .rev()
-            .find_map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
-            })
-            .expect("keeper started");
+        let pid = s.keeper_pid();
         let st = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("keeper alive");
         st.lines()
             .find_map(|l| l.strip_prefix("Uid:"))

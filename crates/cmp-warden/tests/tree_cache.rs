@@ -402,15 +402,7 @@ fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
 /// SIGKILL the server's keeper (its PID from the start-up log).
 /// Kill the keeper started last.
 fn kill_the_keeper(s: &Server) {
-    let keeper = s
-        .logs()
-        .lines()
-        .rev()
-        .find_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
-        })
-        .expect("keeper pid logged");
+    let keeper = s.keeper_pid();
     let st = std::process::Command::new("kill")
         .args(["-KILL", &keeper.to_string()])
         .status()
@@ -590,15 +582,7 @@ fn the_keeper_runs_under_no_new_privs_landlock_and_seccomp() {
     }
     let t = tempfile::tempdir().expect("tmp");
     let (s, _r, _first) = with_a_filled_tree(t.path());
-    let pid = s
-        .logs()
-        .lines()
-        .rev()
-        .find_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
-        })
-        .expect("keeper pid");
+    let pid = s.keeper_pid();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("keeper status");
     let field = |name: &str| {
         status

@@ -36,7 +36,7 @@ where
     S::Error: 'static,
     B: 'static,
 {
-    type Response = http::Response<Guarded<B>>;
+    type Response = http::Response<Guarded<B, Option<ReplyShare>>>;
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
@@ -49,25 +49,27 @@ where
         Box::pin(async move {
             let (mut parts, body) = response.await?.into_parts();
             let share = parts.extensions.remove::<ReplyShare>();
-            Ok(http::Response::from_parts(
-                parts,
-                Guarded {
-                    body,
-                    _share: share,
-                },
-            ))
+            Ok(http::Response::from_parts(parts, Guarded::new(body, share)))
         })
     }
 }
 
-/// A response body that holds its reply's share until it is dropped.
+/// A response body that holds something (its reply's share, a health watch's place) until
+/// it is dropped.
 #[derive(Debug)]
-pub struct Guarded<B> {
+pub struct Guarded<B, H> {
     body: B,
-    _share: Option<ReplyShare>,
+    _held: H,
 }
 
-impl<B: Body + Unpin> Body for Guarded<B> {
+impl<B, H> Guarded<B, H> {
+    /// `body`, holding `held` while it lives.
+    pub fn new(body: B, held: H) -> Self {
+        Self { body, _held: held }
+    }
+}
+
+impl<B: Body + Unpin, H: Unpin> Body for Guarded<B, H> {
     type Data = B::Data;
     type Error = B::Error;
 

@@ -10,8 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http_body::{Body, Frame, SizeHint};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 /// Health watches open at once across all connections.
 pub const MAX_HEALTH_WATCHES: usize = 64;
@@ -72,38 +71,8 @@ where
         let response = self.inner.call(req);
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| {
-                tonic::body::Body::new(Holding {
-                    body,
-                    _place: place,
-                })
-            }))
+            Ok(response
+                .map(|body| tonic::body::Body::new(crate::reply_memory::Guarded::new(body, place))))
         })
-    }
-}
-
-/// A watch's response body, holding its place until dropped.
-struct Holding {
-    body: tonic::body::Body,
-    _place: OwnedSemaphorePermit,
-}
-
-impl Body for Holding {
-    type Data = <tonic::body::Body as Body>::Data;
-    type Error = <tonic::body::Body as Body>::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.get_mut().body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }

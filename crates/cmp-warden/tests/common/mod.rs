@@ -123,6 +123,19 @@ impl Server {
 
     /// The `treeCache` of each audit event in the log (null where the event has none), once
     /// there are at least `n` events (an event follows its response).
+    /// The PID of the tree cache keeper started last (from its log line).
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn keeper_pid(&self) -> u64 {
+        self.logs()
+            .lines()
+            .rev()
+            .find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                (v["msg"] == "tree cache keeper started").then(|| v["pid"].as_u64())?
+            })
+            .expect("keeper pid logged")
+    }
+
     pub fn tree_cache_uses(&self, n: usize) -> Vec<serde_json::Value> {
         let uses = || -> Vec<serde_json::Value> {
             self.logs()
