@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the plugin on its unix socket (the argocd-cmp-server entrypoint; the default).
-    Serve(cmd::serve::ServeArgs),
+    Serve(Box<cmd::serve::ServeArgs>),
     /// Talk to a running server as the repo-server does (pack a directory, call an RPC).
     Client(cmd::client::ClientArgs),
     /// Run discovery, init and generate on a local directory and print the manifests.
@@ -178,7 +178,7 @@ fn main() -> ExitCode {
         log_args.push("--json".to_owned());
     }
     match command {
-        Command::Serve(a) => cmd::serve::run(a, log_args),
+        Command::Serve(a) => cmd::serve::run(*a, log_args),
         Command::Client(a) => cmd::client::run(a),
         Command::Render(a) => cmd::render::run(a, log_args),
         Command::Doctor(a) => cmd::doctor::run(a, log_args),

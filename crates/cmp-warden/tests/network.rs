@@ -484,6 +484,83 @@ fn silent_sockets_on_the_tls_port_do_not_starve_an_honest_call() {
     assert!((1..=2).contains(&warned), "{warned} warnings:\n{logs}");
 }
 
+/// TLS connections that finish their handshake and then send nothing are tracked: at the
+/// cap (`--listen-max-connections 32` here) a new connection closes the one idle the
+/// longest, so 100 of them cannot keep out grpc-go's call, and one idle for
+/// `--listen-idle-timeout` (3 s here) is closed. (Once, 20,100 idle connections reached the
+/// descriptor limit and starved every honest request.)
+#[test]
+fn idle_tls_connections_are_capped_and_reclaimed() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    let k = pki();
+    let srv = tls_server(
+        s(&k.cert),
+        s(&k.key),
+        &[
+            "--listen-max-connections",
+            "32",
+            "--listen-idle-timeout",
+            "3",
+        ],
+    );
+    let addr = tcp_addr(&srv);
+    common::go_client();
+    let cfg = server::tls::client_config(&k.ca, None, &[b"h2"]).expect("tls");
+    let mut idle: Vec<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> = (0
+        ..100)
+        .map(|_| {
+            let tcp = std::net::TcpStream::connect(&addr).expect("connect");
+            let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+            let conn = rustls::ClientConnection::new(cfg.clone(), name).expect("tls");
+            let mut s = rustls::StreamOwned::new(conn, tcp);
+            s.conn.complete_io(&mut s.sock).expect("handshake");
+            s
+        })
+        .collect();
+    let closed =
+        |idle: &mut Vec<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>| {
+            let mut n = 0;
+            for c in idle.iter_mut() {
+                c.sock
+                    .set_read_timeout(Some(Duration::from_millis(5)))
+                    .expect("timeout");
+                let mut b = [0u8; 64];
+                // The server's HTTP/2 settings may come first; a closed one ends in EOF.
+                let ended = loop {
+                    match std::io::Read::read(c, &mut b) {
+                        Ok(0) => break true,
+                        Ok(_) => continue,
+                        Err(e) => {
+                            break !matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            );
+                        }
+                    }
+                };
+                n += usize::from(ended);
+            }
+            n
+        };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        closed(&mut idle) >= 100 - 32,
+        "the cap did not close idle connections"
+    );
+    let v = go_tcp(&addr, "check", &["-tls-ca", s(&k.ca), "-timeout", "5s"])
+        .unwrap_or_else(|e| panic!("the honest call was kept out: {e:?}\n{}", srv.logs()));
+    assert_eq!(v["isDiscoveryConfigured"], false, "{v}");
+    // Idle for the timeout (3 s, looked for every 5 s): all of them closed.
+    std::thread::sleep(Duration::from_secs(9));
+    assert_eq!(
+        closed(&mut idle),
+        100,
+        "idle connections outlived the idle timeout"
+    );
+}
+
 #[test]
 fn a_rotated_certificate_is_served_without_a_restart() {
     if !common::is_root(NEEDS_ROOT) {

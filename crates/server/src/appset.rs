@@ -521,7 +521,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (conn_tx, mut conn_rx) = mpsc::channel::<std::io::Result<Conn>>(64);
-    let acceptor = spawn_tcp_acceptor(listener, tls, conn_tx, stop_rx);
+    let acceptor = spawn_tcp_acceptor(listener, tls, conn_tx, stop_rx, None);
     let header_timeout = Duration::from_secs(svc.config.timeout_seconds.min(10));
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);

@@ -7,6 +7,7 @@ pub mod appset;
 pub mod audit;
 pub mod auth;
 pub mod authority;
+pub mod conns;
 pub mod listener;
 pub mod metrics;
 mod refuse;

@@ -69,10 +69,14 @@ pub struct TcpOptions {
     /// (checked and audited by the service, `ServiceConfig::tcp_token`). gRPC health stays
     /// open: Kubernetes gRPC probes cannot send headers.
     pub token: Option<BearerToken>,
+    /// TLS connections open at once ([`crate::conns`]).
+    pub max_connections: usize,
+    /// How long a TLS connection may have no stream open before it is closed.
+    pub idle_timeout: Duration,
 }
 
 /// Who is on the other end of a connection (in each request's extensions).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum PeerInfo {
     /// A unix-socket peer, by credentials.
     Unix {
@@ -87,6 +91,8 @@ pub enum PeerInfo {
         remote: Option<SocketAddr>,
         /// Whether the connection is TLS.
         tls: bool,
+        /// Its entry in the listener's connection registry, when tracked.
+        conn: Option<Arc<crate::conns::Tracked>>,
     },
 }
 
@@ -99,6 +105,8 @@ pub enum Conn {
     Tcp(TcpStream),
     /// TLS over TCP.
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// TLS over TCP, tracked by the listener's connection registry.
+    TrackedTls(Box<crate::conns::Closable<tokio_rustls::server::TlsStream<TcpStream>>>),
 }
 
 impl Connected for Conn {
@@ -112,10 +120,17 @@ impl Connected for Conn {
             Conn::Tcp(s) => Some(PeerInfo::Tcp {
                 remote: s.peer_addr().ok(),
                 tls: false,
+                conn: None,
             }),
             Conn::Tls(s) => Some(PeerInfo::Tcp {
                 remote: s.get_ref().0.peer_addr().ok(),
                 tls: true,
+                conn: None,
+            }),
+            Conn::TrackedTls(s) => Some(PeerInfo::Tcp {
+                remote: s.get_ref().get_ref().0.peer_addr().ok(),
+                tls: true,
+                conn: Some(s.tracked()),
             }),
         }
     }
@@ -131,6 +146,7 @@ impl AsyncRead for Conn {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -145,6 +161,7 @@ impl AsyncWrite for Conn {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -152,6 +169,7 @@ impl AsyncWrite for Conn {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -159,6 +177,7 @@ impl AsyncWrite for Conn {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -202,11 +221,14 @@ impl AcceptErrors {
 }
 
 /// Accept TCP connections (TLS-wrapped when configured) into `conns` until `stop` flips.
+/// With `registry`, TLS connections are tracked there ([`crate::conns`]): capped, idle ones
+/// reclaimed.
 pub fn spawn_tcp_acceptor(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     conns: mpsc::Sender<std::io::Result<Conn>>,
     mut stop: watch::Receiver<bool>,
+    registry: Option<Arc<crate::conns::Registry>>,
 ) -> tokio::task::JoinHandle<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let pending: Pending = Arc::default();
@@ -216,9 +238,16 @@ pub fn spawn_tcp_acceptor(
         let mut errors = AcceptErrors::default();
         let mut next_id = 0u64;
         let mut dropped = 0u64;
+        let mut reap = tokio::time::interval(crate::conns::REAP_EVERY);
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
+                _ = reap.tick(), if registry.is_some() => {
+                    let closed = registry.as_ref().map_or(0, |r| r.reap_idle());
+                    if closed > 0 {
+                        tracing::debug!(closed, "idle TLS connections closed (--listen-idle-timeout)");
+                    }
+                }
                 r = listener.accept() => match r {
                     Ok((stream, remote)) => {
                         let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
@@ -244,10 +273,11 @@ pub fn spawn_tcp_acceptor(
                         let refuser = refuser.clone();
                         let done = pending.clone();
                         let refused = refused.clone();
+                        let registry = registry.clone();
                         // Listed before the task can end (it takes the same lock to leave).
                         let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                         let task = tokio::spawn(async move {
-                            let told = handshake(stream, deadline, acceptor, refuser, conns).await;
+                            let told = handshake(stream, deadline, acceptor, refuser, conns, registry).await;
                             if let Err(why) = told {
                                 refused.warn("TLS handshake refused", &format_args!("{remote}: {why}"));
                             }
@@ -273,6 +303,7 @@ async fn handshake(
     acceptor: tokio_rustls::TlsAcceptor,
     refuser: crate::refuse::Refuser,
     conns: mpsc::Sender<std::io::Result<Conn>>,
+    registry: Option<Arc<crate::conns::Registry>>,
 ) -> Result<(), String> {
     // A plaintext client is told this port speaks TLS, not reset.
     match first_bytes(&stream, deadline).await {
@@ -288,7 +319,19 @@ async fn handshake(
     }
     match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => {
-            let _ = conns.send(Ok(Conn::Tls(Box::new(tls)))).await;
+            let conn = match registry {
+                None => Conn::Tls(Box::new(tls)),
+                Some(r) => match r.admit() {
+                    Some(t) => Conn::TrackedTls(Box::new(crate::conns::Closable::new(tls, t, r))),
+                    None => {
+                        return Err(format!(
+                            "all {} connections (--listen-max-connections) have a stream open; refused",
+                            r.len()
+                        ));
+                    }
+                },
+            };
+            let _ = conns.send(Ok(conn)).await;
             Ok(())
         }
         Ok(Err(e)) => Err(e.to_string()),
@@ -450,11 +493,13 @@ pub async fn serve(
             path: t.addr.to_string(),
             source: e,
         })?;
+        let registry = crate::conns::Registry::new(t.max_connections, t.idle_timeout);
         acceptors.push(spawn_tcp_acceptor(
             listener,
             t.tls,
             conn_tx.clone(),
             stop_rx.clone(),
+            Some(registry),
         ));
     }
     drop(conn_tx);
@@ -470,6 +515,7 @@ pub async fn serve(
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(crate::conns::CountStreams)
         .layer(crate::reply_memory::HoldReplyMemory)
         .layer(crate::watch_cap::CapHealthWatches::default())
         .add_service(health)

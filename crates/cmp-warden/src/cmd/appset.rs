@@ -138,6 +138,11 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
     if a.net.listen.is_none() {
         bail!("appset serve needs --listen HOST:PORT");
     }
+    if a.net.listen_max_connections.is_some() || a.net.listen_idle_timeout.is_some() {
+        bail!(
+            "--listen-max-connections and --listen-idle-timeout apply to serve --listen (gRPC); appset serve bounds its HTTP/1.1 connections by its request timeouts"
+        );
+    }
     let Some(token) = a.net.token()? else {
         bail!(
             "appset serve needs --token-file or --token-env: the ApplicationSet controller always sends a bearer token, and an unauthenticated generator would answer anyone"

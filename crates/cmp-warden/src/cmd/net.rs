@@ -33,7 +33,20 @@ pub struct NetArgs {
     /// Allow --listen without TLS (plaintext; for a mesh that terminates TLS itself).
     #[arg(long)]
     pub insecure: bool,
+    /// `serve --listen`: TLS connections open at once; at the cap a new one closes the
+    /// connection idle the longest [default: 1024].
+    #[arg(long, env = "CMP_WARDEN_LISTEN_MAX_CONNECTIONS")]
+    pub listen_max_connections: Option<usize>,
+    /// `serve --listen`: seconds a TLS connection may have no stream open before it is
+    /// closed [default: 300].
+    #[arg(long, env = "CMP_WARDEN_LISTEN_IDLE_TIMEOUT")]
+    pub listen_idle_timeout: Option<u64>,
 }
+
+/// `--listen-max-connections` unless given.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// `--listen-idle-timeout` unless given.
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
 
 /// A bound TCP listener and what protects it.
 #[derive(Debug)]
