@@ -41,7 +41,8 @@ def start(binary, work, on):
     d = os.path.join(work, "cache-on" if on else "cache-off")
     os.makedirs(d)
     os.chmod(d, 0o755)
-    srv = Server(binary, d, ("--policy", cache_policy(work, on)), plugin=PLUGIN)
+    srv = Server(binary, d, ("--policy", cache_policy(work, on)), plugin=PLUGIN,
+                 leases=os.path.join(work, "leases"))
     if on:
         # The cache starts once the start-up probe is done (after the socket exists).
         for _ in range(200):

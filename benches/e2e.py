@@ -29,13 +29,17 @@ PLUGIN = ("apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetad
 
 
 class Server:
-    def __init__(self, binary, work, extra=(), plugin=PLUGIN):
+    def __init__(self, binary, work, extra=(), plugin=PLUGIN, leases=None):
         cfg, socks = os.path.join(work, "cfg"), os.path.join(work, "socks")
         os.makedirs(cfg)
         os.makedirs(socks)
         with open(os.path.join(cfg, "plugin.yaml"), "w") as f:
             f.write(plugin)
         env = dict(os.environ, ARGOCD_PLUGINSOCKFILEPATH=socks, ARGOCD_CMP_WORKDIR=work)
+        if leases:
+            # Servers running at once on one UID range share their leases, as sidecars of one
+            # pod do through the socket directory (else the second refuses to start).
+            env["CMP_WARDEN_LEASE_DIR"] = leases
         self.log_path = os.path.join(work, "server.log")
         self.proc = subprocess.Popen([binary, "--loglevel", "info", "--config-dir-path", cfg,
                                       "--max-compressed", "1Gi", *extra], env=env,
