@@ -60,9 +60,19 @@ fn same_content(tgz: &[u8], root: &std::path::Path) {
     let gz = flate2::read::GzDecoder::new(tgz);
     let mut ar = tar::Archive::new(gz);
     let entries = ar.entries().expect("an accepted archive is readable");
+    let mut pax_paths = pax_paths(tgz).into_iter();
     for e in entries {
         let mut e = e.expect("an accepted archive's entries are readable");
-        let path = e.path().expect("path").into_owned();
+        if e.header().entry_type() == tar::EntryType::XGlobalHeader {
+            continue;
+        }
+        let path = match pax_paths.next().flatten() {
+            Some(p) => {
+                use std::os::unix::ffi::OsStringExt;
+                std::path::PathBuf::from(std::ffi::OsString::from_vec(p))
+            }
+            None => e.path().expect("path").into_owned(),
+        };
         let rel: std::path::PathBuf = path
             .components()
             .filter(|c| !matches!(c, std::path::Component::CurDir))
@@ -93,6 +103,51 @@ fn same_content(tgz: &[u8], root: &std::path::Path) {
             _ => {}
         }
     }
+}
+
+/// Each member's path from the PAX header before it, if one names it, in member order. Read
+/// record by record as Go's archive/tar (Argo CD's reader) does: the `tar` crate splits
+/// records at newlines, so a path holding one falls back to the header's name there.
+fn pax_paths(tgz: &[u8]) -> Vec<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(tgz));
+    let mut out = Vec::new();
+    let mut pending = None;
+    for e in ar.entries().expect("readable").raw(true) {
+        let mut e = e.expect("an accepted archive's entries are readable");
+        match e.header().entry_type() {
+            tar::EntryType::XHeader => {
+                let mut data = Vec::new();
+                e.read_to_end(&mut data).expect("pax data");
+                pending = pax_record(&data, b"path");
+            }
+            tar::EntryType::XGlobalHeader
+            | tar::EntryType::GNULongName
+            | tar::EntryType::GNULongLink => {}
+            _ => out.push(pending.take()),
+        }
+    }
+    out
+}
+
+/// The value of the last `key` record in PAX data (`LEN KEY=VALUE\n`, LEN counting the whole
+/// record), as Go's archive/tar parses it.
+fn pax_record(mut data: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+    let mut found = None;
+    while !data.is_empty() {
+        let sp = data.iter().position(|b| *b == b' ')?;
+        let len: usize = std::str::from_utf8(&data[..sp]).ok()?.parse().ok()?;
+        if len <= sp + 1 || len > data.len() || data[len - 1] != b'\n' {
+            return found;
+        }
+        let record = &data[sp + 1..len - 1];
+        let eq = record.iter().position(|b| *b == b'=')?;
+        if &record[..eq] == key {
+            found = Some(record[eq + 1..].to_vec());
+        }
+        data = &data[len..];
+    }
+    found
 }
 
 /// `Rel(Dir(link), Clean(Join(Dir(link), target)))`, by path
