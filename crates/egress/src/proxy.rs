@@ -604,7 +604,7 @@ async fn serve(
     }
     // A plain-HTTP request goes where its Host header says (virtual hosts behind one
     // address): that must be the destination decided on.
-    if let (Some(_), Err(d)) = (&forward, same_host(&head, &host, port)) {
+    if let Some(Err(d)) = forward.as_ref().map(|_| same_host(&head, &host, port)) {
         return refuse(&mut client, c, 403, d).await;
     }
     // 2–3. Decide, resolve, connect to a checked address.

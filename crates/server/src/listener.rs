@@ -200,22 +200,14 @@ type Pending = Arc<std::sync::Mutex<std::collections::VecDeque<(u64, tokio::task
 /// lasts until a connection closes; retrying at once spins a core and floods the log), and
 /// say so at most once every 10 s, with how many failed meanwhile.
 #[derive(Debug, Default)]
-pub(crate) struct AcceptErrors {
-    said: Option<std::time::Instant>,
-    unsaid: u64,
-}
+pub(crate) struct AcceptErrors(crate::sparse::Sparse);
 
 impl AcceptErrors {
     pub(crate) async fn after(&mut self, listener: &str, e: &std::io::Error) {
-        self.unsaid += 1;
-        if self
-            .said
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
-        {
-            tracing::warn!(listener, error = %e, failures = self.unsaid, "accept failed; retrying every 100 ms (said at most every 10 s)");
-            self.said = Some(std::time::Instant::now());
-            self.unsaid = 0;
-        }
+        self.0.warn(
+            "accept failed; retrying every 100 ms",
+            &format_args!("{listener}: {e}"),
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// One kind of warning, said sparsely.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Sparse(Mutex<(Option<Instant>, u64)>);
 
 impl Sparse {
@@ -23,5 +23,11 @@ impl Sparse {
             tracing::warn!(detail = %detail, count = g.1, "{what} (said at most every 10 s; count since the last)");
             *g = (Some(Instant::now()), 0);
         }
+    }
+}
+
+impl Default for Sparse {
+    fn default() -> Self {
+        Self::new()
     }
 }
