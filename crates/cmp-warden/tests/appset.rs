@@ -38,15 +38,16 @@ impl Gen {
 
     /// Start with a generator config file as given (`config`), or one written from `spec`.
     fn start_config(config: Option<&Path>, spec: &str) -> Gen {
-        Self::start_full(config, spec, &[], |_| {})
+        Self::start_full(config, spec, &[], &[], |_| {})
     }
 
-    /// Start with `policy` edits, and `data` filling the generator's data directory after the
-    /// default files.
+    /// Start with `policy` edits, `args` after the usual flags, and `data` filling the
+    /// generator's data directory after the default files.
     fn start_full(
         config: Option<&Path>,
         spec: &str,
         policy: &[(&str, &str)],
+        args: &[&str],
         data: impl FnOnce(&Path),
     ) -> Gen {
         let dir = tempfile::tempdir().expect("tmp");
@@ -89,6 +90,7 @@ impl Gen {
             .arg(d.join("policy/policy.yaml"))
             .arg("--work-dir")
             .arg(d.join("work"))
+            .args(args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -379,6 +381,75 @@ fn refusals_before_authentication_are_audited_within_a_budget_and_echo_little() 
     assert!(warned <= windows, "{warned} authentication warnings");
 }
 
+/// Connections are capped before any authentication: at `--listen-max-connections` (16
+/// here) a new one closes the one idle the longest, so 60 that finished their handshake and
+/// say nothing cannot keep the controller out; one with a request open is never the one
+/// closed.
+#[test]
+fn idle_connections_are_capped_and_one_with_a_request_open_is_kept() {
+    if !common::is_root(NEEDS_ROOT) {
+        return;
+    }
+    let g = Gen::start_full(
+        None,
+        "  command: [sh, -c, 'sleep 2; echo \"[]\"']\n",
+        &[],
+        &["--listen-max-connections", "16"],
+        |_| {},
+    );
+    // One request open (its command sleeps 2 s) before the flood.
+    let busy = {
+        let body = controller_body("busy", "{}");
+        let req = format!(
+            "POST /api/v1/getparams.execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut s = g.tls_stream();
+        s.write_all(req.as_bytes()).expect("write");
+        s
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut idle: Vec<_> = (0..60)
+        .map(|_| {
+            let mut s = g.tls_stream();
+            s.conn.complete_io(&mut s.sock).expect("handshake");
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut closed = 0;
+    for c in &mut idle {
+        c.sock
+            .set_read_timeout(Some(Duration::from_millis(5)))
+            .expect("timeout");
+        let mut b = [0u8; 16];
+        closed += usize::from(match c.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        });
+    }
+    assert!(
+        closed >= 60 - 16,
+        "only {closed} of 60 idle connections were closed at the cap"
+    );
+    let (status, _, body) = g.post(Some(TOKEN), &controller_body("shop", "{}"));
+    assert_eq!(
+        status,
+        200,
+        "the honest request was kept out: {body}\n{}",
+        g.logs()
+    );
+    let mut busy = busy;
+    let mut out = Vec::new();
+    let _ = busy.read_to_end(&mut out);
+    let (status, _, body) = parse_response(&out);
+    assert_eq!(status, 200, "the request open at the cap was cut: {body}");
+}
+
 #[test]
 fn the_command_is_confined_like_a_cmp_command() {
     if !common::is_root(NEEDS_ROOT) {
@@ -591,7 +662,7 @@ fn appset_serve_enforces_every_archive_limit_of_its_policy() {
     }
     for case in common::archive_cases::cases() {
         // The honest request's data files, plus the case's own in a subdirectory.
-        let g = Gen::start_full(None, ENV_COMMAND, case.policy, |d| {
+        let g = Gen::start_full(None, ENV_COMMAND, case.policy, &[], |d| {
             (case.fill)(&d.join("case"))
         });
         let (status, _, body) = g.post(Some(TOKEN), &controller_body("a", "{}"));
@@ -599,7 +670,7 @@ fn appset_serve_enforces_every_archive_limit_of_its_policy() {
         assert!(body.contains(case.expect), "{}: {body}", case.name);
         drop(g);
         // The same policy, without the case's files: served.
-        let g = Gen::start_full(None, ENV_COMMAND, case.policy, |_| {});
+        let g = Gen::start_full(None, ENV_COMMAND, case.policy, &[], |_| {});
         let (status, _, body) = g.post(Some(TOKEN), &controller_body("a", "{}"));
         assert_eq!(status, 200, "{}: honest request: {body}", case.name);
     }

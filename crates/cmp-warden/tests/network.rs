@@ -397,10 +397,45 @@ fn plaintext_tcp_needs_insecure_and_grpcio_speaks_tls() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // With --insecure: served, TCP only.
-    let srv = Server::start(&plugin(PLUGIN), &["--listen", "127.0.0.1:0", "--insecure"]);
+    // With --insecure: served, TCP only; its connections are capped as TLS ones are (10
+    // silent ones under a cap of 4: the oldest 6 closed at once).
+    let srv = Server::start(
+        &plugin(PLUGIN),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure",
+            "--listen-max-connections",
+            "4",
+        ],
+    );
     let addr = tcp_addr(&srv);
     assert!(srv.logs().contains("PLAINTEXT TCP"));
+    let mut silent: Vec<_> = (0..10)
+        .map(|_| std::net::TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut closed = 0;
+    for c in &mut silent {
+        c.set_read_timeout(Some(Duration::from_millis(5)))
+            .expect("timeout");
+        let mut b = [0u8; 64];
+        // The server's HTTP/2 settings may come first; a closed one ends in EOF.
+        closed += usize::from(loop {
+            match std::io::Read::read(c, &mut b) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(e) => {
+                    break e.kind() != std::io::ErrorKind::WouldBlock
+                        && e.kind() != std::io::ErrorKind::TimedOut;
+                }
+            }
+        });
+    }
+    assert!(
+        closed >= 6,
+        "{closed} of 10 silent plaintext connections closed at the cap of 4"
+    );
     ok_json(&call(&addr, "check", None, &["--insecure"]));
 
     // grpcio (C-core + BoringSSL): TLS health check and a CMP call with a token.

@@ -407,7 +407,7 @@ fn the_connection_cap_holds_and_finishing_cuts_every_tunnel_and_joins_every_thre
         "{proxy_threads} proxy threads"
     );
     // Finishing while all 100 tunnels are open cuts them and joins everything.
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     let (records, _) = proxy.finish();
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert_eq!(
@@ -433,8 +433,8 @@ fn the_connection_cap_holds_and_finishing_cuts_every_tunnel_and_joins_every_thre
         );
     }
     // The echo upstream's threads end with their connections.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while threads() > before && std::time::Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while threads() > before && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(

@@ -510,18 +510,21 @@ fn http_to_code(s: StatusCode) -> tonic::Code {
 }
 
 /// Serve the generator on `listener` (TLS when configured) until `shutdown`, then stop
-/// accepting and give in-flight requests `grace` to finish.
+/// accepting and give in-flight requests `grace` to finish. Connections are tracked by
+/// `registry` (capped, idle ones closed), a request counting as an open stream until its
+/// response is written.
 pub async fn serve(
     listener: std::net::TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     svc: Arc<AppSetService>,
+    registry: Arc<crate::conns::Registry>,
     grace: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (conn_tx, mut conn_rx) = mpsc::channel::<std::io::Result<Conn>>(64);
-    let acceptor = spawn_tcp_acceptor(listener, tls, conn_tx, stop_rx, None);
+    let acceptor = spawn_tcp_acceptor(listener, tls, conn_tx, stop_rx, registry);
     let header_timeout = Duration::from_secs(svc.config.timeout_seconds.min(10));
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -530,13 +533,21 @@ pub async fn serve(
             () = &mut shutdown => break,
             c = conn_rx.recv() => {
                 let Some(Ok(conn)) = c else { continue };
-                let remote = match tonic::transport::server::Connected::connect_info(&conn) {
-                    Some(crate::listener::PeerInfo::Tcp { remote, .. }) => remote,
-                    _ => None,
+                let (remote, tracked) = match tonic::transport::server::Connected::connect_info(&conn) {
+                    Some(crate::listener::PeerInfo::Tcp { remote, conn, .. }) => (remote, conn),
+                    _ => (None, None),
                 };
                 let svc = svc.clone();
                 tasks.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| svc.clone().handle(req, remote));
+                    let service = hyper::service::service_fn(move |req| {
+                        // Open from the head until the response's body is dropped (written).
+                        let open = tracked.clone().map(crate::conns::StreamOpen::new);
+                        let handled = svc.clone().handle(req, remote);
+                        async move {
+                            let resp = handled.await?;
+                            Ok::<_, Infallible>(resp.map(|b| crate::reply_memory::Guarded::new(b, open)))
+                        }
+                    });
                     let mut b = hyper::server::conn::http1::Builder::new();
                     b.timer(TokioTimer::new()).header_read_timeout(header_timeout);
                     if let Err(e) = b.serve_connection(TokioIo::new(conn), service).await {

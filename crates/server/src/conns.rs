@@ -1,8 +1,9 @@
-//! The TCP listener's connections, capped, with idle ones reclaimed. A TLS connection that
-//! finished its handshake and then sends nothing costs a descriptor and the HTTP/2 state
-//! beside it for as long as the peer answers pings: 20,000 of them once reached the
-//! descriptor limit and starved every honest request. So each connection is tracked from its
-//! handshake on, with how many streams it has open:
+//! A TCP listener's connections (`serve --listen`, `appset serve`), capped, with idle ones
+//! reclaimed. A TLS connection that finished its handshake and then sends nothing costs a
+//! descriptor and the HTTP/2 state beside it for as long as the peer answers pings: 20,000
+//! of them once reached the descriptor limit and starved every honest request. So each
+//! connection is tracked from its handshake (plaintext: its accept) on, with how many
+//! streams (HTTP/1.1: requests) it has open:
 //!
 //! 1. at most `max` connections at once: a new one at the cap closes the connection idle
 //!    (no open stream) the longest, or is refused when every one has a stream open;
@@ -10,8 +11,9 @@
 //! 3. closing makes the connection's reads and writes fail at once (its reader is woken), so
 //!    the HTTP/2 server drops it.
 //!
-//! Streams are counted by the [`CountStreams`] layer, which finds the connection in the
-//! request's connect info ([`crate::listener::PeerInfo::Tcp`]).
+//! gRPC streams are counted by the [`CountStreams`] layer, which finds the connection in the
+//! request's connect info ([`crate::listener::PeerInfo::Tcp`]); the generator's requests by
+//! its connection task ([`crate::appset::serve`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -220,7 +222,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Closable<S> {
 pub struct StreamOpen(Arc<Tracked>);
 
 impl StreamOpen {
-    fn new(t: Arc<Tracked>) -> Self {
+    /// Count a stream (an HTTP/1.1 request) open on `t`.
+    pub fn new(t: Arc<Tracked>) -> Self {
         t.streams.fetch_add(1, Ordering::SeqCst);
         Self(t)
     }

@@ -69,10 +69,8 @@ pub struct TcpOptions {
     /// (checked and audited by the service, `ServiceConfig::tcp_token`). gRPC health stays
     /// open: Kubernetes gRPC probes cannot send headers.
     pub token: Option<BearerToken>,
-    /// TLS connections open at once ([`crate::conns`]).
-    pub max_connections: usize,
-    /// How long a TLS connection may have no stream open before it is closed.
-    pub idle_timeout: Duration,
+    /// Its connections, plaintext or TLS: capped, idle ones closed ([`crate::conns`]).
+    pub connections: Arc<crate::conns::Registry>,
 }
 
 /// Who is on the other end of a connection (in each request's extensions).
@@ -96,17 +94,16 @@ pub enum PeerInfo {
     },
 }
 
-/// One accepted connection of either listener.
+/// One accepted connection of either listener. TCP connections, plaintext or TLS, are
+/// tracked by their listener's connection registry ([`crate::conns`]).
 #[derive(Debug)]
 pub enum Conn {
     /// Unix socket, through the `:authority` fix.
     Unix(Box<AuthorityFix<UnixStream>>),
     /// Plaintext TCP (`--insecure`).
-    Tcp(TcpStream),
+    Tcp(Box<crate::conns::Closable<TcpStream>>),
     /// TLS over TCP.
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
-    /// TLS over TCP, tracked by the listener's connection registry.
-    TrackedTls(Box<crate::conns::Closable<tokio_rustls::server::TlsStream<TcpStream>>>),
+    Tls(Box<crate::conns::Closable<tokio_rustls::server::TlsStream<TcpStream>>>),
 }
 
 impl Connected for Conn {
@@ -118,16 +115,11 @@ impl Connected for Conn {
                 pid: c.pid(),
             }),
             Conn::Tcp(s) => Some(PeerInfo::Tcp {
-                remote: s.peer_addr().ok(),
+                remote: s.get_ref().peer_addr().ok(),
                 tls: false,
-                conn: None,
+                conn: Some(s.tracked()),
             }),
             Conn::Tls(s) => Some(PeerInfo::Tcp {
-                remote: s.get_ref().0.peer_addr().ok(),
-                tls: true,
-                conn: None,
-            }),
-            Conn::TrackedTls(s) => Some(PeerInfo::Tcp {
                 remote: s.get_ref().get_ref().0.peer_addr().ok(),
                 tls: true,
                 conn: Some(s.tracked()),
@@ -144,9 +136,8 @@ impl AsyncRead for Conn {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tcp(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -159,25 +150,22 @@ impl AsyncWrite for Conn {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tcp(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tcp(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Unix(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tcp(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            Conn::TrackedTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -212,15 +200,15 @@ impl AcceptErrors {
     }
 }
 
-/// Accept TCP connections (TLS-wrapped when configured) into `conns` until `stop` flips.
-/// With `registry`, TLS connections are tracked there ([`crate::conns`]): capped, idle ones
+/// Accept TCP connections (TLS-wrapped when configured) into `conns` until `stop` flips,
+/// each tracked by `registry` ([`crate::conns`]) from its handshake on: capped, idle ones
 /// reclaimed.
 pub fn spawn_tcp_acceptor(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     conns: mpsc::Sender<std::io::Result<Conn>>,
     mut stop: watch::Receiver<bool>,
-    registry: Option<Arc<crate::conns::Registry>>,
+    registry: Arc<crate::conns::Registry>,
 ) -> tokio::task::JoinHandle<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let pending: Pending = Arc::default();
@@ -234,10 +222,10 @@ pub fn spawn_tcp_acceptor(
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
-                _ = reap.tick(), if registry.is_some() => {
-                    let closed = registry.as_ref().map_or(0, |r| r.reap_idle());
+                _ = reap.tick() => {
+                    let closed = registry.reap_idle();
                     if closed > 0 {
-                        tracing::debug!(closed, "idle TLS connections closed (--listen-idle-timeout)");
+                        tracing::debug!(closed, "idle connections closed (--listen-idle-timeout)");
                     }
                 }
                 r = listener.accept() => match r {
@@ -245,7 +233,13 @@ pub fn spawn_tcp_acceptor(
                         let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
                         let _ = stream.set_nodelay(true);
                         let Some(acceptor) = acceptor.clone() else {
-                            if conns.send(Ok(Conn::Tcp(stream))).await.is_err() { break; }
+                            match admit(&registry) {
+                                Ok(t) => {
+                                    let c = crate::conns::Closable::new(stream, t, registry.clone());
+                                    if conns.send(Ok(Conn::Tcp(Box::new(c)))).await.is_err() { break; }
+                                }
+                                Err(why) => refused.warn("connection refused", &format_args!("{remote}: {why}")),
+                            }
                             continue;
                         };
                         let oldest = {
@@ -295,7 +289,7 @@ async fn handshake(
     acceptor: tokio_rustls::TlsAcceptor,
     refuser: crate::refuse::Refuser,
     conns: mpsc::Sender<std::io::Result<Conn>>,
-    registry: Option<Arc<crate::conns::Registry>>,
+    registry: Arc<crate::conns::Registry>,
 ) -> Result<(), String> {
     // A plaintext client is told this port speaks TLS, not reset.
     match first_bytes(&stream, deadline).await {
@@ -311,18 +305,8 @@ async fn handshake(
     }
     match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => {
-            let conn = match registry {
-                None => Conn::Tls(Box::new(tls)),
-                Some(r) => match r.admit() {
-                    Some(t) => Conn::TrackedTls(Box::new(crate::conns::Closable::new(tls, t, r))),
-                    None => {
-                        return Err(format!(
-                            "all {} connections (--listen-max-connections) have a stream open; refused",
-                            r.len()
-                        ));
-                    }
-                },
-            };
+            let t = admit(&registry)?;
+            let conn = Conn::Tls(Box::new(crate::conns::Closable::new(tls, t, registry)));
             let _ = conns.send(Ok(conn)).await;
             Ok(())
         }
@@ -332,6 +316,16 @@ async fn handshake(
             HANDSHAKE_TIMEOUT.as_secs()
         )),
     }
+}
+
+/// A place in `registry` for a new connection, or why there is none.
+fn admit(registry: &Arc<crate::conns::Registry>) -> Result<Arc<crate::conns::Tracked>, String> {
+    registry.admit().ok_or_else(|| {
+        format!(
+            "all {} connections (--listen-max-connections) have a request open; refused",
+            registry.len()
+        )
+    })
 }
 
 /// What a plaintext gRPC client on a TLS port is told.
@@ -485,13 +479,12 @@ pub async fn serve(
             path: t.addr.to_string(),
             source: e,
         })?;
-        let registry = crate::conns::Registry::new(t.max_connections, t.idle_timeout);
         acceptors.push(spawn_tcp_acceptor(
             listener,
             t.tls,
             conn_tx.clone(),
             stop_rx.clone(),
-            Some(registry),
+            t.connections,
         ));
     }
     drop(conn_tx);

@@ -102,6 +102,7 @@ async fn serve(prepared: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Resul
         prepared.listener,
         prepared.tls,
         prepared.svc,
+        prepared.connections,
         prepared.grace,
         super::serve::shutdown_signal(early_stop),
     )
@@ -117,6 +118,7 @@ struct Prepared {
     listener: std::net::TcpListener,
     addr: std::net::SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
+    connections: Arc<server::conns::Registry>,
     svc: Arc<server::appset::AppSetService>,
     /// Shut down after the last request: retires the spare jail (none without a command
     /// source).
@@ -137,11 +139,6 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
     let policy = super::flags::load_policy(a.policy.as_deref())?;
     if a.net.listen.is_none() {
         bail!("appset serve needs --listen HOST:PORT");
-    }
-    if a.net.listen_max_connections.is_some() || a.net.listen_idle_timeout.is_some() {
-        bail!(
-            "--listen-max-connections and --listen-idle-timeout apply to serve --listen (gRPC); appset serve bounds its HTTP/1.1 connections by its request timeouts"
-        );
     }
     let Some(token) = a.net.token()? else {
         bail!(
@@ -213,6 +210,7 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
         listener: bound.listener,
         addr: bound.addr,
         tls: bound.tls,
+        connections: bound.connections,
         svc: Arc::new(svc),
         supervisor,
         grace: Duration::from_secs(a.shutdown_grace),

@@ -33,12 +33,12 @@ pub struct NetArgs {
     /// Allow --listen without TLS (plaintext; for a mesh that terminates TLS itself).
     #[arg(long)]
     pub insecure: bool,
-    /// `serve --listen`: TLS connections open at once; at the cap a new one closes the
-    /// connection idle the longest [default: 1024].
+    /// Connections open at once on --listen; at the cap a new one closes the connection
+    /// idle the longest [default: 1024].
     #[arg(long, env = "CMP_WARDEN_LISTEN_MAX_CONNECTIONS")]
     pub listen_max_connections: Option<usize>,
-    /// `serve --listen`: seconds a TLS connection may have no stream open before it is
-    /// closed [default: 300].
+    /// Seconds a connection on --listen may have no request open before it is closed
+    /// [default: 300].
     #[arg(long, env = "CMP_WARDEN_LISTEN_IDLE_TIMEOUT")]
     pub listen_idle_timeout: Option<u64>,
 }
@@ -59,6 +59,8 @@ pub struct Bound {
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// Token clients must present.
     pub token: Option<BearerToken>,
+    /// Its connections: at most so many, idle ones closed after so long.
+    pub connections: std::sync::Arc<server::conns::Registry>,
 }
 
 impl NetArgs {
@@ -105,11 +107,20 @@ impl NetArgs {
             std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let connections = server::conns::Registry::new(
+            self.listen_max_connections
+                .unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            std::time::Duration::from_secs(
+                self.listen_idle_timeout
+                    .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECS),
+            ),
+        );
         Ok(Some(Bound {
             listener,
             addr,
             tls,
             token,
+            connections,
         }))
     }
 }

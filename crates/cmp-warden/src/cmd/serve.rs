@@ -319,15 +319,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
                         addr: b.addr,
                         tls: b.tls,
                         token: b.token,
-                        max_connections: a
-                            .net
-                            .listen_max_connections
-                            .unwrap_or(super::net::DEFAULT_MAX_CONNECTIONS),
-                        idle_timeout: Duration::from_secs(
-                            a.net
-                                .listen_idle_timeout
-                                .unwrap_or(super::net::DEFAULT_IDLE_TIMEOUT_SECS),
-                        ),
+                        connections: b.connections,
                     },
                 )
             });
