@@ -669,75 +669,12 @@ fn a_command_looping_on_a_denied_call_is_counted_not_logged_each_time() {
     assert_eq!(logged, 1, "one log line per syscall, not per call");
 }
 
-/// The test collector (the OpenTelemetry project's own OTLP bindings, `scripts/setup`): its
-/// port, and the spans it has received so far.
-struct Collector {
-    child: std::process::Child,
-    port: u16,
-    spans: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
-}
-
-impl Collector {
-    fn start() -> Self {
-        use std::io::BufRead;
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/otlp_collector.py");
-        let mut child = std::process::Command::new("/usr/bin/python3")
-            .arg(script)
-            .env("PYTHONPATH", "/opt/cmp-warden-tools/otlp-python")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the OTLP collector (scripts/setup installs opentelemetry-proto)");
-        let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let port = lines
-            .next()
-            .and_then(Result::ok)
-            .and_then(|l| l.trim().parse().ok())
-            .expect("the collector prints its port");
-        let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = spans.clone();
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&l).expect("span line is JSON");
-                sink.lock().expect("lock").push(v);
-            }
-        });
-        Self { child, port, spans }
-    }
-
-    /// The spans of `trace_id` once its root span has arrived (export is batched: ≤ 1 s).
-    fn trace(&self, trace_id: &str) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let of: Vec<Value> = self
-                .spans
-                .lock()
-                .expect("lock")
-                .iter()
-                .filter(|s| s["traceId"] == trace_id)
-                .cloned()
-                .collect();
-            if of.iter().any(|s| s["kind"] == 2) || Instant::now() > deadline {
-                return of;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
     if !is_root(NEEDS_ROOT) {
         return;
     }
-    let collector = Collector::start();
+    let collector = common::otlp::Collector::start();
     let dir = tempfile::tempdir().expect("tmp");
     let audit = dir.path().join("audit.jsonl");
     let address = format!("127.0.0.1:{}", collector.port);

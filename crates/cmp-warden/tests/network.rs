@@ -278,7 +278,13 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     std::fs::write(&token, "correct-horse-battery-staple\n").expect("token");
     let wrong = k.dir.path().join("wrong");
     std::fs::write(&wrong, "correct-horse-battery-stapler").expect("token");
-    let srv = tls_server(s(&k.cert), s(&k.key), &["--token-file", s(&token)]);
+    let collector = common::otlp::Collector::start();
+    let otlp = format!("127.0.0.1:{}", collector.port);
+    let srv = tls_server(
+        s(&k.cert),
+        s(&k.key),
+        &["--token-file", s(&token), "--otlp-address", &otlp],
+    );
     let addr = tcp_addr(&srv);
     let r = repo(&[("a.yaml", "x: 1\n")]);
     let ca = ["--tls-ca", s(&k.ca)];
@@ -299,7 +305,45 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     let v = ok_json(&call(&addr, "generate", Some(r.path()), &good));
     assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
     // grpc-go, as a Go repo-server would dial a plugin service: TLS + token metadata.
+    // Each call sampled by its caller: only the authenticated one is traced (a refused
+    // caller's sampling flag is not trusted, so refusals cost no span).
     let dir = r.path().to_str().expect("utf8");
+    let (refused_trace, wrong_trace, ok_trace) = (
+        "11111111111111111111111111111111",
+        "22222222222222222222222222222222",
+        "33333333333333333333333333333333",
+    );
+    let tp = |t: &str| format!("00-{t}-00f067aa0ba902b7-01");
+    let e = go_tcp(
+        &addr,
+        "generate",
+        &[
+            "-dir",
+            dir,
+            "-tls-ca",
+            s(&k.ca),
+            "-traceparent",
+            &tp(refused_trace),
+        ],
+    )
+    .expect_err("no token");
+    assert_eq!(e.0, 16, "Unauthenticated: {e:?}");
+    let e = go_tcp(
+        &addr,
+        "generate",
+        &[
+            "-dir",
+            dir,
+            "-tls-ca",
+            s(&k.ca),
+            "-token",
+            "correct-horse-battery-stapler",
+            "-traceparent",
+            &tp(wrong_trace),
+        ],
+    )
+    .expect_err("a wrong token");
+    assert_eq!(e.0, 16, "Unauthenticated: {e:?}");
     let v = go_tcp(
         &addr,
         "generate",
@@ -310,12 +354,30 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
             s(&k.ca),
             "-token",
             "correct-horse-battery-staple",
+            "-traceparent",
+            &tp(ok_trace),
         ],
     )
     .expect("grpc-go over TLS with the token");
     assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
-    let e = go_tcp(&addr, "generate", &["-dir", dir, "-tls-ca", s(&k.ca)]).expect_err("no token");
-    assert_eq!(e.0, 16, "Unauthenticated: {e:?}");
+    let traced = collector.trace(ok_trace);
+    assert!(
+        traced.iter().any(|s| s["kind"] == 2),
+        "the authenticated call was not traced: {traced:#?}"
+    );
+    // Batches arrive in order: the later trace is in, so the refused ones never will be.
+    let refused_spans: Vec<_> = collector
+        .spans
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|s| s["traceId"] == refused_trace || s["traceId"] == wrong_trace)
+        .cloned()
+        .collect();
+    assert!(
+        refused_spans.is_empty(),
+        "refused calls exported spans: {refused_spans:#?}"
+    );
     // Kubernetes gRPC probes send no headers.
     assert_eq!(
         ok_json(&call(&addr, "health", None, &ca))["status"],
