@@ -674,7 +674,7 @@ fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
     if !is_root(NEEDS_ROOT) {
         return;
     }
-    let collector = common::otlp::Collector::start();
+    let collector = otlp::Collector::start();
     let dir = tempfile::tempdir().expect("tmp");
     let audit = dir.path().join("audit.jsonl");
     let address = format!("127.0.0.1:{}", collector.port);
