@@ -8,6 +8,9 @@ build, one with the cache on and one with it off, alternating A/B in one run.
   one GetParametersAnnouncement and 20 GenerateManifest calls with 20 different `appRelPath`s,
   as the repo-server makes them for 20 Applications at one revision; the total server time of
   the sequence with the cache (the first call fills it) against without;
+- small archives (10 to 1,000 files): what a hit and what a fill (an archive the cached server
+  has not seen) cost against the uncached request, in the same alternation, to place the
+  size below which the cache is skipped (`spec.cache.minArchiveBytes`);
 - peak memory of the cached server's process tree (server, keeper, jails, commands) at
   concurrency 16 on the 5,000-file archive.
 Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed emptyDir would.
@@ -20,6 +23,9 @@ from e2e import Server
 
 FULL_SIZES = [("1k", 1000, 4 << 20, 15), ("5k", 5000, 20 << 20, 11)]
 QUICK_SIZES = [("1k", 200, 400 << 10, 3)]
+# Small archives: (files, bytes in all); requests per server for hits and for fills.
+FULL_SMALL = [(10, 4 << 10), (30, 12 << 10), (100, 40 << 10), (300, 120 << 10), (1000, 400 << 10)]
+QUICK_SMALL = [(10, 4 << 10), (100, 40 << 10)]
 APPS = 20
 
 PLUGIN = """apiVersion: argoproj.io/v1alpha1
@@ -97,6 +103,47 @@ def sequence(binary, srv, repo, tgz):
     return sum(secs)
 
 
+def small(binary, work, on, off, quick):
+    """Hit and fill against uncached, by archive size. Each fill sends an archive the cached
+    server has not seen (a new revision file), to both servers alike."""
+    runs = 3 if quick else 15
+    out = []
+    for files, total in QUICK_SMALL if quick else FULL_SMALL:
+        log(f"cache: small archive, {files} files, {runs} hits and {runs} fills per server")
+        repo = os.path.join(work, f"small-{files}")
+        make_tree(repo, files, total)
+        tgzs = []
+        for r in range(runs + 1):
+            with open(os.path.join(repo, "revision"), "w") as f:
+                f.write(str(r))
+            tgz = os.path.join(work, f"small-{files}-{r}.tgz")
+            pack(repo, tgz)
+            tgzs.append(tgz)
+        ok(client(binary, off.sock, "generate", repo, tgzs[0]))
+        ok(client(binary, on.sock, "generate", repo, tgzs[0]))  # fills the tree hit below
+        m_on, m_off = on.mark(), off.mark()
+        for _ in range(runs):
+            ok(client(binary, off.sock, "generate", repo, tgzs[0]))
+            ok(client(binary, on.sock, "generate", repo, tgzs[0]))
+        hit, off_hit = on.server_seconds(m_on), off.server_seconds(m_off)
+        m_on, m_off = on.mark(), off.mark()
+        for tgz in tgzs[1:]:
+            ok(client(binary, off.sock, "generate", repo, tgz))
+            ok(client(binary, on.sock, "generate", repo, tgz))
+        fill, off_fill = on.server_seconds(m_on), off.server_seconds(m_off)
+        uncached = median(off_hit + off_fill)
+        saved, extra = uncached - median(hit), median(fill) - uncached
+        out.append({
+            "files": files + 2, "archive_bytes": os.path.getsize(tgzs[0]),
+            "uncached_p50_ms": round(uncached * 1e3, 2), "hit_p50_ms": round(median(hit) * 1e3, 2),
+            "fill_p50_ms": round(median(fill) * 1e3, 2),
+            # How many hits repay one fill (none: a hit saves nothing).
+            "hits_to_repay_a_fill": round(extra / saved, 1) if saved > 0 else None,
+        })
+        shutil.rmtree(repo)
+    return out
+
+
 def run(binary, quick):
     sizes = QUICK_SIZES if quick else FULL_SIZES
     work = tempfile.mkdtemp(prefix="cmpw-cache-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
@@ -129,6 +176,7 @@ def run(binary, quick):
                 "ratio": round(median(s_on) / median(s_off), 3),
             })
             shutil.rmtree(repo)
+        by_small = small(binary, work, on, off, quick)
         log(f"cache: monorepo, {APPS} applications, match + parameters + {APPS} generate")
         files, total = (200, 400 << 10) if quick else (5000, 20 << 20)
         repo, tgz = monorepo(work, files, total)
@@ -152,7 +200,7 @@ def run(binary, quick):
         with PeakTreeRss(on.proc.pid) as peak, cf.ThreadPoolExecutor(conc) as ex:
             res = list(ex.map(lambda _: timed(cmd), range(n)))
         failures = sum(1 for _, r in res if r.returncode != 0)
-        return {"sizes": by_size, "monorepo": mono,
+        return {"sizes": by_size, "small": by_small, "monorepo": mono,
                 "concurrency": {"concurrency": conc, "requests": n, "failures": failures,
                                 "tree_peak_rss_MiB": round(peak.peak_kib / 1024, 1)}}
     finally:

@@ -127,6 +127,16 @@ def _cache_md(c, L):
     L.append(f"| monorepo: match + parameters + {m['applications']} generate, one archive of {m['files']:,} "
              f"files (server total, median of {m['rounds']}) | {m['applications'] + 2} each | "
              f"{m['uncached_total_s'] * 1000:.0f} ms | {m['cached_total_s'] * 1000:.0f} ms | {m['ratio']:.3f} |")
+    if c.get("small"):
+        L += ["", "Small archives: a hit (the tree cached) and a fill (an archive the cached server has not seen) "
+                  "against the uncached request, server p50s, alternated in the same run:", "",
+              "| files | archive | uncached | hit | fill | hits that repay a fill |",
+              "| --- | --- | --- | --- | --- | --- |"]
+        for r in c["small"]:
+            repay = r["hits_to_repay_a_fill"]
+            L.append(f"| {r['files']:,} | {r['archive_bytes']:,} B | {r['uncached_p50_ms']:.1f} ms | "
+                     f"{r['hit_p50_ms']:.1f} ms | {r['fill_p50_ms']:.1f} ms | "
+                     f"{'never (a hit saves nothing)' if repay is None else repay} |")
     k = c["concurrency"]
     L += ["", f"Cached server at concurrency {k['concurrency']} ({k['requests']} requests, {k['failures']} failed): "
               f"server + keeper + jails + commands peak {k['tree_peak_rss_MiB']} MiB (PSS); the trees themselves "

@@ -83,6 +83,10 @@ pub struct Task {
     /// a cached tree; the bytes are verified as they arrive all the same.
     #[serde(default)]
     pub archive_sha256: Option<String>,
+    /// The archive's size the client states (`metadata.size`, bytes of the `.tar.gz`): it
+    /// only decides whether the archive is worth caching.
+    #[serde(default)]
+    pub archive_size: Option<u64>,
 }
 
 /// One request as the caller hands it to a [`crate::Runner`].

@@ -119,13 +119,18 @@ spec:
     let default_uid = p.uid_first.checked_add(p.uid_count);
     let _ = writeln!(
         o,
-        "  cache: {{enabled: {}, bytes: {}{}}}",
+        "  cache: {{enabled: {}, bytes: {}{}{}}}",
         p.cache.enabled,
         bytes(p.cache.bytes),
         if Some(p.cache.uid) == default_uid {
             String::new()
         } else {
             format!(", uid: {}", p.cache.uid)
+        },
+        if p.cache.min_archive_bytes == crate::policy::DEFAULT_CACHE_MIN_ARCHIVE_BYTES {
+            String::new()
+        } else {
+            format!(", minArchiveBytes: {}", bytes(p.cache.min_archive_bytes))
         }
     );
     let ll = &p.landlock;
@@ -377,5 +382,16 @@ mod tests {
             p
         };
         assert_eq!(strip(back), strip(p));
+        // A non-default cache size floor is written, and read back.
+        let text = crate::policy::DEFAULT_POLICY_YAML.replacen(
+            "cache: {enabled: true, bytes: 512Mi}",
+            "cache: {enabled: true, bytes: 512Mi, minArchiveBytes: 1Mi}",
+            1,
+        );
+        let p = Policy::parse(&text, None).expect("policy");
+        let out = to_yaml(&p, "seccomp/default.json", &[]);
+        assert!(out.contains("minArchiveBytes: 1Mi"), "{out}");
+        let back = Policy::parse(&out, None).expect("parses back");
+        assert_eq!(back.cache.min_archive_bytes, 1 << 20);
     }
 }

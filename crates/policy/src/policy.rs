@@ -242,6 +242,8 @@ struct RawCache {
     bytes: Option<RawQty>,
     #[serde(default)]
     uid: Option<u32>,
+    #[serde(default)]
+    min_archive_bytes: Option<RawQty>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -475,6 +477,9 @@ pub struct CachePolicy {
     /// The identity that owns the trees: never leased, never runs a command (default: the
     /// UID just above `uidRange`).
     pub uid: u32,
+    /// Archives smaller than this (the `.tar.gz` size the client states) are extracted in
+    /// their request's own jail: for them a fill costs more than hits save.
+    pub min_archive_bytes: u64,
 }
 
 /// Why a policy was refused; messages name the field.
@@ -723,6 +728,10 @@ impl Policy {
 /// The tree cache's identity unless `spec.cache.uid` says otherwise (or the range holds it).
 pub const DEFAULT_CACHE_UID: u32 = 65535;
 
+/// `spec.cache.minArchiveBytes` unless given: below it a hit saves less than a fill costs
+/// (BENCHMARKS.md, "Small archives").
+pub const DEFAULT_CACHE_MIN_ARCHIVE_BYTES: u64 = 16 << 10;
+
 /// `spec.cache`: on unless disabled, 512 MiB, its identity outside the UID range.
 fn check_cache(
     raw: Option<&RawCache>,
@@ -789,10 +798,15 @@ fn check_cache(
             format!("{uid} ({given}) {why}: set spec.cache.uid to a free ID such as {suggest}"),
         ));
     }
+    let min_archive_bytes = match &raw.min_archive_bytes {
+        Some(q) => qty(q, "spec.cache.minArchiveBytes", 0)?,
+        None => DEFAULT_CACHE_MIN_ARCHIVE_BYTES,
+    };
     Ok(CachePolicy {
         enabled: raw.enabled.unwrap_or(true),
         bytes,
         uid,
+        min_archive_bytes,
     })
 }
 
@@ -1201,6 +1215,23 @@ mod tests {
         // instance may take above it), not a system ID; the message says what to set.
         let default = with("count: 40000", "count: 45530").expect("65535 outside the range");
         assert_eq!(default.cache.uid, 65535);
+        assert_eq!(
+            default.cache.min_archive_bytes,
+            DEFAULT_CACHE_MIN_ARCHIVE_BYTES
+        );
+        let every = with(
+            "cache: {enabled: true, bytes: 512Mi}",
+            "cache: {enabled: true, bytes: 512Mi, minArchiveBytes: 0}",
+        )
+        .expect("policy");
+        assert_eq!(every.cache.min_archive_bytes, 0);
+        assert!(
+            e(with(
+                "cache: {enabled: true, bytes: 512Mi}",
+                "cache: {enabled: true, bytes: 512Mi, minArchiveBytes: lots}",
+            ))
+            .contains("spec.cache.minArchiveBytes")
+        );
         let near_nobody = e(with(
             "cache: {enabled: true, bytes: 512Mi}",
             "cache: {enabled: true, bytes: 512Mi, uid: 65530}",

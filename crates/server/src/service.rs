@@ -375,6 +375,8 @@ impl CmpService {
         );
         // Chooses a cached tree; the bytes are verified as they arrive all the same.
         spec.task.archive_sha256 = Some(meta.checksum.clone());
+        // Decides whether it is worth caching; 0 (not stated) leaves that to the cache.
+        spec.task.archive_size = u64::try_from(meta.size).ok().filter(|n| *n > 0);
         ctx.record = Some(spec.record.clone());
         let cancel = CancelToken::new();
         self.active

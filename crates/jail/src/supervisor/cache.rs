@@ -60,6 +60,8 @@ pub struct CacheConfig {
     pub extracted_bytes: u64,
     /// The archive's entries limit.
     pub entries: u64,
+    /// Archives stated smaller than this (`.tar.gz` bytes) are not cached.
+    pub min_archive_bytes: u64,
 }
 
 impl CacheConfig {
@@ -670,6 +672,11 @@ impl TreeCache {
                 return;
             }
         }
+    }
+
+    /// Archives stated smaller than this are not cached (`spec.cache.minArchiveBytes`).
+    pub fn min_archive_bytes(&self) -> u64 {
+        self.cfg.min_archive_bytes
     }
 
     /// Counters and sizes.

@@ -246,6 +246,7 @@ impl Plan {
                 deadline_limit,
                 command_timeout: self.command_timeout.clone(),
                 archive_sha256: None,
+                archive_size: None,
             },
             tree,
             deadline,
@@ -288,6 +289,7 @@ fn cache_config(p: &Policy) -> Option<super::cache::CacheConfig> {
         range: (p.uid_first, p.uid_count),
         extracted_bytes: p.archive.extracted_bytes,
         entries: p.archive.entries,
+        min_archive_bytes: p.cache.min_archive_bytes,
     })
 }
 

@@ -1164,7 +1164,17 @@ impl Inner {
             .archive_sha256
             .as_deref()
             .and_then(|c| super::cache::tree_key(c, &options));
-        let Some(key) = key else {
+        // Too small to be worth a tree: a fill costs more than its hits save.
+        let small = spec
+            .task
+            .archive_size
+            .is_some_and(|n| n < cache.min_archive_bytes());
+        let Some(key) = key.filter(|_| !small) else {
+            if small {
+                tracing::debug!(
+                    "tree cache: the archive is smaller than spec.cache.minArchiveBytes; it extracts in its own jail"
+                );
+            }
             crate::record::update(&spec.record, |r| {
                 r.tree_cache = Some(TreeCacheUse::Uncached)
             });
