@@ -6,10 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::policy::{PolicyError, RawQty, from_yaml, invalid, qty};
-
-/// `apiVersion` of a generator config.
-pub const API_VERSION: &str = "cmp-warden.io/v1alpha1";
+pub use crate::error::API_VERSION;
+use crate::error::{PolicyError, invalid};
+use crate::policy::{RawQty, from_yaml, qty};
 /// `kind` of a generator config.
 pub const KIND: &str = "AppSetGenerator";
 

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod emit;
+pub mod error;
 pub mod generator;
 pub mod policy;
 pub mod quantity;

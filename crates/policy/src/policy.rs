@@ -5,14 +5,13 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::invalid;
+pub use crate::error::{API_VERSION, PolicyError};
 use crate::quantity::parse_quantity;
 use plugin::locate;
 
 /// The embedded default policy (`policies/default.yaml`).
 pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");
-
-/// The schema version this build reads.
-pub const API_VERSION: &str = "cmp-warden.io/v1alpha1";
 
 /// A protection that can be required.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -480,37 +479,6 @@ pub struct CachePolicy {
     /// Archives smaller than this (the `.tar.gz` size the client states) are extracted in
     /// their request's own jail: for them a fill costs more than hits save.
     pub min_archive_bytes: u64,
-}
-
-/// Why a policy was refused; messages name the field.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PolicyError {
-    /// Not YAML, or a field unknown / of the wrong type.
-    #[error("policy: {0}")]
-    Parse(String),
-    /// A value out of range.
-    #[error("policy: {}{field}: {why}", at_line(*.line))]
-    Invalid {
-        /// Dotted field path.
-        field: &'static str,
-        /// What is wrong.
-        why: String,
-        /// The field's 1-based line in the YAML, where it can be told.
-        line: Option<usize>,
-    },
-}
-
-fn at_line(line: Option<usize>) -> String {
-    line.map(|l| format!("line {l}, ")).unwrap_or_default()
-}
-
-pub(crate) fn invalid(field: &'static str, why: impl Into<String>) -> PolicyError {
-    PolicyError::Invalid {
-        field,
-        why: why.into(),
-        line: None,
-    }
 }
 
 impl PolicyError {

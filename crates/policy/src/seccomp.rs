@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::PolicyError;
+use crate::error::{API_VERSION, PolicyError};
 
 /// The embedded default profile (`policies/seccomp/default.json`).
 pub const DEFAULT_SECCOMP_JSON: &str = include_str!("../../../policies/seccomp/default.json");
@@ -170,7 +170,7 @@ pub struct SeccompProfile {
 }
 
 fn bad(why: impl Into<String>) -> PolicyError {
-    crate::policy::invalid("spec.seccomp.profile", why)
+    crate::error::invalid("spec.seccomp.profile", why)
 }
 
 impl SeccompProfile {
@@ -183,10 +183,10 @@ impl SeccompProfile {
     pub fn parse(text: &str) -> Result<Self, PolicyError> {
         let raw: RawProfile =
             serde_json::from_str(text).map_err(|e| bad(format!("not a valid profile: {e}")))?;
-        if raw.api_version != crate::policy::API_VERSION || raw.kind != "SeccompProfile" {
+        if raw.api_version != API_VERSION || raw.kind != "SeccompProfile" {
             return Err(bad(format!(
                 "must be apiVersion {} kind SeccompProfile",
-                crate::policy::API_VERSION
+                API_VERSION
             )));
         }
         if raw.default_action != "allow" {

@@ -534,7 +534,7 @@ pub async fn serve(
             c = conn_rx.recv() => {
                 let Some(Ok(conn)) = c else { continue };
                 let (remote, tracked) = match tonic::transport::server::Connected::connect_info(&conn) {
-                    Some(crate::listener::PeerInfo::Tcp { remote, conn, .. }) => (remote, conn),
+                    Some(crate::conns::PeerInfo::Tcp { remote, conn, .. }) => (remote, conn),
                     _ => (None, None),
                 };
                 let svc = svc.clone();

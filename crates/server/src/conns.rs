@@ -12,11 +12,12 @@
 //!    the HTTP/2 server drops it.
 //!
 //! gRPC streams are counted by the [`CountStreams`] layer, which finds the connection in the
-//! request's connect info ([`crate::listener::PeerInfo::Tcp`]); the generator's requests by
+//! request's connect info ([`PeerInfo::Tcp`]); the generator's requests by
 //! its connection task ([`crate::appset::serve`]).
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,10 +26,29 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::listener::PeerInfo;
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Who is on the other end of a connection (in each request's extensions).
+#[derive(Debug, Clone)]
+pub enum PeerInfo {
+    /// A unix-socket peer, by credentials.
+    Unix {
+        /// Peer UID.
+        uid: u32,
+        /// Peer PID, when known.
+        pid: Option<i32>,
+    },
+    /// A TCP peer.
+    Tcp {
+        /// Remote address.
+        remote: Option<SocketAddr>,
+        /// Whether the connection is TLS.
+        tls: bool,
+        /// Its entry in the listener's connection registry, when tracked.
+        conn: Option<Arc<Tracked>>,
+    },
 }
 
 /// One tracked connection.

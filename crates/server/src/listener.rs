@@ -21,6 +21,7 @@ use tonic::transport::server::Connected;
 
 use crate::auth::BearerToken;
 use crate::authority::AuthorityFix;
+use crate::conns::PeerInfo;
 use crate::service::CmpService;
 
 /// Listener settings.
@@ -71,27 +72,6 @@ pub struct TcpOptions {
     pub token: Option<BearerToken>,
     /// Its connections, plaintext or TLS: capped, idle ones closed ([`crate::conns`]).
     pub connections: Arc<crate::conns::Registry>,
-}
-
-/// Who is on the other end of a connection (in each request's extensions).
-#[derive(Debug, Clone)]
-pub enum PeerInfo {
-    /// A unix-socket peer, by credentials.
-    Unix {
-        /// Peer UID.
-        uid: u32,
-        /// Peer PID, when known.
-        pid: Option<i32>,
-    },
-    /// A TCP peer.
-    Tcp {
-        /// Remote address.
-        remote: Option<SocketAddr>,
-        /// Whether the connection is TLS.
-        tls: bool,
-        /// Its entry in the listener's connection registry, when tracked.
-        conn: Option<Arc<crate::conns::Tracked>>,
-    },
 }
 
 /// One accepted connection of either listener. TCP connections, plaintext or TLS, are
@@ -184,22 +164,6 @@ const MAX_PENDING_HANDSHAKES: usize = 256;
 /// Handshakes in progress, oldest first.
 type Pending = Arc<std::sync::Mutex<std::collections::VecDeque<(u64, tokio::task::AbortHandle)>>>;
 
-/// After a failed accept: wait before the next one (out of descriptors, EMFILE or ENFILE,
-/// lasts until a connection closes; retrying at once spins a core and floods the log), and
-/// say so at most once every 10 s, with how many failed meanwhile.
-#[derive(Debug, Default)]
-pub(crate) struct AcceptErrors(crate::sparse::Sparse);
-
-impl AcceptErrors {
-    pub(crate) async fn after(&mut self, listener: &str, e: &std::io::Error) {
-        self.0.warn(
-            "accept failed; retrying every 100 ms",
-            &format_args!("{listener}: {e}"),
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Accept TCP connections (TLS-wrapped when configured) into `conns` until `stop` flips,
 /// each tracked by `registry` ([`crate::conns`]) from its handshake on: capped, idle ones
 /// reclaimed.
@@ -215,7 +179,7 @@ pub fn spawn_tcp_acceptor(
     let refused = Arc::new(crate::sparse::Sparse::new());
     let refuser = crate::refuse::Refuser::new();
     tokio::spawn(async move {
-        let mut errors = AcceptErrors::default();
+        let mut errors = crate::sparse::AcceptErrors::default();
         let mut next_id = 0u64;
         let mut dropped = 0u64;
         let mut reap = tokio::time::interval(crate::conns::REAP_EVERY);
@@ -433,7 +397,7 @@ pub async fn serve(
         let mut accept_stop = stop_rx.clone();
         let conn_tx = conn_tx.clone();
         acceptors.push(tokio::spawn(async move {
-            let mut errors = AcceptErrors::default();
+            let mut errors = crate::sparse::AcceptErrors::default();
             loop {
                 tokio::select! {
                     _ = accept_stop.changed() => break,

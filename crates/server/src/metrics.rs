@@ -356,7 +356,7 @@ const MAX_METRICS_CONNECTIONS: usize = 32;
 /// Serve `GET /metrics` (and `GET /healthz`) on `listener` until the task is dropped: HTTP/1.1
 /// by hyper, 5 s to send the request head, 30 s per connection, 32 connections at once.
 pub async fn serve_metrics(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
-    let mut errors = crate::listener::AcceptErrors::default();
+    let mut errors = crate::sparse::AcceptErrors::default();
     // Connections served at once; more wait in the kernel's backlog.
     let places = Arc::new(tokio::sync::Semaphore::new(MAX_METRICS_CONNECTIONS));
     loop {

@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::audit::{ArchiveInfo, AuditEvent, AuditSink, PolicyRef, Seen};
-use crate::listener::PeerInfo;
+use crate::conns::PeerInfo;
 use crate::metrics::{Finished, Metrics};
 use crate::status::{StreamError, to_status};
 

@@ -1,5 +1,6 @@
 //! Warnings a flood could repeat endlessly: each occurrence logged at debug, and a warning
-//! at most once every 10 s with how many occurred since the last.
+//! at most once every 10 s with how many occurred since the last; the accept loops' back-off
+//! after a failed accept, which says so this way.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -29,5 +30,21 @@ impl Sparse {
 impl Default for Sparse {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// After a failed accept: wait before the next one (out of descriptors, EMFILE or ENFILE,
+/// lasts until a connection closes; retrying at once spins a core and floods the log), and
+/// say so at most once every 10 s, with how many failed meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct AcceptErrors(Sparse);
+
+impl AcceptErrors {
+    pub(crate) async fn after(&mut self, listener: &str, e: &std::io::Error) {
+        self.0.warn(
+            "accept failed; retrying every 100 ms",
+            &format_args!("{listener}: {e}"),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -33,32 +33,12 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
+use super::layout::{ConfineError, fail, make_subdirs};
 use crate::protocol::{Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Report, Sandbox};
 
 /// The Landlock ABI whose access rights this build requests and was tested against (Linux
 /// 6.15+). Newer kernels' extra rights are never requested implicitly.
 pub const TESTED_LANDLOCK_ABI: ABI = ABI::V7;
-
-/// A step that failed (the request is aborted with this message).
-#[derive(Debug, thiserror::Error)]
-#[error("sandbox: {step}: {why}")]
-pub struct ConfineError {
-    /// Which step.
-    pub step: &'static str,
-    /// What went wrong.
-    pub why: String,
-    /// The supervisor closed its end while we confined (a spare jail of a command that is
-    /// exiting): there is nobody to tell.
-    pub supervisor_gone: bool,
-}
-
-pub(crate) fn fail(step: &'static str, why: impl ToString) -> ConfineError {
-    ConfineError {
-        step,
-        why: why.to_string(),
-        supervisor_gone: false,
-    }
-}
 
 /// A failed hand-over: the supervisor gone (its end closed) or something to report.
 fn handing_over(step: &'static str, what: &str, e: rustix::io::Errno) -> ConfineError {
@@ -415,13 +395,6 @@ fn hand_over(tag: u8, fd: Option<std::os::fd::BorrowedFd<'_>>) -> rustix::io::Re
     .map(|_| ())
 }
 
-/// The layout under the request directory.
-pub const REPO_DIR: &str = "repo";
-/// `$HOME` of the commands.
-pub const HOME_DIR: &str = "home";
-/// `$TMPDIR` of the commands.
-pub const TMP_DIR: &str = "tmp";
-
 fn make_request_dir(work_root: &Path, name: &str, subdirs: bool) -> Result<OwnedFd, ConfineError> {
     let step = "request directory";
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
@@ -447,15 +420,6 @@ fn make_request_dir(work_root: &Path, name: &str, subdirs: bool) -> Result<Owned
     }
     rustix::process::umask(Mode::from_raw_mode(0o077));
     Ok(dir)
-}
-
-/// `repo/`, `home/` and `tmp/` in the request directory.
-pub(crate) fn make_subdirs(dir: &OwnedFd) -> Result<(), ConfineError> {
-    for sub in [REPO_DIR, HOME_DIR, TMP_DIR] {
-        rfs::mkdirat(dir, sub, Mode::from_raw_mode(0o700))
-            .map_err(|e| fail("request directory", e))?;
-    }
-    Ok(())
 }
 
 /// Empty the bounding set when CAP_SETPCAP is held (a no-op otherwise; reported by the caller).

@@ -6,6 +6,7 @@
 
 pub(crate) mod confine;
 pub(crate) mod fill;
+mod layout;
 mod mounter;
 mod namespaces;
 pub(crate) mod request;
@@ -22,7 +23,8 @@ use crate::cancel::CancelToken;
 use crate::protocol::{FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame};
 use crate::record::Limit;
 use crate::spec::{ErrorKind, Task};
-use confine::{HOME_DIR, REPO_DIR, TMP_DIR, confine};
+use confine::confine;
+use layout::{HOME_DIR, REPO_DIR, TMP_DIR};
 use request::{Failure, Request, extract, run_operation};
 
 /// Send the reply as one `R` frame; the supervisor answers the client as soon as it has it.

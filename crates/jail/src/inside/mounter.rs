@@ -99,7 +99,7 @@ fn make_overlay(tree: OwnedFd, base: &Path, layers: &Path) -> Result<(), String>
     .map_err(|e| e.to_string())?;
     rustix::mount::mount(
         "cmp-warden-tree",
-        base.join(super::confine::REPO_DIR),
+        base.join(super::layout::REPO_DIR),
         "overlay",
         MountFlags::NOSUID | MountFlags::NODEV,
         Some(options.as_c_str()),

@@ -23,7 +23,7 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
 
-use super::confine::{ConfineError, TMP_DIR, fail, make_subdirs};
+use super::layout::{ConfineError, TMP_DIR, fail, make_subdirs};
 use crate::protocol::{Creds, DiskLimit, NamespaceReport};
 use crate::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
 
@@ -142,7 +142,7 @@ pub fn enter(
     if report.has("mount") {
         dir = private_tree(base, disk, &mut report)?;
         if let Some(d) = &dir {
-            named_identity(creds, d, &base.join(super::confine::HOME_DIR), &mut report);
+            named_identity(creds, d, &base.join(super::layout::HOME_DIR), &mut report);
         }
     }
     let mut mounter = None;
