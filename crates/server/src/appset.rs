@@ -199,7 +199,7 @@ impl AppSetService {
         let status = result
             .as_ref()
             .err()
-            .map(|e| tonic::Status::new(http_to_code(e.status), e.message.clone()));
+            .map(|e| crate::status::from_http(e.status, &e.message));
         let mut event = AuditEvent::finished(
             Operation::Generator,
             Seen {
@@ -496,17 +496,6 @@ fn read_params_file(path: &std::path::Path) -> Result<String, HttpError> {
         .map_err(|e| fail(format!("{}: {e}", path.display())))?
         .to_go_string();
     jail::parse_generated(&json).map_err(|e| fail(format!("{}: {e}", path.display())))
-}
-
-fn http_to_code(s: StatusCode) -> tonic::Code {
-    match s.as_u16() {
-        400 | 404 | 405 | 415 => tonic::Code::InvalidArgument,
-        401 => tonic::Code::Unauthenticated,
-        408 | 504 => tonic::Code::DeadlineExceeded,
-        413 | 507 => tonic::Code::ResourceExhausted,
-        503 => tonic::Code::Unavailable,
-        _ => tonic::Code::Unknown,
-    }
 }
 
 /// Serve the generator on `listener` (TLS when configured) until `shutdown`, then stop

@@ -259,7 +259,7 @@ async fn handshake(
     match first_bytes(&stream, deadline).await {
         crate::refuse::FirstBytes::Tls => {}
         crate::refuse::FirstBytes::PlaintextH2 => {
-            refuser.grpc(stream, tonic::Status::unavailable(PLAINTEXT_GRPC));
+            refuser.grpc(stream, crate::status::plaintext_on_tls_port());
             return Err("the client spoke plaintext HTTP/2 (told so in a gRPC status)".into());
         }
         crate::refuse::FirstBytes::Plaintext => {
@@ -292,8 +292,6 @@ fn admit(registry: &Arc<crate::conns::Registry>) -> Result<Arc<crate::conns::Tra
     })
 }
 
-/// What a plaintext gRPC client on a TLS port is told.
-const PLAINTEXT_GRPC: &str = "this port serves gRPC over TLS and the client connected without TLS: connect with TLS (cmp-warden client: --tls-ca), or serve plaintext with --insecure";
 /// What a plaintext HTTP client on a TLS port is told (Go's net/http says the first sentence).
 const PLAINTEXT_HTTP: &str = "Client sent an HTTP request to an HTTPS server: use https://";
 
@@ -410,7 +408,7 @@ pub async fn serve(
                                     let uid = cred.map_or(-1, |c| i64::from(c.uid()));
                                     tracing::warn!(peer_uid = uid, peer_pid = cred.and_then(|c| c.pid()).unwrap_or(-1), "connection refused: peer uid not allowed (--allowed-uids / CMP_WARDEN_ALLOWED_UIDS)");
                                     let list = list.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-                                    refuser.grpc(AuthorityFix::new(stream), tonic::Status::permission_denied(format!(
+                                    refuser.grpc(AuthorityFix::new(stream), crate::status::peer_refused(format!(
                                         "peer uid {uid} may not use this socket (allowed: {list}); the server's --allowed-uids / CMP_WARDEN_ALLOWED_UIDS changes it"
                                     )));
                                     continue;
@@ -422,7 +420,7 @@ pub async fn serve(
                                 && own_descendant(pid) != Some(false)
                             {
                                 tracing::warn!(peer_uid = cred.map_or(-1, |c| i64::from(c.uid())), peer_pid = pid, "connection refused: the peer is one of this server's own jailed processes (or exited before it could be told apart)");
-                                refuser.grpc(AuthorityFix::new(stream), tonic::Status::permission_denied(
+                                refuser.grpc(AuthorityFix::new(stream), crate::status::peer_refused(
                                     "a sandboxed command may not call the server that runs it",
                                 ));
                                 continue;

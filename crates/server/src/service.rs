@@ -125,7 +125,7 @@ impl CmpService {
                 "request refused: authentication",
                 &format_args!("{remote}: {e}"),
             );
-            Status::unauthenticated(e.to_string())
+            crate::status::unauthenticated(&e)
         })
     }
 
@@ -273,7 +273,7 @@ impl CmpService {
         audit: &mut AuditGuard,
     ) -> Result<Executed, Status> {
         let Some(ctx) = audit.ctx.as_mut() else {
-            return Err(Status::internal("request context missing"));
+            return Err(crate::status::internal("request context missing"));
         };
         let started = Instant::now();
         // Receiving is bounded by the request's deadline, the archive's wall clock and the
@@ -482,9 +482,9 @@ impl CmpService {
                     cancel.cancel(CancelReason::Cancelled);
                     ctx.limit = Some(Limit::Timeout);
                     return Err(match limit {
-                        TimeLimit::Request { seconds } => Status::deadline_exceeded(format!(
-                            "request wall clock exceeded (policy spec.limits.wallSeconds: {seconds})"
-                        )),
+                        TimeLimit::Request { seconds } => {
+                            crate::status::request_wall_clock(seconds)
+                        }
                         _ => StreamError::Deadline.to_status(),
                     });
                 }
@@ -492,7 +492,8 @@ impl CmpService {
             None => task.await,
         };
         ctx.timings.answered = Some(std::time::SystemTime::now());
-        let result = result.map_err(|e| Status::internal(format!("request task failed: {e}")))?;
+        let result =
+            result.map_err(|e| crate::status::internal(format!("request task failed: {e}")))?;
         let out = match (received, result) {
             (Err(e), _) => Err(e.to_status()),
             (Ok(()), Ok(o)) => Ok(o),
@@ -646,7 +647,7 @@ impl Abandoned {
                 if ctx.limit.is_none() {
                     ctx.limit = Some(Limit::Cancelled);
                 }
-                Status::cancelled("context canceled: the client went away")
+                crate::status::client_went_away()
             }
         });
         self.svc
@@ -827,7 +828,9 @@ impl ConfigManagementPluginService for CmpService {
                 }),
                 done.memory,
             )),
-            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+            other => Err(crate::status::internal(format!(
+                "unexpected outcome {other:?}"
+            ))),
         }
     }
 
@@ -854,7 +857,9 @@ impl ConfigManagementPluginService for CmpService {
                 is_supported: supported,
                 is_discovery_enabled: discovery_enabled,
             })),
-            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+            other => Err(crate::status::internal(format!(
+                "unexpected outcome {other:?}"
+            ))),
         }
     }
 
@@ -870,7 +875,9 @@ impl ConfigManagementPluginService for CmpService {
                 }),
                 done.memory,
             )),
-            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+            other => Err(crate::status::internal(format!(
+                "unexpected outcome {other:?}"
+            ))),
         }
     }
 }

@@ -1,8 +1,11 @@
-//! The one place where request errors become gRPC statuses.
+//! The one place where gRPC statuses are made: request errors, the service's own refusals,
+//! the listeners' and the generator's (HTTP statuses, for the audit event).
 //!
 //! Archive policy violations and `appRelPath` escapes → InvalidArgument; limits → ResourceExhausted;
 //! checksum and corrupt data → DataLoss; deadline → DeadlineExceeded; client cancel → Cancelled;
-//! command failures → Unknown with Argo CD's text; our own failures → Internal.
+//! command failures → Unknown with Argo CD's text; our own failures → Internal; a missing or
+//! wrong token → Unauthenticated; a refused unix peer → PermissionDenied; a plaintext client on
+//! the TLS port → Unavailable.
 
 use jail::ErrorKind;
 use jail::RequestError;
@@ -46,6 +49,60 @@ pub fn status(code: Code, message: String) -> Status {
             &message[tail..]
         ),
     )
+}
+
+/// A call without the bearer token, or with another one.
+pub fn unauthenticated(why: &dyn std::fmt::Display) -> Status {
+    Status::unauthenticated(why.to_string())
+}
+
+/// Our own failure.
+pub fn internal(why: impl Into<String>) -> Status {
+    status(Code::Internal, why.into())
+}
+
+/// The request's own wall clock ran out.
+pub fn request_wall_clock(seconds: u64) -> Status {
+    Status::deadline_exceeded(format!(
+        "request wall clock exceeded (policy spec.limits.wallSeconds: {seconds})"
+    ))
+}
+
+/// The client cancelled, or its connection went away, before an answer.
+pub fn client_went_away() -> Status {
+    Status::cancelled("context canceled: the client went away")
+}
+
+/// A unix-socket peer refused before any call (its UID, or one of our own jailed processes).
+pub fn peer_refused(why: impl Into<String>) -> Status {
+    Status::permission_denied(why.into())
+}
+
+/// A plaintext HTTP/2 client on the TLS port.
+pub fn plaintext_on_tls_port() -> Status {
+    Status::unavailable(
+        "this port serves gRPC over TLS and the client connected without TLS: connect with TLS (cmp-warden client: --tls-ca), or serve plaintext with --insecure",
+    )
+}
+
+/// A health watch beyond the cap.
+pub fn health_watches_full(max: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "{max} health watches are open on this server already; use grpc.health.v1.Health/Check, or close a watch"
+    ))
+}
+
+/// The generator's HTTP answer as a status, for its audit event and metrics.
+pub fn from_http(http: http::StatusCode, message: &str) -> Status {
+    let code = match http.as_u16() {
+        400 | 404 | 405 | 415 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        408 | 504 => Code::DeadlineExceeded,
+        413 | 507 => Code::ResourceExhausted,
+        503 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    status(code, message.to_owned())
 }
 
 /// The gRPC code of an error class.

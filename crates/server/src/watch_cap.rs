@@ -63,9 +63,7 @@ where
             return Box::pin(self.inner.call(req));
         }
         let Ok(place) = self.places.clone().try_acquire_owned() else {
-            let status = tonic::Status::resource_exhausted(format!(
-                "{MAX_HEALTH_WATCHES} health watches are open on this server already; use grpc.health.v1.Health/Check, or close a watch"
-            ));
+            let status = crate::status::health_watches_full(MAX_HEALTH_WATCHES);
             return Box::pin(std::future::ready(Ok(status.into_http())));
         };
         let response = self.inner.call(req);
