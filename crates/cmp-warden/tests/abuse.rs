@@ -5,6 +5,7 @@
 //! still serves.
 #![allow(clippy::print_stderr)] // a skip must say why
 
+#[macro_use]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -218,9 +219,7 @@ fn abuse(mode: &str) -> ((i64, String), Bed) {
 
 #[test]
 fn cpu_spin_is_killed_by_the_wall_clock() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let ((code, msg), _) = abuse("cpu");
     assert_eq!(code, DEADLINE_EXCEEDED, "{msg}");
     assert!(
@@ -231,9 +230,7 @@ fn cpu_spin_is_killed_by_the_wall_clock() {
 
 #[test]
 fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let b = bed(&[]);
     let before = peak_rss_kib(&b.s);
     let h = b.hostile("stdout", "60s");
@@ -257,9 +254,7 @@ fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
 
 #[test]
 fn filling_the_disk_stops_at_the_request_tmpfs() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     for mode in ["disk", "tmp"] {
         let ((code, msg), b) = abuse(mode);
         assert_eq!(code, RESOURCE_EXHAUSTED, "{mode}: {msg}");
@@ -276,9 +271,7 @@ fn filling_the_disk_stops_at_the_request_tmpfs() {
 
 #[test]
 fn thousands_of_open_files_hit_rlimit_nofile() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let ((code, msg), _) = abuse("files");
     assert_eq!(code, UNKNOWN, "{msg}");
     assert!(msg.contains("Too many open files"), "{msg}");
@@ -286,9 +279,7 @@ fn thousands_of_open_files_hit_rlimit_nofile() {
 
 #[test]
 fn a_zombie_factory_is_stopped_by_the_pids_limit() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let ((code, msg), _) = abuse("zombies");
     assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
     assert!(
@@ -302,9 +293,7 @@ fn a_zombie_factory_is_stopped_by_the_pids_limit() {
 /// the request itself — and nothing of them is left once it is answered.
 #[test]
 fn a_daemon_left_by_a_successful_generate_dies_with_its_request() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let mut limits = LIMITS.to_vec();
     limits.push(NO_NAMESPACES);
     let b = bed_with(&limits, &[]);
@@ -324,9 +313,7 @@ fn a_daemon_left_by_a_successful_generate_dies_with_its_request() {
 /// command, says so in the audit event, and reclaims everything well before any clock would.
 #[test]
 fn a_client_that_disconnects_mid_generate_leaves_nothing() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let no_wall_clock: Vec<(&str, &str)> = LIMITS
         .iter()
         .copied()
@@ -344,13 +331,7 @@ fn a_client_that_disconnects_mid_generate_leaves_nothing() {
         .spawn()
         .expect("go client");
     // Wait until the command runs, then kill the client.
-    let audit_lines = || {
-        b.s.logs()
-            .lines()
-            .filter(|l| l.contains("\"log\":\"audit\""))
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit json"))
-            .collect::<Vec<_>>()
-    };
+    let audit_lines = || b.s.audit_events().into_iter().collect::<Vec<_>>();
     b.s.wait_logged("command started", started + 1);
     let _ = client.kill();
     let _ = client.wait();
@@ -376,9 +357,7 @@ fn a_client_that_disconnects_mid_generate_leaves_nothing() {
 /// the grace ends, and the server exits 0 with nothing left.
 #[test]
 fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let mut b = bed(&["--shutdown-grace", "3"]);
     let started = b.s.logs().matches("command started").count();
     let hostile = b.hostile("sleep", "60s");
@@ -457,9 +436,7 @@ fn settle<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
 /// for the next jail, and requests go on being answered with nothing left behind.
 #[test]
 fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let b = bed(&[]);
     b.honest(2);
     let server = b.s.child.as_ref().expect("running").id();
@@ -541,9 +518,7 @@ fn a_killed_jail_factory_is_restarted_and_jails_stay_the_servers_children() {
 
 #[test]
 fn an_environment_flood_and_a_huge_app_rel_path_are_refused_at_once_with_bounded_text() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let b = bed(&[]);
     let dir = b.dir();
     // 60,000 distinct ARGOCD_ENV_* entries (~1.6 MB): once a worker thread's ~10 s.
@@ -597,9 +572,7 @@ fn an_environment_flood_and_a_huge_app_rel_path_are_refused_at_once_with_bounded
 
 #[test]
 fn yaml_alias_amplification_is_refused_as_it_expands_and_the_supervisor_stays_small() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // ~513 KiB of output that expands (200 aliases of a 512 KiB scalar) to ~100 MiB of JSON;
     // with a 16 MiB message limit the expansion is refused after ~32 copies.
     let pol = tempfile::tempdir().expect("tmp");
@@ -641,9 +614,7 @@ fn yaml_alias_amplification_is_refused_as_it_expands_and_the_supervisor_stays_sm
 
 #[test]
 fn concurrent_large_replies_wait_their_turn_and_all_arrive() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // Four legal replies of ~3.5 MB of manifest each (quotes: ~5.6 MB once escaped in the
     // jail's frame) against a 4 MiB message limit, whose reply memory (8 MiB) holds one at a
     // time: they take turns, and every one arrives whole.
@@ -722,9 +693,7 @@ fn concurrent_large_replies_wait_their_turn_and_all_arrive() {
 
 #[test]
 fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_archive_clock() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // One slot, one queue place, and an archive wall clock shorter than the wait in the queue.
     let limits: Vec<(&str, &str)> = LIMITS
         .iter()
@@ -842,9 +811,7 @@ fn noise_repo() -> tempfile::TempDir {
 
 #[test]
 fn stalled_streams_hold_no_jail_and_end_at_the_idle_timeout() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let b = small_pool_bed("2");
     let r = noise_repo();
     // Twenty clients that send metadata and then nothing for 30 s: once 604 jail processes
@@ -878,9 +845,7 @@ fn stalled_streams_hold_no_jail_and_end_at_the_idle_timeout() {
 /// `--stream-idle-timeout`, 60 s here, and the honest request starves).
 #[test]
 fn streams_that_stall_mid_archive_lose_their_slot_and_do_not_starve_an_honest_request() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // A wall clock far beyond the test: only the bound on a held stream's pauses frees slots.
     let edits: Vec<(&str, &str)> = LIMITS
         .iter()
@@ -949,9 +914,7 @@ fn streams_that_stall_mid_archive_lose_their_slot_and_do_not_starve_an_honest_re
 
 #[test]
 fn more_slow_requests_than_uids_wait_their_turn_instead_of_failing() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let b = small_pool_bed("5");
     let r = noise_repo();
     // 20 requests that each hold a jail ~4 s (chunks 1 s apart), against 7 slots: they and an
@@ -981,9 +944,7 @@ fn more_slow_requests_than_uids_wait_their_turn_instead_of_failing() {
 /// 20) naming it, the range and the fix, and the first's requests all succeed.
 #[test]
 fn a_second_instance_on_the_same_range_without_its_leases_refuses_and_harms_nothing() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     write_policy(&pol_file, LIMITS);
@@ -1035,9 +996,7 @@ fn a_second_instance_on_the_same_range_without_its_leases_refuses_and_harms_noth
 /// both instances fill new archives after B started.
 #[test]
 fn adjacent_ranges_with_their_own_lease_directories_lose_no_request() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_a = pol.path().join("a/policy.yaml");
     let pol_b = pol.path().join("b/policy.yaml");
@@ -1096,9 +1055,7 @@ fn adjacent_ranges_with_their_own_lease_directories_lose_no_request() {
 
 #[test]
 fn two_instances_sharing_a_uid_range_never_touch_each_others_requests() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // One policy (one UID range) for both, and the lease directory they share (in a pod: the
     // plugin socket directory).
     let pol = tempfile::tempdir().expect("tmp");

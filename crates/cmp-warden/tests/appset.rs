@@ -5,6 +5,7 @@
 //! confined like a CMP command, and a load run.
 #![allow(clippy::print_stderr)]
 
+#[macro_use]
 mod common;
 
 use std::io::{Read, Write};
@@ -126,6 +127,10 @@ impl Gen {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
+    fn audit_events(&self) -> Vec<serde_json::Value> {
+        common::audit_events_in(&self.logs())
+    }
+
     fn rss_kib(&self) -> u64 {
         let pid = self.child.as_ref().expect("running").id();
         std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -199,9 +204,7 @@ const ENV_COMMAND: &str = "  command: [sh, -c]\n  args:\n    - |\n      req=$(ca
 
 #[test]
 fn answers_the_controller_exactly_with_a_confined_command() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let g = Gen::start(ENV_COMMAND);
     let (status, head, body) = g.post(Some(TOKEN), &controller_body("shop", r#"{"region":"eu"}"#));
     assert_eq!(status, 200, "{head}\n{body}\n{}", g.logs());
@@ -223,12 +226,7 @@ fn answers_the_controller_exactly_with_a_confined_command() {
     let (status, _, _) = g.post(Some(TOKEN), "{\"applicationSetName\":\"x\",\"input\":{}}\n");
     assert_eq!(status, 200);
     // One audit event per request, named after the ApplicationSet, with the command's record.
-    let audit: Vec<serde_json::Value> = g
-        .logs()
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .map(|l| serde_json::from_str(l).expect("audit json"))
-        .collect();
+    let audit: Vec<serde_json::Value> = g.audit_events().into_iter().collect();
     assert_eq!(audit.len(), 2, "{}", g.logs());
     assert_eq!(audit[0]["rpc"], "getparams.execute");
     assert_eq!(audit[0]["app"], "shop");
@@ -240,9 +238,7 @@ fn answers_the_controller_exactly_with_a_confined_command() {
 
 #[test]
 fn refuses_unauthenticated_and_malformed_requests_with_json_errors() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let g = Gen::start(&format!(
         "{ENV_COMMAND}  limits: {{bodyBytes: 4Ki, timeoutSeconds: 3}}\n"
     ));
@@ -339,9 +335,7 @@ fn refuses_unauthenticated_and_malformed_requests_with_json_errors() {
 /// and an honest request beside them is answered and audited.
 #[test]
 fn refusals_before_authentication_are_audited_within_a_budget_and_echo_little() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let g = Gen::start(ENV_COMMAND);
     let t0 = Instant::now();
     let long = "a".repeat(8000);
@@ -358,11 +352,7 @@ fn refusals_before_authentication_are_audited_within_a_budget_and_echo_little() 
     let windows = t0.elapsed().as_secs() / 10 + 1;
     assert_eq!(g.post(Some(TOKEN), &controller_body("shop", "{}")).0, 200);
     let logs = g.logs();
-    let audited: Vec<serde_json::Value> = logs
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let audited: Vec<serde_json::Value> = common::audit_events_in(&logs).into_iter().collect();
     let refused = audited.iter().filter(|e| e["code"] != "200").count() as u64;
     assert!(
         (50..=50 * windows).contains(&refused),
@@ -387,9 +377,7 @@ fn refusals_before_authentication_are_audited_within_a_budget_and_echo_little() 
 /// closed.
 #[test]
 fn idle_connections_are_capped_and_one_with_a_request_open_is_kept() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let g = Gen::start_full(
         None,
         "  command: [sh, -c, 'sleep 2; echo \"[]\"']\n",
@@ -452,9 +440,7 @@ fn idle_connections_are_capped_and_one_with_a_request_open_is_kept() {
 
 #[test]
 fn the_command_is_confined_like_a_cmp_command() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let spec = r#"  command: [sh, -c]
   args:
     - |
@@ -535,9 +521,7 @@ fn the_command_is_confined_like_a_cmp_command() {
 
 #[test]
 fn static_and_file_sources() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let g = Gen::start(
         "  static: [{cluster: a, url: 'https://a.example'}, {cluster: b, url: 'https://b.example'}]\n",
     );
@@ -567,9 +551,7 @@ fn static_and_file_sources() {
 
 #[test]
 fn two_thousand_requests_at_concurrency_32_without_errors_or_memory_growth() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let g = Arc::new(Gen::start(
         "  command: [sh, -c, 'cat >/dev/null; echo \"[{\\\"n\\\": 1}]\"']\n  limits: {concurrency: 8}\n",
     ));
@@ -635,9 +617,7 @@ fn two_thousand_requests_at_concurrency_32_without_errors_or_memory_growth() {
 
 #[test]
 fn the_example_generator_answers_as_expected() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/appset-generator");
     let g = Gen::start_config(Some(&ex.join("generator.yaml")), "");
     let request = std::fs::read_to_string(ex.join("request.json")).expect("request.json");
@@ -657,9 +637,7 @@ fn the_example_generator_answers_as_expected() {
 /// `archive_limits.rs` for `serve` and `render`).
 #[test]
 fn appset_serve_enforces_every_archive_limit_of_its_policy() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     for case in common::archive_cases::cases() {
         // The honest request's data files, plus the case's own in a subdirectory.
         let g = Gen::start_full(None, ENV_COMMAND, case.policy, &[], |d| {

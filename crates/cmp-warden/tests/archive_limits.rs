@@ -5,6 +5,7 @@
 //! took one of these limits from anywhere but the policy (as `render` once used the built-in
 //! defaults) fails here.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -28,9 +29,7 @@ fn serve_with(edits: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
 
 #[test]
 fn serve_enforces_every_archive_limit_of_its_policy() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     for case in cases() {
         let (s, _d) = serve_with(case.policy);
         let repo = tempfile::tempdir().expect("tmp");
@@ -56,9 +55,7 @@ fn serve_enforces_every_archive_limit_of_its_policy() {
 
 #[test]
 fn serve_enforces_the_archive_wall_clock_of_its_policy() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let (s, _d) = serve_with(WALL_LIMITS);
     let repo = tempfile::tempdir().expect("tmp");
     std::fs::write(repo.path().join("noise.bin"), incompressible(40 << 10)).expect("write");
@@ -102,9 +99,7 @@ fn render(repo: &Path, policy: &Path) -> std::process::Output {
 
 #[test]
 fn render_enforces_every_archive_limit_of_its_policy() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     for case in cases() {
         let d = tempfile::tempdir().expect("tmp");
         let policy = d.path().join("policy/policy.yaml");
@@ -131,9 +126,7 @@ fn render_enforces_every_archive_limit_of_its_policy() {
 /// with `\` and a newline (ordinary bytes on Linux). The strict mode refuses the same archive.
 #[test]
 fn serve_accepts_what_argo_cd_accepts_and_strict_names_refuses_it() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let repo = tempfile::tempdir().expect("tmp");
     let r = repo.path();
     std::fs::write(

@@ -4,6 +4,7 @@
 //! and parsed.
 #![allow(clippy::print_stderr)] // a skip must say why
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -85,9 +86,7 @@ fn parse_metrics(body: &str) -> BTreeMap<String, f64> {
 
 #[test]
 fn every_request_is_audited_without_secrets_and_metrics_count_it() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     write_policy(&pol_file, &[("memoryBytes: 1Gi", "memoryBytes: 96Mi")]);
@@ -349,9 +348,7 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
 
 #[test]
 fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_denial() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let r = repo(&[("cm.yaml", CM)]);
     let dir = r.path().to_str().expect("utf8");
@@ -423,9 +420,7 @@ fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_de
 
 #[test]
 fn a_file_landlock_refused_is_named_from_the_kernels_own_record() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // World-readable (DAC allows it), outside every readOnly path: only Landlock refuses it.
     let dir = std::path::Path::new("/var/lib/cmp-warden-tests/landlock");
     std::fs::create_dir_all(dir).expect("mkdir");
@@ -522,9 +517,7 @@ fn a_file_landlock_refused_is_named_from_the_kernels_own_record() {
 
 #[test]
 fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let cfg = t.path().join("config");
     std::fs::create_dir_all(&cfg).expect("mkdir");
@@ -627,9 +620,7 @@ fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
 
 #[test]
 fn a_command_looping_on_a_denied_call_is_counted_not_logged_each_time() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     write_policy(&pol_file, &[]);
@@ -671,9 +662,7 @@ fn a_command_looping_on_a_denied_call_is_counted_not_logged_each_time() {
 
 #[test]
 fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let collector = otlp::Collector::start();
     let dir = tempfile::tempdir().expect("tmp");
     let audit = dir.path().join("audit.jsonl");

@@ -5,6 +5,7 @@
 //! legitimate work a generator does. Every attack must fail and every legitimate step succeed.
 #![allow(clippy::print_stderr)] // a skip must say why
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -173,10 +174,8 @@ fn with(
 /// Every call in `calls` appears as `denied` in the `seccompAudit` of the request audit events
 /// in `logs`: the listener, not the kernel, refused it.
 fn assert_seccomp_denied(logs: &str, calls: &[&str]) {
-    let denied: std::collections::BTreeSet<String> = logs
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let denied: std::collections::BTreeSet<String> = audit_events_in(logs)
+        .into_iter()
         .flat_map(|e| e["seccompAudit"].as_array().cloned().unwrap_or_default())
         .filter(|x| x["action"] == "denied")
         .filter_map(|x| x["syscall"].as_str().map(str::to_owned))
@@ -234,17 +233,13 @@ const EXPECTED: &[(&str, &str)] = &[
 
 #[test]
 fn hostile_generator_through_the_server_cannot_escape_and_legit_work_succeeds() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     hostile_generator_through_the_server(false);
 }
 
 #[test]
 fn hostile_generator_through_the_server_with_namespaces() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     hostile_generator_through_the_server(true);
 }
 
@@ -536,9 +531,7 @@ fn hostile_generator_through_the_server(namespaces: bool) {
 
 #[test]
 fn render_runs_the_same_jail() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     let (first, count) = write_policy(&pol_file, &[]);
@@ -657,9 +650,7 @@ fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> std::proces
 
 #[test]
 fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows_it() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let root = tempfile::Builder::new()
         .prefix("cmpw-unpriv")
         .tempdir()
@@ -863,9 +854,7 @@ fn fails_closed_without_uid_switching_and_runs_landlocked_when_the_policy_allows
 
 #[test]
 fn a_required_seccomp_profile_that_does_not_compile_stops_start_up() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let root = tempfile::Builder::new()
         .prefix("cmpw-seccomp")
         .tempdir()
@@ -897,9 +886,7 @@ fn a_required_seccomp_profile_that_does_not_compile_stops_start_up() {
 
 #[test]
 fn real_tools_work_under_the_default_sandbox() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // Go (kubectl's built-in kustomize, from the PyPI wheel scripts/setup installs), Node,
     // Python, bash and coreutils, all under the default profile: no tuning per tool.
     let kubectl = "/opt/cmp-warden-tools/bin/kubectl";
@@ -963,9 +950,7 @@ fn real_tools_work_under_the_default_sandbox() {
 /// leaving its own daemon (must be one: it did start).
 #[test]
 fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // Double fork, new session, TERM ignored, stdio detached: what a process-group kill misses.
     let spec = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        before=$(pgrep -c -u \"$(id -u)\" -x sleep)\n        setsid sh -c 'trap \"\" TERM; exec sleep 300' </dev/null >/dev/null 2>&1 &\n        sleep 0.3\n        after=$(pgrep -c -u \"$(id -u)\" -x sleep)\n        echo \"{\\\"kind\\\": \\\"Done\\\", \\\"uid\\\": $(id -u), \\\"before\\\": $before, \\\"after\\\": $after}\"\n";
     let pol = tempfile::tempdir().expect("tmp");
@@ -1009,9 +994,7 @@ fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
 
 #[test]
 fn start_up_sweeps_leftovers_of_a_previous_run() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     let (first, _) = write_policy(&pol_file, &[]);
@@ -1100,9 +1083,7 @@ fn start_up_sweeps_leftovers_of_a_previous_run() {
 
 #[test]
 fn a_work_dir_the_sandbox_uids_cannot_reach_is_refused_at_start_up() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let root = tempfile::Builder::new()
         .prefix("cmpw-private")
         .tempdir()
@@ -1193,9 +1174,7 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 ///   same datagram arrives).
 #[test]
 fn each_network_layer_refuses_alone() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
     tcp.set_nonblocking(true).expect("nonblocking");
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");

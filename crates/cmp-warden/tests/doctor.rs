@@ -4,6 +4,7 @@
 
 #![allow(clippy::print_stderr)]
 
+#[macro_use]
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
@@ -86,9 +87,7 @@ fn policy_dir(edits: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf)
 
 #[test]
 fn as_root_every_protection_is_enforced_and_serve_would_start() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let (out, v) = doctor(&[], &[], &[]);
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["schema"], "cmp-warden.doctor/v1");
@@ -171,9 +170,7 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
 
 #[test]
 fn unprivileged_with_the_default_policy_refuses_and_says_why() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let (out, v) = doctor(UNPRIVILEGED, &[], &[]);
     assert_eq!(out.status.code(), Some(1), "{v:#}");
     assert_eq!(v["verdict"], "refuse");
@@ -205,9 +202,7 @@ fn unprivileged_with_the_default_policy_refuses_and_says_why() {
 
 #[test]
 fn unprivileged_with_a_policy_that_accepts_a_shared_uid_would_start() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let (_d, p) = policy_dir(&[(
         "require: [uniqueUid, noNewPrivs, landlock, seccomp]",
         "require: [noNewPrivs, landlock, seccomp]",
@@ -226,9 +221,7 @@ fn unprivileged_with_a_policy_that_accepts_a_shared_uid_would_start() {
 /// `spec.cache.enabled: false` is reported as the policy's choice.
 #[test]
 fn a_policy_without_the_tree_cache_says_so() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let (_d, p) = policy_dir(&[(
         "cache: {enabled: true, bytes: 512Mi}",
         "cache: {enabled: false, bytes: 512Mi}",
@@ -244,9 +237,7 @@ fn a_policy_without_the_tree_cache_says_so() {
 
 #[test]
 fn a_required_protection_that_is_missing_makes_doctor_fail() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // cgroups required, but the configured delegated directory does not exist.
     let (_d, p) = policy_dir(&[(
         "require: [uniqueUid, noNewPrivs, landlock, seccomp]",
@@ -285,9 +276,7 @@ fn a_required_protection_that_is_missing_makes_doctor_fail() {
 
 #[test]
 fn serve_logs_the_same_report_once_at_start_up() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let mut s = Server::start(&plugin("  generate:\n    command: [echo, '{}']\n"), &[]);
     // The socket is bound before the probe runs: wait for the report.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -7,6 +7,7 @@
 //! - A hostile command tries every way around the allow list beside an honest connection; each
 //!   is refused, audited and counted, and nothing of the denied connections stays behind.
 
+#[macro_use]
 mod common;
 
 use std::io::{Read, Write};
@@ -28,10 +29,6 @@ impl Drop for Fixture {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn examples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
 /// `python3 fixtures/SCRIPT PORT` in the example's directory, once it accepts connections.
@@ -205,29 +202,9 @@ fn expected(example: &str) -> Vec<String> {
         .collect()
 }
 
-fn manifests(v: &serde_json::Value) -> Vec<String> {
-    v["manifests"]
-        .as_array()
-        .expect("manifests")
-        .iter()
-        .map(|m| m.as_str().expect("string").to_owned())
-        .collect()
-}
-
-/// The audit events in the server's log.
-fn audit_events(s: &Server) -> Vec<serde_json::Value> {
-    s.logs()
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 #[test]
 fn helm_with_chart_dependencies_reaches_only_its_repository() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     assert!(
         Path::new(TOOLS).join("bin/helm").exists(),
         "{TOOLS}/bin/helm missing: run scripts/setup"
@@ -240,7 +217,8 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
     let s = example_server("helm-dependencies", true, &[], pol.path());
     let v = generate(&s, "helm-dependencies").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     assert_eq!(manifests(&v), expected("helm-dependencies"));
-    let egress: Vec<serde_json::Value> = audit_events(&s)
+    let egress: Vec<serde_json::Value> = s
+        .audit_events()
         .iter()
         .flat_map(|e| e["egress"].as_array().cloned().unwrap_or_default())
         .collect();
@@ -277,9 +255,7 @@ const VAULT_ENV: &[(&str, &str)] = &[
 
 #[test]
 fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // Both ways the README shows: Kubernetes auth (the token file), a token from the server's
     // environment (passed by the VAULT_* pattern, never logged).
     let (_vault, renders) = readme("vault-style");
@@ -291,7 +267,7 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     let s = example_server("vault-style", true, VAULT_ENV, pol.path());
     let v = generate(&s, "vault-style").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     assert_eq!(manifests(&v), expected("vault-style"));
-    let event = audit_events(&s).pop().expect("audit event");
+    let event = s.audit_events().pop().expect("audit event");
     let egress = event["egress"].as_array().expect("egress");
     // The login, then one read (the plugin caches by path).
     assert_eq!(egress.len(), 2, "{event}");
@@ -333,7 +309,7 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     // (A failed request's event is written once its jail is reclaimed, just after the answer.)
     let deadline = Instant::now() + Duration::from_secs(10);
     let events: Vec<String> = loop {
-        let e: Vec<String> = audit_events(&d).iter().map(|e| e.to_string()).collect();
+        let e: Vec<String> = d.audit_events().iter().map(|e| e.to_string()).collect();
         if !e.is_empty() || Instant::now() > deadline {
             break e;
         }
@@ -435,9 +411,7 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 
 #[test]
 fn every_way_around_the_allow_list_is_refused_and_audited() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let _vault = fixture("vault-style", "vault.py", 18210);
     // Landlock's own records of the direct connections, for the audit event.
     let _audit =
@@ -552,7 +526,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     assert_eq!(d["bypass_metrics"], "denied:EACCES", "{d}");
 
     // Audited: one record per connection, with the decision and reason.
-    let event = audit_events(&s).pop().expect("event");
+    let event = s.audit_events().pop().expect("event");
     let egress = event["egress"].as_array().expect("egress");
     let denied: Vec<&serde_json::Value> = egress
         .iter()
@@ -577,7 +551,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     c.read_to_string(&mut body).expect("read");
     // Counted as audited: the metric is the sum of both requests' records (the warm-up's too,
     // whose connections are not checked here; 9 of this request's are).
-    let events = audit_events(&s);
+    let events = s.audit_events();
     let denied_total = events
         .iter()
         .flat_map(|e| e["egress"].as_array().cloned().unwrap_or_default())
@@ -686,9 +660,7 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 /// another UID; the test's own listeners receive nothing.
 #[test]
 fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_peer_check() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let _vault = fixture("vault-style", "vault.py", 18211);
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
     tcp.set_nonblocking(true).expect("nonblocking");
@@ -809,7 +781,7 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
     // Which layer refused what: the seccomp listener records exactly the socket and sendto
     // calls (UDP, UDP over IPv6, SCTP; Fast Open); the TCP attempts are not there, so Landlock
     // refused them.
-    let event = audit_events(&s).pop().expect("event");
+    let event = s.audit_events().pop().expect("event");
     let calls: std::collections::BTreeMap<String, u64> = event["seccompAudit"]
         .as_array()
         .expect("seccompAudit")
@@ -869,9 +841,7 @@ fn leased_listeners(range: std::ops::Range<u32>) -> Vec<u16> {
 /// it into the allow list, and the plugin runs under the result, reaching only that.
 #[test]
 fn policy_suggest_writes_the_allow_list_from_what_the_plugin_reached() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let _vault = fixture("vault-style", "vault.py", 18230);
     let t = tempfile::tempdir().expect("tmp");
     let cfg = t.path().join("plugin");
@@ -1021,9 +991,7 @@ fn askpass_service(path: &Path) {
 /// from the jail. Without `provideGitCreds` the relay is refused and says why.
 #[test]
 fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_relay() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let _git = fixture("git-fetch", "git-server.py", 18444);
     let t = tempfile::Builder::new()
         .prefix("cmpw-askpass")
@@ -1089,7 +1057,7 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
     let s = start(&plugin_yaml);
     let v = request(&s).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     assert_eq!(manifests(&v), expected("git-fetch"));
-    let event = audit_events(&s).pop().expect("event");
+    let event = s.audit_events().pop().expect("event");
     let egress = event["egress"].as_array().expect("egress");
     assert!(
         egress
@@ -1134,9 +1102,7 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
 /// policy the read is refused, and the error names the field.
 #[test]
 fn ssh_keys_named_by_git_ssh_command_are_readable_where_the_policy_lists_them() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     use std::os::unix::fs::PermissionsExt;
     // Landlock's own record of the refused read names the field.
     let _audit =
@@ -1239,9 +1205,7 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 /// meanwhile succeeds.
 #[test]
 fn trickling_floods_through_three_proxies_leave_the_servers_threads_bounded() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     write_policy(
@@ -1326,11 +1290,7 @@ fn trickling_floods_through_three_proxies_leave_the_servers_threads_bounded() {
     );
     // The audit events record each request's connections within the record bound.
     let logs = s.logs();
-    let events: Vec<serde_json::Value> = logs
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let events: Vec<serde_json::Value> = audit_events_in(&logs).into_iter().collect();
     let flooded: Vec<_> = events
         .iter()
         .filter(|e| e["egress"].as_array().is_some_and(|a| a.len() > 1))

@@ -5,12 +5,13 @@
 //! `scripts/setup` installs the tools; a missing tool fails the test with that hint.
 #![allow(clippy::print_stderr)]
 
+#[macro_use]
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{Server, bin};
+use common::{Server, bin, examples_dir, manifests};
 
 /// Where scripts/setup (and the container image) put the example plugins' tools.
 const TOOLS: &str = "/opt/cmp-warden-tools";
@@ -30,10 +31,6 @@ const NETWORK_EXAMPLES: &[&str] = &["git-fetch", "helm-dependencies", "vault-sty
 
 /// Why these tests need root (printed when one skips).
 const NEEDS_ROOT: &str = "example tests need root (CI runs as root): leased UIDs need CAP_SETUID";
-
-fn examples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
-}
 
 /// The example's `args` file: one `--flag value` per line (`#` comments), as given to
 /// `cmp-warden render` / `client` (and, flag for flag, to the grpc-go client).
@@ -106,19 +103,8 @@ fn expected_manifests(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn manifests(v: &serde_json::Value) -> Vec<String> {
-    v["manifests"]
-        .as_array()
-        .expect("manifests")
-        .iter()
-        .map(|m| m.as_str().expect("string").to_owned())
-        .collect()
-}
-
 fn run_example(name: &str) {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     require_tools();
     let dir = examples_dir().join(name);
     let server = start(&dir);
@@ -205,9 +191,7 @@ fn parameters_example() {
 /// message (Argo's `Unknown` status), and nothing is left behind.
 #[test]
 fn parameters_example_rejects_a_bad_value() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let dir = examples_dir().join("parameters");
     let server = start(&dir);
     let out = Command::new(bin())
@@ -236,9 +220,7 @@ fn parameters_example_rejects_a_bad_value() {
 /// of packing DIR: same manifests; a file that is not a gzip stream is refused (DataLoss).
 #[test]
 fn client_sends_a_ready_made_archive() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     require_tools();
     let dir = examples_dir().join("jsonnet");
     let server = start(&dir);

@@ -4,6 +4,7 @@
 //! request on the same server is answered correctly alongside.
 #![allow(clippy::print_stderr)] // a skip must say why
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -72,9 +73,7 @@ const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n";
 
 #[test]
 fn the_policy_wall_clock_kills_the_whole_request_and_names_itself() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     let (first, count) = write_policy(&pol_file, &[("wallSeconds: 300", "wallSeconds: 2")]);
@@ -99,9 +98,7 @@ fn the_policy_wall_clock_kills_the_whole_request_and_names_itself() {
 
 #[test]
 fn argocd_exec_timeout_limits_each_command() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     let (first, count) = write_policy(&pol_file, &[]);
@@ -292,9 +289,7 @@ const SLOW: &str = "  generate:\n    command: [sh, -c, \"sleep 1; cat cm.yaml\"]
 /// with ResourceExhausted; nothing is left.
 #[test]
 fn a_pool_of_two_uids_serves_overlapping_requests_in_turn_and_never_fails_for_want_of_a_uid() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     let first = write_policy_with_uids(&pol_file, &[], 2);
@@ -363,9 +358,7 @@ fn render_without_cgroups(policy: &Path, mode: &str) -> (bool, String) {
 /// under a policy with the limit raised succeeds.
 #[test]
 fn without_cgroups_the_rlimits_alone_bound_heap_and_processes() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let dir = tempfile::tempdir().expect("tmp");
     let pol = dir.path().join("policy.yaml");
     write_policy(
@@ -395,9 +388,7 @@ fn without_cgroups_the_rlimits_alone_bound_heap_and_processes() {
 /// the allocation, and the client is told it ran out of memory — not an internal error.
 #[test]
 fn a_jail_out_of_heap_is_resource_exhausted_naming_the_limit() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let policy = t.path().join("policy/policy.yaml");
     write_policy(&policy, &[("dataBytes: 1Gi", "dataBytes: 64Mi")]);

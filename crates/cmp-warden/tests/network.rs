@@ -3,6 +3,7 @@
 //! real server, each refusal checked together with the request that must still work.
 #![allow(clippy::print_stderr)]
 
+#[macro_use]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -142,9 +143,7 @@ fn tls_server(cert: &str, key: &str, extra: &[&str]) -> Server {
 
 #[test]
 fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let k = pki();
     let srv = tls_server(s(&k.cert), s(&k.key), &[]);
     let addr = tcp_addr(&srv);
@@ -211,9 +210,7 @@ fn tls_serves_the_same_rpcs_and_refuses_untrusted_and_expired_certificates() {
 
 #[test]
 fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let k = pki();
     let srv = tls_server(s(&k.cert), s(&k.key), &["--tls-client-ca", s(&k.ca)]);
     let addr = tcp_addr(&srv);
@@ -270,9 +267,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
 
 #[test]
 fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let k = pki();
     let token = k.dir.path().join("token");
     std::fs::write(&token, "correct-horse-battery-staple\n").expect("token");
@@ -399,10 +394,8 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     assert!(srv.logs().contains("request refused: authentication"));
     // Each refused call is an audit event too.
     let refused = srv
-        .logs()
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .audit_events()
+        .into_iter()
         .filter(|e| e["code"] == "Unauthenticated" && e["limit"] == "authentication")
         .count();
     assert!(refused >= 2, "refusals audited: {refused}\n{}", srv.logs());
@@ -418,10 +411,8 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     }
     let windows = (t0.elapsed().as_secs() / 10 + 2) as usize;
     let logs = srv.logs();
-    let refused = logs
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let refused = common::audit_events_in(&logs)
+        .into_iter()
         .filter(|e| e["code"] == "Unauthenticated")
         .count();
     assert!(
@@ -439,9 +430,7 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
 
 #[test]
 fn plaintext_tcp_needs_insecure_and_grpcio_speaks_tls() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     // Refused without --insecure (fail closed, exit 20, a message that says what to do).
     let dir = tempfile::tempdir().expect("tmp");
     std::fs::write(dir.path().join("plugin.yaml"), plugin(PLUGIN)).expect("write");
@@ -544,9 +533,7 @@ print('token', check(b'', timeout=10, metadata=[('authorization', 'Bearer ' + to
 /// sockets dropped are closed, and the refusals are logged sparsely.
 #[test]
 fn silent_sockets_on_the_tls_port_do_not_starve_an_honest_call() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let k = pki();
     let srv = tls_server(s(&k.cert), s(&k.key), &[]);
     let addr = tcp_addr(&srv);
@@ -588,9 +575,7 @@ fn silent_sockets_on_the_tls_port_do_not_starve_an_honest_call() {
 /// descriptor limit and starved every honest request.)
 #[test]
 fn idle_tls_connections_are_capped_and_reclaimed() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let k = pki();
     let srv = tls_server(
         s(&k.cert),
@@ -660,9 +645,7 @@ fn idle_tls_connections_are_capped_and_reclaimed() {
 
 #[test]
 fn a_rotated_certificate_is_served_without_a_restart() {
-    if !common::is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let k = pki();
     let live_cert = k.dir.path().join("live.crt");
     let live_key = k.dir.path().join("live.key");

@@ -1,5 +1,6 @@
 //! `cmp-warden render`: the README's main job, on the bundled example.
 
+#[macro_use]
 mod common;
 
 #[test]
@@ -61,9 +62,7 @@ fn render_reports_plugin_failures() {
 /// and which field allows it (upstream would have run it). Needs root (a unique UID).
 #[test]
 fn a_program_outside_the_readable_paths_is_refused_with_the_field_named() {
-    if !common::is_root("render with a leased UID needs root") {
-        return;
-    }
+    needs_root!("render with a leased UID needs root");
     use std::os::unix::fs::PermissionsExt;
     // Under /var/tmp: visible in the jail (its /tmp is its own) but in no policy path.
     let tool_dir = tempfile::Builder::new()

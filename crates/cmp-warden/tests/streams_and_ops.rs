@@ -2,6 +2,7 @@
 //! operational contract (socket handling, peer UIDs, shutdown, health, config errors).
 #![allow(clippy::print_stderr)] // a skip must say why
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -221,13 +222,7 @@ fn client_cancel_mid_stream_and_mid_command() {
     });
     s.assert_work_dir_empties();
     let abandoned = |s: &Server| s.logs().matches("request abandoned by the client").count();
-    let audits = |s: &Server| -> Vec<serde_json::Value> {
-        s.logs()
-            .lines()
-            .filter(|l| l.contains("\"log\":\"audit\""))
-            .map(|l| serde_json::from_str(l).expect("audit json"))
-            .collect()
-    };
+    let audits = |s: &Server| -> Vec<serde_json::Value> { s.audit_events().into_iter().collect() };
     settle_until(|| audits(&s).len() == 1, || s.logs());
     assert_eq!(abandoned(&s), 1, "{}", s.logs());
     // Mid-stream: no command ran.
@@ -327,9 +322,7 @@ fn check_as_uid(s: &Server, uid: u32) -> std::process::Output {
 /// refuses it (`peers_are_authorised_by_uid`).
 #[test]
 fn the_default_socket_lets_only_root_and_the_repo_servers_group_open_it() {
-    if !is_root("the socket's default owner needs root") {
-        return;
-    }
+    needs_root!("the socket's default owner needs root");
     use std::os::unix::fs::MetadataExt;
     let s = Server::start(&plugin(CAT), &[]);
     let m = std::fs::metadata(&s.sock).expect("socket");
@@ -351,9 +344,7 @@ fn the_default_socket_lets_only_root_and_the_repo_servers_group_open_it() {
 
 #[test]
 fn peers_are_authorised_by_uid() {
-    if !is_root("peers_are_authorised_by_uid runs a client as another uid") {
-        return;
-    }
+    needs_root!("peers_are_authorised_by_uid runs a client as another uid");
     let s = Server::start(&plugin(CAT), &["--socket-mode", "0777"]);
     // Allowed (root is the server's own uid).
     assert!(go(&s, "check", &[]).is_ok());
@@ -577,9 +568,7 @@ fn zombies_of(parent: i32) -> Vec<String> {
 /// once by disabling `start_orphan_reaper`).
 #[test]
 fn reaps_orphans_as_pid_1_and_as_subreaper() {
-    if !is_root("reaps_orphans_… needs a new PID namespace and leased UIDs") {
-        return;
-    }
+    needs_root!("reaps_orphans_… needs a new PID namespace and leased UIDs");
     let d = tempfile::tempdir().expect("tmp");
     let (cfg, socks) = (d.path().join("config"), d.path().join("plugins"));
     std::fs::create_dir_all(&cfg).expect("mkdir");
@@ -664,9 +653,7 @@ fn reaps_orphans_as_pid_1_and_as_subreaper() {
 /// five stay (checked once by removing it).
 #[test]
 fn the_jail_as_pid_1_reaps_its_commands_orphans_while_they_run() {
-    if !is_root("the jail as PID 1 needs namespaces and leased UIDs") {
-        return;
-    }
+    needs_root!("the jail as PID 1 needs namespaces and leased UIDs");
     let script = r#"for i in 1 2 3 4 5; do ( true & ); done; sleep 2.5; z=0; for f in /proc/[0-9]*/stat; do read -r l < $f; case "${l##*) }" in Z*) z=$((z+1));; esac; done; echo "zombies: $z""#;
     let spec = format!("  generate:\n    command: [sh, -c, '{script}']\n");
     let s = Server::start(&plugin(&spec), &[]);

@@ -5,6 +5,7 @@
 //! when hostile requests run at the same time as honest ones. The policy's off switch gives
 //! the same answers without it; the budget evicts trees no request holds.
 
+#[macro_use]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -77,14 +78,6 @@ fn listing(v: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-fn audit_events(s: &Server) -> Vec<serde_json::Value> {
-    s.logs()
-        .lines()
-        .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// A `generate` request for `dir` on a thread of its own.
 fn in_background(s: &Server, dir: &str, extra: &[&str]) -> std::thread::JoinHandle<CallResult> {
     let sock = s.sock.clone();
@@ -128,9 +121,7 @@ fn with_a_filled_tree(dir: &std::path::Path) -> (Server, tempfile::TempDir, Vec<
 
 #[test]
 fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let r = repo(FILES);
     let dir = r.path().to_str().expect("utf8");
@@ -145,7 +136,7 @@ fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
         "{fresh:?}"
     );
     assert!(
-        audit_events(&off)
+        off.audit_events()
             .iter()
             .all(|e| e.get("treeCache").is_none()),
         "the off switch leaves no cache in the audit event"
@@ -224,13 +215,11 @@ fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
 /// a checksum mismatch, and never runs on the tree it claimed.
 #[test]
 fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let (s, r, pristine) = with_a_filled_tree(t.path());
     let dir = r.path().to_str().expect("utf8");
-    let event = audit_events(&s).pop().expect("event");
+    let event = s.audit_events().pop().expect("event");
     let sha = event["archive"]["sha256"].as_str().expect("sha").to_owned();
     // Other bytes, the cached tree's checksum claimed.
     let other = repo(&[("evil.txt", "not the cached tree\n")]);
@@ -251,7 +240,8 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
     // (Its event follows the response.)
     let deadline = Instant::now() + Duration::from_secs(10);
     let refused = loop {
-        if let Some(e) = audit_events(&s)
+        if let Some(e) = s
+            .audit_events()
             .into_iter()
             .find(|e| e["code"] == "DataLoss")
         {
@@ -274,9 +264,7 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
 /// nobody is doing until its deadline.
 #[test]
 fn a_fill_that_never_started_does_not_hold_its_archive() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let pol = t.path().join("policy.yaml");
     // Three UIDs: the idle spare jail's, and two "another instance on this node" holds (the
@@ -343,7 +331,7 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
     // Its event follows the client's error (the server writes it once the request is gone).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let events = audit_events(&s);
+        let events = s.audit_events();
         if events.iter().any(|e| {
             e["error"]
                 .as_str()
@@ -368,7 +356,7 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
     // The same archive again: this request fills it.
     let v = go(&s, "generate", &["-dir", dir, "-timeout", "20s"]).expect("after the holder");
     assert!(listing(&v).iter().any(|l| l.starts_with("./a.txt")), "{v}");
-    let last = audit_events(&s).pop().expect("event");
+    let last = s.audit_events().pop().expect("event");
     assert_eq!(last["treeCache"], "filled", "{last}");
 }
 
@@ -377,9 +365,7 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
 /// their own jails.
 #[test]
 fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let s = server(
         &t.path().join("policy.yaml"),
@@ -395,7 +381,7 @@ fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
             && l.contains("raise diskBytes or lower extractedBytes")),
         "{logs}"
     );
-    let last = audit_events(&s).pop().expect("event");
+    let last = s.audit_events().pop().expect("event");
     assert!(last["treeCache"].is_null(), "{last}");
 }
 
@@ -415,9 +401,7 @@ fn kill_the_keeper(s: &Server) {
 /// cache goes out of service (logged), and later requests are answered uncached.
 #[test]
 fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let (s, r, first) = with_a_filled_tree(t.path());
     let dir = r.path().to_str().expect("utf8");
@@ -435,7 +419,7 @@ fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
     let uses = s.tree_cache_uses(3);
     assert_eq!(uses, ["filled", "uncached", "uncached"], "{uses:?}");
     // The fallen-back request's extraction is its own: the archive's figures are reported.
-    let second = &audit_events(&s)[1];
+    let second = &s.audit_events()[1];
     assert!(
         second["archive"]["entries"].as_u64().is_some_and(|n| n > 0),
         "{second}"
@@ -449,9 +433,7 @@ fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
 /// Fill: Broken pipe`).
 #[test]
 fn a_fill_that_cannot_start_extracts_in_its_own_jail() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let (s, _r, _first) = with_a_filled_tree(t.path());
     kill_the_keeper(&s);
@@ -486,9 +468,7 @@ fn a_fill_that_cannot_start_extracts_in_its_own_jail() {
 /// the server ends that stream at 5 s, then fill the tree itself).
 #[test]
 fn a_request_never_waits_on_a_stalled_fill_of_its_archive() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let s = server(&t.path().join("policy.yaml"), &[], &[]);
     // Incompressible, so the archive is many 64-byte chunks.
@@ -534,9 +514,7 @@ fn a_request_never_waits_on_a_stalled_fill_of_its_archive() {
 /// stays out of service and says so.
 #[test]
 fn a_keeper_that_dies_is_restarted_a_bounded_number_of_times() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let (s, _r, _first) = with_a_filled_tree(t.path());
     let mut expected = vec!["filled"];
@@ -577,9 +555,7 @@ fn a_keeper_that_dies_is_restarted_a_bounded_number_of_times() {
 /// not start without it) and a seccomp filter, as the kernel itself reports for its process.
 #[test]
 fn the_keeper_runs_under_no_new_privs_landlock_and_seccomp() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let (s, _r, _first) = with_a_filled_tree(t.path());
     let pid = s.keeper_pid();
@@ -609,9 +585,7 @@ fn the_keeper_runs_under_no_new_privs_landlock_and_seccomp() {
 /// both went through), on the request that filled the tree and on a hit alike.
 #[test]
 fn a_cached_request_has_one_disk_budget_for_its_tree_and_tmp() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let fill = "  generate:\n    command: [sh, -c, 'head -c 6000000 /dev/zero > tree.bin && echo tree=ok >&2; if head -c 6000000 /dev/zero > /tmp/tmp.bin 2>/dev/null; then t=written; else t=refused; fi; echo \"{kind: Disk, tmp: $t}\"']\n";
     let s = server_for(
@@ -641,9 +615,7 @@ fn a_cached_request_has_one_disk_budget_for_its_tree_and_tmp() {
 /// archive as its own jail would (a fill once overflowed the keeper's tmpfs: ENOSPC).
 #[test]
 fn an_archive_of_many_small_files_fits_its_fill() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let pol = t.path().join("policy.yaml");
     write_policy(
@@ -681,9 +653,7 @@ fn an_archive_of_many_small_files_fits_its_fill() {
 /// requests keep getting the right tree.
 #[test]
 fn the_budget_evicts_least_recently_used_trees() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let s = server(
         &t.path().join("policy.yaml"),
@@ -755,9 +725,7 @@ fn http_get(addr: &str, path: &str) -> String {
 /// BENCHMARKS.md); a larger one is filled, then hit, as before.
 #[test]
 fn archives_below_the_minimum_size_extract_in_their_own_jails() {
-    if !is_root(NEEDS_ROOT) {
-        return;
-    }
+    needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
     let s = server(
         &t.path().join("policy.yaml"),

@@ -21,6 +21,54 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cmp-warden")
 }
 
+/// The audit events among log lines (JSON, `"log":"audit"`).
+pub fn audit_events_in(logs: &str) -> Vec<serde_json::Value> {
+    logs.lines()
+        .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Wait (up to `timeout`) until `cond` holds; whether it did.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The repository's `examples/`.
+pub fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// The manifests of a client's JSON answer to `generate`.
+pub fn manifests(v: &serde_json::Value) -> Vec<String> {
+    v["manifests"]
+        .as_array()
+        .expect("manifests")
+        .iter()
+        .map(|m| m.as_str().expect("string").to_owned())
+        .collect()
+}
+
+/// Skip the calling test when it cannot run for want of root ([`is_root`]: a failure
+/// instead under `CMP_WARDEN_TESTS_MUST_RUN`, as in CI).
+#[macro_export]
+macro_rules! needs_root {
+    ($why:expr) => {
+        if !$crate::common::is_root($why) {
+            return;
+        }
+    };
+}
+
 /// Whether this test can run: it needs root (leased UIDs need CAP_SETUID). When it cannot, it
 /// says why on stderr and passes — unless `CMP_WARDEN_TESTS_MUST_RUN` is set (`scripts/test`
 /// sets it: CI runs as root, so a skip there is a failure).
@@ -107,6 +155,11 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The audit events in the server's log so far.
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        audit_events_in(&self.logs())
+    }
+
     /// Wait (up to 15 s) until the log has `what` at least `n` times: a test that acts once
     /// the server reached a stage (a command started) waits for it, whatever the machine's pace.
     #[allow(dead_code)]
@@ -139,10 +192,8 @@ impl Server {
 
     pub fn tree_cache_uses(&self, n: usize) -> Vec<serde_json::Value> {
         let uses = || -> Vec<serde_json::Value> {
-            self.logs()
-                .lines()
-                .filter(|l| l.contains("\"log\":\"audit\""))
-                .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit json"))
+            self.audit_events()
+                .into_iter()
                 .map(|v| v["treeCache"].clone())
                 .collect()
         };
