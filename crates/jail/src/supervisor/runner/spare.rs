@@ -1,0 +1,296 @@
+//! The spare jail: prepared ahead of requests (a UID leased, a cgroup made, a jail forked by
+//! the factory and confining itself), taken by the next request, replaced in the background.
+
+use super::*;
+
+impl Inner {
+    /// Start a jail: lease a UID, create its cgroup, start our binary and send it the
+    /// preparation, after which it confines itself and waits for a request.
+    pub(super) fn prepare(self: &Arc<Self>) -> Result<Jail, RequestError> {
+        let mut jail = Jail {
+            name: String::new(),
+            process: None,
+            stdin: None,
+            stdout: None,
+            lease: None,
+            creds: None,
+            cgroup: None,
+            tree: None,
+        };
+        if let Some(pool) = &self.pool {
+            let lease = lock(pool).lease().map_err(|e| {
+                RequestError::new(
+                    ErrorKind::ResourceExhausted,
+                    format!("no sandbox UID free: {e}"),
+                )
+            })?;
+            jail.creds = Some(Creds {
+                uid: lease.uid(),
+                gid: lease.gid(),
+            });
+            jail.lease = Some(lease);
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        jail.name = match jail.creds {
+            Some(c) => format!("j{}-{}-{seq}", c.uid, std::process::id()),
+            None => format!("j-{}-{seq}", std::process::id()),
+        };
+        let started = self.start(&mut jail);
+        if let Err(e) = started {
+            self.finish(jail);
+            return Err(e);
+        }
+        tracing::debug!(jail = %jail.name, uid = jail.creds.map(|c| c.uid), "jail prepared");
+        Ok(jail)
+    }
+
+    pub(super) fn start(&self, jail: &mut Jail) -> Result<(), RequestError> {
+        let plan = &self.cfg.plan;
+        if let Some(layout) = &self.cfg.cgroups {
+            jail.cgroup = Some(
+                super::super::cgroup::create(layout, &jail.name, &plan.cgroup)
+                    .map_err(|e| internal(e.to_string()))?,
+            );
+        }
+        let pids_cgroup = jail.cgroup.as_ref().is_some_and(|cg| cg.has("pids"));
+        let prep = Prepare {
+            work_root: self.cfg.work_root.clone(),
+            name: jail.name.clone(),
+            sandbox: plan.sandbox_for(jail.creds, pids_cgroup),
+            cgroup_procs: jail
+                .cgroup
+                .as_ref()
+                .map(RequestCgroup::procs_files)
+                .unwrap_or_default(),
+        };
+        let body = serde_json::to_vec(&prep).map_err(|e| internal(e.to_string()))?;
+        let forked = self
+            .factory
+            .fork()
+            .map_err(|e| internal(format!("cannot start the jail: {e}")))?;
+        let mut stdin = Some(forked.stdin);
+        jail.process = Some(forked.process);
+        jail.stdout = Some(forked.stdout);
+        // A write error means the jail already stopped; its reply says why.
+        if let Some(w) = stdin.as_mut()
+            && write_frame(w, b'P', &body)
+                .and_then(|()| w.flush())
+                .is_err()
+        {
+            stdin = None;
+        }
+        jail.stdin = stdin;
+        Ok(())
+    }
+
+    /// The ready spare if it is still alive; else the one being prepared, if no other request
+    /// is waiting for it (it was started earlier, so it is ready sooner than a new one); else a
+    /// jail prepared now. Then prepare the next spare in the background.
+    pub(super) fn take(
+        self: &Arc<Self>,
+        request: &str,
+        deadline: Option<Instant>,
+        cancel: &CancelToken,
+    ) -> Result<Jail, RequestError> {
+        let source = {
+            let mut slot = lock(&self.spare);
+            if slot.claimed {
+                // Another request waits for the spare under way (and a ready one is its).
+                Source::Own
+            } else if let Some(j) = slot.ready.take() {
+                Source::Ready(j)
+            } else if slot.preparing {
+                slot.claimed = true;
+                Source::Claimed
+            } else {
+                Source::Own
+            }
+        };
+        let spare = match source {
+            Source::Ready(j) => self.alive_or_discard(j),
+            Source::Claimed => {
+                let j = self.wait_for_spare();
+                lock(&self.spare).claimed = false;
+                j
+            }
+            Source::Own => None,
+        };
+        let jail = match spare {
+            Some(j) => j,
+            None => loop {
+                match self.prepare() {
+                    Ok(j) => break j,
+                    // Every UID is leased — one perhaps by a spare being prepared, others by
+                    // another instance on this node: wait for one until the request's
+                    // deadline (a burst queues rather than fails).
+                    Err(e) if e.kind == ErrorKind::ResourceExhausted && self.pool.is_some() => {
+                        if let Some(j) = self.wait_for_spare() {
+                            break j;
+                        }
+                        let next = Instant::now() + Duration::from_millis(50);
+                        if deadline.is_some_and(|d| d <= next) || cancel.reason().is_some() {
+                            return Err(e);
+                        }
+                        let _ = cancel.wait_until(Some(next), || false);
+                    }
+                    Err(e) => return Err(e),
+                }
+            },
+        };
+        tracing::debug!(jail = %jail.name, request, uid = jail.creds.map(|c| c.uid), "jail taken");
+        self.refill();
+        Ok(jail)
+    }
+
+    /// `jail` if it is still running; a spare that died while idle is reclaimed.
+    pub(super) fn alive_or_discard(self: &Arc<Self>, mut jail: Jail) -> Option<Jail> {
+        if jail
+            .process
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        {
+            return Some(jail);
+        }
+        tracing::warn!(jail = %jail.name, "spare jail exited while idle");
+        self.discard(jail);
+        None
+    }
+
+    /// The spare a background preparation under way produces (`None` if there is none or it
+    /// fails).
+    pub(super) fn wait_for_spare(self: &Arc<Self>) -> Option<Jail> {
+        let mut slot = lock(&self.spare);
+        loop {
+            if let Some(j) = slot.ready.take() {
+                drop(slot);
+                return self.alive_or_discard(j);
+            }
+            if !slot.preparing {
+                return None;
+            }
+            slot = self
+                .spare_changed
+                .wait(slot)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Prepare a spare in the background unless one is ready, under way, or we are closing.
+    pub(super) fn refill(self: &Arc<Self>) {
+        {
+            let mut slot = lock(&self.spare);
+            if slot.closed || slot.ready.is_some() || slot.preparing {
+                return;
+            }
+            slot.preparing = true;
+            if slot.preparer {
+                // The preparer is idle (it is not preparing): hand it the work.
+                slot.wake = true;
+                drop(slot);
+                self.spare_changed.notify_all();
+                return;
+            }
+            slot.preparer = true;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("jail-spare".into())
+            .spawn(move || {
+                loop {
+                    me.prepare_spare();
+                    if !me.next_spare_wanted() {
+                        return;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            let mut slot = lock(&self.spare);
+            slot.preparing = false;
+            slot.preparer = false;
+            drop(slot);
+            self.spare_changed.notify_all();
+        }
+    }
+
+    /// Prepare one spare (`preparing` is set) and make it the ready one.
+    pub(super) fn prepare_spare(self: &Arc<Self>) {
+        let jail = self.prepare();
+        let mut slot = lock(&self.spare);
+        slot.preparing = false;
+        let extra = match jail {
+            Ok(j) if slot.closed || slot.ready.is_some() => Some(j),
+            Ok(j) => {
+                slot.ready = Some(j);
+                None
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "no spare jail prepared");
+                None
+            }
+        };
+        drop(slot);
+        self.spare_changed.notify_all();
+        if let Some(j) = extra {
+            self.discard(j);
+        }
+    }
+
+    /// The idle preparer: wait up to [`PREPARER_IDLE`] to be asked for another spare; false
+    /// when it should end (idle that long, or shut down).
+    pub(super) fn next_spare_wanted(self: &Arc<Self>) -> bool {
+        let until = Instant::now() + PREPARER_IDLE;
+        let mut slot = lock(&self.spare);
+        while !slot.wake && !slot.closed {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            slot = self
+                .spare_changed
+                .wait_timeout(slot, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let asked = std::mem::take(&mut slot.wake);
+        if asked && !slot.closed {
+            return true;
+        }
+        slot.preparer = false;
+        if asked {
+            // Asked, then shut down before it began: nothing is under way after all.
+            slot.preparing = false;
+            drop(slot);
+            self.spare_changed.notify_all();
+        }
+        false
+    }
+
+    /// Retire a jail no request used: close its stdin (it cleans up and exits), reclaim it.
+    pub(super) fn discard(self: &Arc<Self>, mut jail: Jail) {
+        tracing::debug!(jail = %jail.name, "jail discarded");
+        jail.stdin = None;
+        self.finish(jail);
+    }
+
+    /// Stop preparing spares, wait for a preparation under way, reclaim the ready one, and
+    /// wait for the cgroups handed to the remover.
+    pub(super) fn shutdown(self: &Arc<Self>) {
+        let mut slot = lock(&self.spare);
+        slot.closed = true;
+        // An idle preparer ends now rather than after PREPARER_IDLE.
+        self.spare_changed.notify_all();
+        while slot.preparing {
+            slot = self
+                .spare_changed
+                .wait(slot)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        let ready = slot.ready.take();
+        drop(slot);
+        if let Some(j) = ready {
+            self.discard(j);
+        }
+        self.factory.stop();
+        self.cgroup_remover.flush();
+    }
+}

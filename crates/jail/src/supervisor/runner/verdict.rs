@@ -1,0 +1,203 @@
+//! The request's outcome: the jail's reply judged with what the cgroup and the kernel saw
+//! (`verdict`), and a failure explained by what the sandbox refused (`explain_denials`).
+
+use super::*;
+
+/// A failed request in which the sandbox refused something says what and which policy field
+/// allows it, after the tool's own message (which may only say "403" or "no such host"):
+/// destinations the egress proxy refused, calls the seccomp profile denied (inet sockets under
+/// `network: none` named as such), and the server variables commands did not get.
+pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> Reply {
+    let network = plan.network();
+    let Reply::Err {
+        kind,
+        message,
+        report,
+        record: r,
+    } = reply
+    else {
+        return reply;
+    };
+    let rec = crate::record::snapshot(record);
+    let mut refused: Vec<String> = rec
+        .egress
+        .iter()
+        .filter(|c| c.decision == egress::Decision::Denied)
+        .filter_map(|c| c.reason.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .take(3)
+        .collect();
+    for e in rec
+        .seccomp_audit
+        .iter()
+        .filter(|e| e.action == crate::record::SeccompAction::Denied)
+        .take(3)
+    {
+        refused.push(if e.syscall == "socket" && network == policy::NetworkMode::None {
+            format!(
+                "network access ({} socket calls by {}): spec.network.mode is none; allowList with spec.network.allow (or egress) allows connections",
+                e.count, e.comm
+            )
+        } else {
+            format!(
+                "system call {} ({} times, by {}), denied by the spec.seccomp profile",
+                e.syscall, e.count, e.comm
+            )
+        });
+    }
+    // Tools probe many paths they can do without (locale files, cgroup limits); the ones the
+    // command's own message names come first.
+    let mut landlock: Vec<_> = rec.landlock_denials.iter().collect();
+    landlock.sort_by_key(|d| d.object.is_empty() || !message.contains(d.object.as_str()));
+    for d in landlock.into_iter().take(3) {
+        refused.push(match &d.allowed_by {
+            Some(field) => format!("{} on {} (Landlock; {field})", d.blockers, d.object),
+            None => format!(
+                "{} on {} (Landlock; no policy field allows this)",
+                d.blockers, d.object
+            ),
+        });
+    }
+    let mut message = if refused.is_empty() {
+        message
+    } else {
+        format!("{message} (the sandbox refused: {})", refused.join("; "))
+    };
+    // A command failed: it may have missed a server variable it is configured by. (Not when
+    // its output was refused: Argo CD's own words then stand alone.)
+    let command_failed = rec
+        .commands
+        .last()
+        .is_some_and(|c| c.exit_code != Some(0) || c.signal.is_some());
+    if command_failed && !plan.withheld_env.is_empty() {
+        crate::record::update(record, |r| r.withheld_env = plan.withheld_env.clone());
+        let shown: Vec<&str> = plan
+            .withheld_env
+            .iter()
+            .take(8)
+            .map(String::as_str)
+            .collect();
+        let more = plan.withheld_env.len() - shown.len();
+        message = format!(
+            "{message} (server variables not passed to commands: {}{}; spec.env.pass allows them)",
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Reply::Err {
+        kind,
+        message,
+        report,
+        record: r,
+    }
+}
+
+/// The request's result from the jail's raw reply and what its cgroup saw: an OOM kill or a
+/// refused fork is named as the limit that ended the request (ResourceExhausted with the
+/// policy field), whatever the jail itself made of the failure; the jail's part of the audit
+/// record is merged under the supervisor's.
+pub(super) fn verdict(
+    raw: Option<Vec<u8>>,
+    stats: Option<CgroupStats>,
+    container_oom: bool,
+    plan: &Plan,
+    cancel: &CancelToken,
+    record: &Recorder,
+    jail_signal: Option<i32>,
+) -> Result<Reply, RequestError> {
+    // The request's own cgroup saw an OOM kill: memory ended it, whatever else happened. The
+    // container's count also moves for another request's kill: it names only a failure.
+    let oom = stats.is_some_and(|s| s.oom_kills > 0) || container_oom;
+    if stats.is_some_and(|s| s.oom_kills > 0) {
+        crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+    }
+    let oom_error = |detail: &str| {
+        crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+        RequestError::new(
+            ErrorKind::ResourceExhausted,
+            if container_oom {
+                format!(
+                    "memory limit exceeded: the kernel's OOM killer ended a process of the request when the server's own cgroup (the container's memory limit) was full; a per-request bound (policy spec.limits.memoryBytes: {}) needs a delegated cgroup, which this node does not give (doctor's cgroups){detail}",
+                    plan.cgroup.memory_bytes
+                )
+            } else {
+                format!(
+                    "memory limit exceeded (policy spec.limits.memoryBytes: {}): the kernel killed a process of the request{detail}",
+                    plan.cgroup.memory_bytes
+                )
+            },
+        )
+    };
+    let raw = match raw {
+        Some(raw) => raw,
+        None if oom => return Err(oom_error("")),
+        // The jail aborted: an allocation failed under its heap limit. Rust aborts then; as
+        // init of its PID namespace the jail ignores its own SIGABRT, so glibc's fallback
+        // ends it with SIGSEGV.
+        None if matches!(jail_signal, Some(libc::SIGABRT | libc::SIGSEGV))
+            && cancel.reason().is_none() =>
+        {
+            crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+            return Err(RequestError::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "the sandbox ran out of memory handling the command's output (it ended by signal {}, as a failed allocation under policy spec.limits.dataBytes: {} per process ends it)",
+                    jail_signal.unwrap_or_default(),
+                    plan.data_bytes()
+                ),
+            ));
+        }
+        None => {
+            return Err(match cancel.reason() {
+                Some(_) => RequestError::new(ErrorKind::Cancelled, "context canceled"),
+                None => internal("the jail exited without a reply"),
+            });
+        }
+    };
+    let mut reply: Reply = serde_json::from_slice(&raw)
+        .map_err(|e| internal(format!("bad reply from the jail: {e}")))?;
+    // The jail's part (commands, archive, its view of the limit), merged under ours.
+    let (Reply::Ok { record: theirs, .. } | Reply::Err { record: theirs, .. }) = &mut reply;
+    let theirs = std::mem::take(theirs);
+    crate::record::update(record, |r| {
+        // (A jail on a cached tree extracted nothing: the record has the tree's.)
+        if theirs.archive.is_some() {
+            r.archive = theirs.archive;
+        }
+        r.commands = theirs.commands;
+        r.seccomp_audit = theirs.seccomp_audit;
+        if r.limit.is_none() {
+            r.limit = theirs.limit;
+        }
+    });
+    // Forks refused by the cgroup, or the task count at the limit (RLIMIT_NPROC, set to the
+    // same value for the unique UID, usually refuses first).
+    let pids_hit = stats.is_some_and(|s| s.pids_refused > 0 || s.pids_peak >= plan.cgroup.pids);
+    let rewritten = |e: RequestError| Reply::Err {
+        kind: e.kind,
+        message: e.message,
+        report: None,
+        record: Default::default(),
+    };
+    Ok(match reply {
+        Reply::Err { message, .. } if oom => rewritten(oom_error(&format!(": {message}"))),
+        // A failure after forks were refused: name the limit (the tool's own message, e.g.
+        // "Cannot fork", follows).
+        Reply::Err { message, .. } if pids_hit => {
+            crate::record::update(record, |r| r.limit = Some(Limit::Pids));
+            rewritten(RequestError::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "process limit reached (policy spec.limits.pids: {}): {message}",
+                    plan.cgroup.pids
+                ),
+            ))
+        }
+        other => other,
+    })
+}
