@@ -263,6 +263,19 @@ impl CmpService {
         }
     }
 
+    /// One CMP call, after authentication:
+    ///
+    /// 1. the stream's header: metadata, its environment and `appRelPath` checked
+    ///    ([`CmpService::receive_header`]);
+    /// 2. the archive's first chunk (no jail before the archive starts to arrive);
+    /// 3. a slot, waiting in the queue within the request's deadline ([`Admission`]);
+    /// 4. the request handed to the runner on a blocking thread, reading the archive from a
+    ///    channel ([`CmpService::start_run`]);
+    /// 5. the archive received into that channel, its end let through only once the
+    ///    checksum matched ([`CmpService::receive`]);
+    /// 6. the runner's answer awaited within the deadline ([`CmpService::answer`]).
+    ///
+    /// [`Admission`]: crate::admission::Admission
     async fn handle_inner(
         &self,
         op: Operation,
@@ -285,7 +298,112 @@ impl CmpService {
             idle: self.cfg.admission.stream_idle,
             holding_slot: false,
         };
+
+        // 1. The header.
+        let meta = self.receive_header(&clock, &mut stream, ctx).await?;
+
+        // 2. The first chunk.
         let first = match clock.next(&mut stream).await {
+            Ok(m) => m,
+            Err(e) => {
+                ctx.limit = Some(Limit::Timeout);
+                return Err(e.to_status());
+            }
+        };
+        let first = match first {
+            None => None,
+            Some(m) => match m.request {
+                Some(app_stream_request::Request::File(f)) => Some(f.chunk),
+                _ => return Err(StreamError::NotAFile.to_status()),
+            },
+        };
+
+        // 3. A slot. Nothing is read meanwhile (flow control holds the client back), so the
+        // wait does not count against the archive's wall clock.
+        let queued = Instant::now();
+        let slot = self
+            .admission
+            .admit(deadline)
+            .await
+            .map_err(|e| e.to_status())?;
+        clock.archive_by += queued.elapsed();
+        // Holding a slot (a jail, a UID) now: a pause is tolerated only briefly, or stalled
+        // streams would keep every slot until the archive's wall clock and starve honest
+        // requests queued behind them.
+        clock.idle = clock
+            .idle
+            .min(Duration::from_secs(crate::status::HELD_STREAM_IDLE_SECS));
+        clock.holding_slot = true;
+
+        // 4. The run.
+        let cancel = CancelToken::new();
+        let _guard = ActiveGuard::new(&self.active, id, &cancel);
+        let (tx, task) = self.start_run(
+            op,
+            &meta,
+            request_id,
+            (deadline, &limit),
+            slot,
+            &cancel,
+            ctx,
+            &mut audit.handoff,
+        );
+
+        // 5. The archive.
+        let received = self
+            .receive(
+                &mut stream,
+                first,
+                &tx,
+                &meta.checksum,
+                &clock,
+                &mut ctx.archive,
+            )
+            .await;
+        ctx.timings.received = Some(std::time::SystemTime::now());
+        match &received {
+            Err(
+                StreamError::Stalled(_)
+                | StreamError::StalledHoldingSlot(_)
+                | StreamError::ReceiveTimeout(_),
+            ) => ctx.limit = Some(Limit::Timeout),
+            Err(StreamError::TooLarge(_) | StreamError::Checksum) => {
+                ctx.limit = Some(Limit::Archive);
+            }
+            _ => {}
+        }
+        if let Err(e) = &received {
+            let _ = tx.try_send(Chunk::Abort);
+            if matches!(e, StreamError::Cancelled) {
+                cancel.cancel(CancelReason::Cancelled);
+            }
+        }
+        drop(tx);
+
+        // 6. The answer.
+        let out = Self::answer(task, received, (deadline, limit), &cancel, ctx).await;
+        match &out {
+            Ok(_) => tracing::info!(
+                ms = started.elapsed().as_millis() as u64,
+                us = started.elapsed().as_micros() as u64,
+                "request finished"
+            ),
+            Err(s) => {
+                tracing::warn!(ms = started.elapsed().as_millis() as u64, code = ?s.code(), error = %s.message(), "request failed")
+            }
+        }
+        out
+    }
+
+    /// Step 1: the stream's first message must be its metadata; its environment and
+    /// `appRelPath` are refused before anything composes or copies them.
+    async fn receive_header(
+        &self,
+        clock: &ReceiveClock,
+        stream: &mut Streaming<AppStreamRequest>,
+        ctx: &mut Ctx,
+    ) -> Result<proto::plugin::ManifestRequestMetadata, Status> {
+        let first = match clock.next(stream).await {
             Err(
                 e @ (StreamError::Deadline
                 | StreamError::Stalled(_)
@@ -311,53 +429,40 @@ impl CmpService {
             .take(256)
             .map(|e| jail::bounded(&e.name, 128).into_owned())
             .collect();
-        // Refused before anything composes or copies them (a flood of entries cost a worker
-        // thread seconds when composition was quadratic).
+        // (A flood of entries cost a worker thread seconds when composition was quadratic.)
         plugin::env::check_request(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
             .map_err(|e| StreamError::from(e).to_status())?;
         if meta.app_rel_path.len() > crate::status::MAX_APP_REL_PATH {
             return Err(StreamError::AppRelPath(meta.app_rel_path.len()).to_status());
         }
-        match deadline {
+        match clock.deadline {
             Some(d) => {
                 tracing::info!(app_rel_path = %ctx.app_rel_path, deadline_ms = d.saturating_duration_since(Instant::now()).as_millis() as u64, "request received")
             }
             None => tracing::info!(app_rel_path = %ctx.app_rel_path, "request received"),
         }
+        Ok(meta)
+    }
 
-        // No jail before the archive starts to arrive (only the runner's one spare is ready).
-        let first = match clock.next(&mut stream).await {
-            Ok(m) => m,
-            Err(e) => {
-                ctx.limit = Some(Limit::Timeout);
-                return Err(e.to_status());
-            }
-        };
-        let first = match first {
-            None => None,
-            Some(m) => match m.request {
-                Some(app_stream_request::Request::File(f)) => Some(f.chunk),
-                _ => return Err(StreamError::NotAFile.to_status()),
-            },
-        };
-        // A slot, waiting in the queue within the request's deadline. Nothing is read
-        // meanwhile (flow control holds the client back), so the wait does not count against
-        // the archive's wall clock.
-        let queued = Instant::now();
-        let slot = self
-            .admission
-            .admit(deadline)
-            .await
-            .map_err(|e| e.to_status())?;
-        clock.archive_by += queued.elapsed();
-        // Holding a slot (a jail, a UID) now: a pause is tolerated only briefly, or stalled
-        // streams would keep every slot until the archive's wall clock and starve honest
-        // requests queued behind them.
-        clock.idle = clock
-            .idle
-            .min(Duration::from_secs(crate::status::HELD_STREAM_IDLE_SECS));
-        clock.holding_slot = true;
-
+    /// Step 4: the request's spec from the plan, handed to the runner on a blocking thread
+    /// that reads the archive from the returned channel; the result comes back on the
+    /// receiver as soon as it exists, and the jail is reclaimed right after, off the
+    /// response's critical path (then the slot is free).
+    #[allow(clippy::too_many_arguments)]
+    fn start_run(
+        &self,
+        op: Operation,
+        meta: &proto::plugin::ManifestRequestMetadata,
+        request_id: uuid::Uuid,
+        (deadline, limit): (Option<Instant>, &TimeLimit),
+        slot: crate::admission::Slot,
+        cancel: &CancelToken,
+        ctx: &mut Ctx,
+        handoff_slot: &mut Option<Arc<Mutex<Handoff>>>,
+    ) -> (
+        mpsc::Sender<Chunk>,
+        tokio::sync::oneshot::Receiver<Result<Executed, jail::RequestError>>,
+    ) {
         // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());
         let env: Vec<(String, String)> = meta
@@ -378,30 +483,18 @@ impl CmpService {
         // Decides whether it is worth caching; 0 (not stated) leaves that to the cache.
         spec.task.archive_size = u64::try_from(meta.size).ok().filter(|n| *n > 0);
         ctx.record = Some(spec.record.clone());
-        let cancel = CancelToken::new();
-        self.active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((id, cancel.clone()));
-        let _guard = ActiveGuard {
-            list: self.active.clone(),
-            id,
-            cancel: cancel.clone(),
-        };
 
-        // The runner reads the archive from a channel; EOF is only delivered after the
-        // checksum matched, so nothing runs on unverified bytes. Eight 64 KiB batches in
-        // flight per request: enough to keep the jail busy, and what bounds the server's
-        // memory when many requests stream at once (flow control holds the rest at the client).
+        // EOF is only delivered after the checksum matched, so nothing runs on unverified
+        // bytes. Eight 64 KiB batches in flight per request: enough to keep the jail busy,
+        // and what bounds the server's memory when many requests stream at once (flow
+        // control holds the rest at the client).
         let (tx, rx) = mpsc::channel::<Chunk>(8);
         let runner = self.runner.clone();
         let run_cancel = cancel.clone();
         let span = tracing::Span::current();
-        // The result is sent as soon as it exists; the tree is reclaimed right after, off the
-        // response's critical path (the work dir is swept at start-up too).
         let (result_tx, result_rx) = tokio::sync::oneshot::channel();
         let handoff = Arc::new(Mutex::new(Handoff::Running));
-        audit.handoff = Some(handoff.clone());
+        *handoff_slot = Some(handoff.clone());
         tokio::task::spawn_blocking(move || {
             let _e = span.enter();
             let result = runner.execute(
@@ -415,7 +508,6 @@ impl CmpService {
             );
             let _ = result_tx.send(result);
             runner.reclaim(&spec);
-            // The slot is free once the jail is reclaimed.
             drop(slot);
             // The client went away while this ran: its audit event is ours to emit, now that
             // the record says what really ran.
@@ -430,46 +522,19 @@ impl CmpService {
                 a.emit();
             }
         });
-        let task = result_rx;
+        (tx, result_rx)
+    }
 
-        let received = self
-            .receive(
-                &mut stream,
-                first,
-                &tx,
-                &meta.checksum,
-                &clock,
-                &mut ctx.archive,
-            )
-            .await;
-        ctx.timings.received = Some(std::time::SystemTime::now());
-        if matches!(
-            received,
-            Err(StreamError::Stalled(_)
-                | StreamError::StalledHoldingSlot(_)
-                | StreamError::ReceiveTimeout(_),)
-        ) {
-            ctx.limit = Some(Limit::Timeout);
-        }
-        if matches!(
-            received,
-            Err(StreamError::TooLarge(_) | StreamError::Checksum)
-        ) {
-            ctx.limit = Some(Limit::Archive);
-        }
-        let received = match received {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let _ = tx.try_send(Chunk::Abort);
-                if matches!(e, StreamError::Cancelled) {
-                    cancel.cancel(CancelReason::Cancelled);
-                }
-                Err(e)
-            }
-        };
-        drop(tx);
-        // At the client's deadline the client gives up, so answer then; for the policy's wall
-        // clock the jail kills the command itself and names it, so give it time to say so.
+    /// Step 6: the runner's answer. At the client's deadline the client gives up, so answer
+    /// then; for the policy's wall clock the jail kills the command itself and names it, so
+    /// it has time to say so.
+    async fn answer(
+        task: tokio::sync::oneshot::Receiver<Result<Executed, jail::RequestError>>,
+        received: Result<(), StreamError>,
+        (deadline, limit): (Option<Instant>, TimeLimit),
+        cancel: &CancelToken,
+        ctx: &mut Ctx,
+    ) -> Result<Executed, Status> {
         let answer_by = match (&limit, deadline) {
             (TimeLimit::Request { .. }, Some(d)) => Some(d + WALL_CLOCK_GRACE),
             (_, d) => d,
@@ -494,22 +559,11 @@ impl CmpService {
         ctx.timings.answered = Some(std::time::SystemTime::now());
         let result =
             result.map_err(|e| crate::status::internal(format!("request task failed: {e}")))?;
-        let out = match (received, result) {
+        match (received, result) {
             (Err(e), _) => Err(e.to_status()),
             (Ok(()), Ok(o)) => Ok(o),
             (Ok(()), Err(e)) => Err(to_status(&e)),
-        };
-        match &out {
-            Ok(_) => tracing::info!(
-                ms = started.elapsed().as_millis() as u64,
-                us = started.elapsed().as_micros() as u64,
-                "request finished"
-            ),
-            Err(s) => {
-                tracing::warn!(ms = started.elapsed().as_millis() as u64, code = ?s.code(), error = %s.message(), "request failed")
-            }
         }
-        out
     }
 
     async fn receive(
@@ -729,6 +783,20 @@ struct ActiveGuard {
     list: Arc<Mutex<Vec<(u64, CancelToken)>>>,
     id: u64,
     cancel: CancelToken,
+}
+
+impl ActiveGuard {
+    /// List `cancel` as request `id`'s among those in flight, until dropped.
+    fn new(list: &Arc<Mutex<Vec<(u64, CancelToken)>>>, id: u64, cancel: &CancelToken) -> Self {
+        list.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, cancel.clone()));
+        Self {
+            list: list.clone(),
+            id,
+            cancel: cancel.clone(),
+        }
+    }
 }
 
 impl Drop for ActiveGuard {

@@ -11,6 +11,45 @@ struct Who {
 }
 
 impl Who {
+    fn of(jail: &Jail) -> Self {
+        Self {
+            creds: jail.creds,
+            cgroup: jail.cgroup.clone(),
+            name: jail.name.clone(),
+        }
+    }
+
+    /// Step 8's record, once the reply is read: the egress connections, the jail's identity
+    /// and its cgroup's figures.
+    fn record_after(
+        &self,
+        proxy: Option<egress::ProxyHandle>,
+        record: &Recorder,
+    ) -> Option<CgroupStats> {
+        if let Some(p) = proxy {
+            let (connections, unrecorded) = p.finish();
+            crate::record::update(record, |r| {
+                r.egress = connections;
+                r.egress_unrecorded = unrecorded;
+            });
+        }
+        let stats = self.cgroup.as_ref().map(|c| c.stats());
+        self.record(record);
+        crate::record::update(record, |r| {
+            r.peak_memory_bytes = stats.map(|s| s.peak_memory_bytes);
+            r.oom_kills = stats.map(|s| s.oom_kills);
+        });
+        if let Some(s) = stats {
+            tracing::debug!(
+                peak_memory_bytes = s.peak_memory_bytes,
+                oom_kills = s.oom_kills,
+                pids_refused = s.pids_refused,
+                "request cgroup"
+            );
+        }
+        stats
+    }
+
     /// The supervisor's part of the audit record that names the jail.
     fn record(&self, record: &Recorder) {
         crate::record::update(record, |r| {
@@ -60,11 +99,7 @@ impl Inner {
 
         // 1. The jail.
         let mut jail = self.take(request, deadline, cancel)?;
-        let who = Who {
-            creds: jail.creds,
-            cgroup: jail.cgroup.clone(),
-            name: jail.name.clone(),
-        };
+        let who = Who::of(&jail);
         let ooms_before = self.container_ooms(&who);
 
         // 2. A fill: the stream goes to the filler; the jail gets the tree once it is sealed.
@@ -152,31 +187,11 @@ impl Inner {
         .saturating_add(1 << 20);
         let reply_deadline = deadline.map(|d| d + KILL_GRACE);
         let raw = stdout.map(|mut s| read_reply(&mut s, cap, &self.reply_memory, reply_deadline));
-        if let Some(p) = proxy {
-            let (connections, unrecorded) = p.finish();
-            crate::record::update(record, |r| {
-                r.egress = connections;
-                r.egress_unrecorded = unrecorded;
-            });
-        }
         // The watcher sees `done` and drops the watch (and the jail's stdin, which the jail no
         // longer reads); nothing on the reply's path waits for it.
         done.store(true, Ordering::SeqCst);
         cancel.poke();
-        let stats = who.cgroup.as_ref().map(|c| c.stats());
-        who.record(record);
-        crate::record::update(record, |r| {
-            r.peak_memory_bytes = stats.map(|s| s.peak_memory_bytes);
-            r.oom_kills = stats.map(|s| s.oom_kills);
-        });
-        if let Some(s) = stats {
-            tracing::debug!(
-                peak_memory_bytes = s.peak_memory_bytes,
-                oom_kills = s.oom_kills,
-                pids_refused = s.pids_refused,
-                "request cgroup"
-            );
-        }
+        let stats = who.record_after(proxy, record);
         // The permit (supervisor-wide reply memory) goes with the outcome until the response
         // is written.
         let (raw, permit) = match raw {
