@@ -349,7 +349,16 @@ pub fn run(
     run_recorded(spec, deadline, cancel, &mut CommandRecord::default())
 }
 
-/// [`run`], filling `rec` with how the command ended (argv and phase are the caller's).
+/// [`run`], filling `rec` with how the command ended (argv and phase are the caller's):
+///
+/// 1. resolve the program as Go's `exec.LookPath` does; a command cancelled before it
+///    starts does not start;
+/// 2. start it in its own process group, its pipes and the cancel's descriptors watched
+///    from before it exists;
+/// 3. supervise it to its exit or its stop ([`supervise`]);
+/// 4. kill what is left of its group and reap it, with its peak memory;
+/// 5. read what is left in its pipes ([`drain`]);
+/// 6. record how it ended, and answer ([`outcome`]).
 pub fn run_recorded(
     spec: &CmdSpec<'_>,
     deadline: Option<Instant>,
@@ -425,9 +434,61 @@ pub fn run_recorded(
     // a page of it, not 64 KiB (a fresh fork's every touched page is a fault).
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
 
-    // One loop for both pipes, the exit, the deadline and a cancel: until the command exits,
-    // or, once it must stop (deadline, cancel, output budget), SIGTERM to its group and up to
-    // KILL_GRACE for it to exit.
+    let (must_stop, cancelled) = supervise(
+        pgid,
+        pidfd.as_ref(),
+        (&mut out, &mut err, &mut buf),
+        deadline,
+        cancel,
+        (wake, watch),
+    );
+    // Kill whatever is left of the group (daemons, stragglers) while the id is still reserved.
+    let _ = kill_process_group(pgid, Signal::KILL);
+    // wait4 rather than Child::wait: the rusage carries the command's peak memory.
+    let reaped = crate::sys::wait4_rusage(pid);
+    crate::reaper::untrack(pid);
+    drop(child);
+    let (raw, peak_rss) = reaped.map_err(|e| CmdError::Start(e.to_string()))?;
+    let status = std::process::ExitStatus::from_raw(raw);
+    drain(&mut out, &mut err, &mut buf);
+    let (out, err) = (out.capture, err.capture);
+    rec.exit_code = status.code();
+    rec.signal = status.signal().map(signal_abbrev);
+    rec.duration_ms = started.elapsed().as_millis() as u64;
+    rec.peak_rss_bytes = Some(peak_rss);
+    rec.stdout_bytes = out.data.len() as u64;
+    rec.stderr_bytes = err.data.len() as u64;
+    rec.ended_by = if out.over || err.over {
+        Some(Limit::Output)
+    } else if must_stop && cancelled.is_some() {
+        Some(Limit::Cancelled)
+    } else if must_stop {
+        Some(Limit::Timeout)
+    } else if status.signal() == Some(libc::SIGSYS) {
+        Some(Limit::Seccomp)
+    } else {
+        None
+    };
+    tracing::debug!(pid, status = %status, ms = started.elapsed().as_millis() as u64, "command finished");
+
+    outcome(spec, argv_log, status, (out, err), must_stop, cancelled)
+}
+
+/// The command until it exits, or, once it must stop (deadline, cancel, output budget),
+/// SIGTERM to its group and up to [`KILL_GRACE`] for it to exit: one loop for both pipes,
+/// the exit, the deadline and a cancel. Returns whether it had to stop, and the cancel's
+/// reason if that was why.
+fn supervise(
+    pgid: Pid,
+    pidfd: Option<&std::os::fd::OwnedFd>,
+    (out, err, buf): (&mut Stream, &mut Stream, &mut Vec<u8>),
+    deadline: Option<Instant>,
+    cancel: &CancelToken,
+    (wake, watch): (
+        std::os::fd::BorrowedFd<'_>,
+        Option<std::os::fd::BorrowedFd<'_>>,
+    ),
+) -> (bool, Option<CancelReason>) {
     let mut cancelled = None;
     let mut grace_end: Option<Instant> = None;
     let reaps = crate::reaper::reaps_in_command_loop();
@@ -478,26 +539,21 @@ pub fn run_recorded(
             timeout,
         );
         if ready[0] {
-            out.read_available(&mut buf);
+            out.read_available(buf);
         }
         if ready[1] {
-            err.read_available(&mut buf);
+            err.read_available(buf);
         }
         if ready[3] {
             cancel.clear_wake();
         }
     }
-    let must_stop = grace_end.is_some();
-    // Kill whatever is left of the group (daemons, stragglers) while the id is still reserved.
-    let _ = kill_process_group(pgid, Signal::KILL);
-    // wait4 rather than Child::wait: the rusage carries the command's peak memory.
-    let reaped = crate::sys::wait4_rusage(pid);
-    crate::reaper::untrack(pid);
-    drop(child);
-    let (raw, peak_rss) = reaped.map_err(|e| CmdError::Start(e.to_string()))?;
-    let status = std::process::ExitStatus::from_raw(raw);
-    // What the group wrote before it ended may still be in the pipes; a process that left the
-    // group (a daemon) may hold them open: read until both end, at most PIPE_DRAIN.
+    (grace_end.is_some(), cancelled)
+}
+
+/// What the group wrote before it ended may still be in the pipes; a process that left the
+/// group (a daemon) may hold them open: read until both end, at most [`PIPE_DRAIN`].
+fn drain(out: &mut Stream, err: &mut Stream, buf: &mut Vec<u8>) {
     let drain_end = Instant::now() + PIPE_DRAIN;
     while (out.open() || err.open()) && Instant::now() < drain_end {
         let ready = crate::cancel::wait_readable(
@@ -508,32 +564,24 @@ pub fn run_recorded(
             Some(drain_end.saturating_duration_since(Instant::now())),
         );
         if ready[0] {
-            out.read_available(&mut buf);
+            out.read_available(buf);
         }
         if ready[1] {
-            err.read_available(&mut buf);
+            err.read_available(buf);
         }
     }
-    let (out, err) = (out.capture, err.capture);
-    rec.exit_code = status.code();
-    rec.signal = status.signal().map(signal_abbrev);
-    rec.duration_ms = started.elapsed().as_millis() as u64;
-    rec.peak_rss_bytes = Some(peak_rss);
-    rec.stdout_bytes = out.data.len() as u64;
-    rec.stderr_bytes = err.data.len() as u64;
-    rec.ended_by = if out.over || err.over {
-        Some(Limit::Output)
-    } else if must_stop && cancelled.is_some() {
-        Some(Limit::Cancelled)
-    } else if must_stop {
-        Some(Limit::Timeout)
-    } else if status.signal() == Some(libc::SIGSYS) {
-        Some(Limit::Seccomp)
-    } else {
-        None
-    };
-    tracing::debug!(pid, status = %status, ms = started.elapsed().as_millis() as u64, "command finished");
+}
 
+/// The command's result from how it ended: its output over budget, stopped (cancelled or
+/// out of time), failed (Argo CD's words), or its output.
+fn outcome(
+    spec: &CmdSpec<'_>,
+    argv_log: String,
+    status: std::process::ExitStatus,
+    (out, err): (Capture, Capture),
+    must_stop: bool,
+    cancelled: Option<CancelReason>,
+) -> Result<CmdOutput, CmdError> {
     if out.over || err.over {
         let (stream, limit) = if out.over {
             ("stdout", spec.stdout_cap)
