@@ -189,21 +189,9 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
             )
         };
     let bound = bound.context("--listen is required")?;
-    let audit = match a.audit_log.as_str() {
-        "-" | "" => server::audit::AuditSink::stderr(),
-        path => server::audit::AuditSink::file(std::path::Path::new(path))
-            .with_context(|| format!("--audit-log {path}"))?,
-    };
+    let audit = super::flags::audit_sink(&a.audit_log)?;
     let metrics = Arc::new(server::metrics::Metrics::default());
-    let metrics_listener = match a.metrics_address {
-        Some(addr) => {
-            let l = std::net::TcpListener::bind(addr)
-                .with_context(|| format!("--metrics-address {addr}"))?;
-            l.set_nonblocking(true)?;
-            Some((l, metrics.clone()))
-        }
-        None => None,
-    };
+    let metrics_listener = super::flags::metrics_listener(a.metrics_address, &metrics)?;
     let svc =
         server::appset::AppSetService::new(config, runner, token, work_dir, plan, audit, metrics);
     Ok(Prepared {

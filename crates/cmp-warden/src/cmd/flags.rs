@@ -97,3 +97,32 @@ pub fn lease_dir(socket_dir: Option<&Path>) -> Option<PathBuf> {
     };
     Some(dir.join(".cmp-warden-leases"))
 }
+
+/// `--audit-log`: `-` (or empty) is stderr, anything else a file appended to.
+pub fn audit_sink(path: &str) -> anyhow::Result<server::audit::AuditSink> {
+    Ok(match path {
+        "-" | "" => server::audit::AuditSink::stderr(),
+        path => server::audit::AuditSink::file(Path::new(path))
+            .with_context(|| format!("--audit-log {path}"))?,
+    })
+}
+
+/// `--metrics-address`: bound now (before capabilities go), served once the runtime runs.
+pub fn metrics_listener(
+    addr: Option<std::net::SocketAddr>,
+    metrics: &std::sync::Arc<server::metrics::Metrics>,
+) -> anyhow::Result<
+    Option<(
+        std::net::TcpListener,
+        std::sync::Arc<server::metrics::Metrics>,
+    )>,
+> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let l =
+        std::net::TcpListener::bind(addr).with_context(|| format!("--metrics-address {addr}"))?;
+    l.set_nonblocking(true)?;
+    tracing::info!(address = %l.local_addr()?, "metrics on http://{}/metrics", l.local_addr()?);
+    Ok(Some((l, metrics.clone())))
+}

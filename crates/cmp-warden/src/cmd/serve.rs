@@ -207,8 +207,15 @@ struct Prepared {
     tracer: Option<(Arc<otlp::Exporter>, otlp::ExportTask)>,
 }
 
-/// Flags, the policy and plugin.yaml, then the supervisor's start-up (which binds our
-/// listeners at its step for it), then the service.
+/// Everything before serving:
+///
+/// 1. the flags, the tracer, the policy and the overrides flags make of it;
+/// 2. `plugin.yaml` ([`plugin_config`]);
+/// 3. the unix socket's options ([`listen_options`]);
+/// 4. the supervisor's start-up (`jail::Supervisor::start`), which binds our listeners at
+///    its step for it;
+/// 5. the doctor report logged ([`report`]);
+/// 6. the audit sink, the metrics listener, admission within the UID range, the service.
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
     super::flags::argo_only_variables();
@@ -221,90 +228,17 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         command_timeout: super::flags::exec_timeout(),
         reply_bytes: Some(grpc_max_size_mb as u64 * 1024 * 1024),
     };
-    let loaded = PluginConfig::read_dir(&a.config_dir_path)?;
-    for k in &loaded.unknown_keys {
-        tracing::warn!(key = %k, "plugin.yaml: unknown key ignored (Argo CD ignores it too)");
-    }
-    let config = loaded.config;
-    if !config.spec.discover.is_defined() {
-        tracing::info!(
-            "No discovery configuration is defined for plugin {}. To use this plugin, specify {:?} in the Application's spec.source.plugin.name field.",
-            config.name,
-            config.plugin_name()
-        );
-    }
+
+    // 2.
+    let config = plugin_config(&a.config_dir_path)?;
     let socket_path = config.socket_path(&a.socket_dir);
     let work_parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_dir = work_parent.join("_cmp_server");
 
-    let own_uid = rustix::process::geteuid().as_raw();
-    let allowed_uids = match a.allowed_uids.as_deref() {
-        Some("any") => None,
-        Some(list) => Some(
-            list.split(',')
-                .map(|u| u.trim().parse::<u32>())
-                .collect::<Result<Vec<_>, _>>()
-                .context("--allowed-uids")?,
-        ),
-        None => Some(vec![999, own_uid]),
-    };
-    let socket_owner = match &a.socket_owner {
-        None => None,
-        Some(s) => {
-            let (u, g) = s.split_once(':').unwrap_or((s, ""));
-            let p = |v: &str| -> anyhow::Result<Option<u32>> {
-                if v.is_empty() {
-                    Ok(None)
-                } else {
-                    Ok(Some(v.parse()?))
-                }
-            };
-            Some((p(u)?, p(g)?))
-        }
-    };
-    // Run as root with no socket flags (Argo's documented sidecar pattern), a socket created
-    // 0755 root:root would refuse the repo-server (999). Two layers then: the file system lets
-    // only root and the repo-server's group (999, Argo CD's image) connect — never a leased
-    // UID — and the peer-credential check admits only the allowed UIDs.
-    let (socket_mode, socket_owner) = match default_socket(
-        own_uid,
-        &a,
-        allowed_uids.is_some(),
-        &a.socket_dir,
-    ) {
-        Some(DefaultSocket { mode, owner, why }) => {
-            if mode == 0o666 {
-                tracing::warn!(
-                    allowed_uids = %uid_list(allowed_uids.as_deref()),
-                    "socket mode 0666: {why}; only the peer-credential check refuses other UIDs, leased ones included (give the socket directory group 999 with the setgid bit — the pod's fsGroup: 999 — or pass --socket-owner 0:999 with CAP_CHOWN)"
-                );
-            } else {
-                tracing::info!(
-                    allowed_uids = %uid_list(allowed_uids.as_deref()),
-                    "socket mode 0660: {why}; the peer-credential check then admits only the allowed UIDs (--socket-mode, --socket-owner change it)"
-                );
-            }
-            (Some(mode), owner)
-        }
-        None => (a.socket_mode, socket_owner),
-    };
-    if grpc_max_size_mb == 0 {
-        bail!(
-            "ARGOCD_GRPC_MAX_SIZE_MB is 0: no message could be received (Argo CD would start and fail every request); set a positive number of MiB"
-        );
-    }
-    if a.no_unix_socket && a.net.listen.is_none() {
-        bail!("--no-unix-socket needs --listen");
-    }
-    let opts = ListenOptions {
-        socket_path: socket_path.clone(),
-        socket_mode,
-        socket_owner,
-        allowed_uids: allowed_uids.clone(),
-        max_message_bytes: grpc_max_size_mb * 1024 * 1024,
-        shutdown_grace: Duration::from_secs(a.shutdown_grace),
-    };
+    // 3.
+    let opts = listen_options(&a, socket_path.clone(), grpc_max_size_mb)?;
 
+    // 4.
     let mut listener = None;
     let mut tcp = None;
     let (supervisor, enforcement) = {
@@ -337,44 +271,13 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         start.lease_dir = super::flags::lease_dir(Some(&std::path::absolute(&a.socket_dir)?));
         jail::Supervisor::start(&policy, start)?
     };
-    let doctor = super::doctor::assemble(
-        &policy,
-        &enforcement,
-        (&a.socket_dir, &work_parent),
-        None,
-        std::env::vars().collect(),
-    );
-    tracing::info!(
-        report = %serde_json::to_string(&doctor).unwrap_or_default(),
-        schema = super::doctor::SCHEMA,
-        "doctor report"
-    );
-    for gap in &doctor.gaps {
-        tracing::warn!(
-            missing = %gap.missing,
-            fix = %gap.fix,
-            "REDUCED CONFINEMENT on this node: requests do not get {} (fix: {})",
-            gap.missing,
-            gap.fix
-        );
-    }
+    // 5.
+    report(&policy, &enforcement, (&a.socket_dir, &work_parent));
 
-    let audit = match a.audit_log.as_str() {
-        "-" | "" => server::audit::AuditSink::stderr(),
-        path => server::audit::AuditSink::file(std::path::Path::new(path))
-            .with_context(|| format!("--audit-log {path}"))?,
-    };
+    // 6.
+    let audit = super::flags::audit_sink(&a.audit_log)?;
     let metrics = Arc::new(server::metrics::Metrics::default());
-    let metrics_listener = match a.metrics_address {
-        Some(addr) => {
-            let l = std::net::TcpListener::bind(addr)
-                .with_context(|| format!("--metrics-address {addr}"))?;
-            l.set_nonblocking(true)?;
-            tracing::info!(address = %l.local_addr()?, "metrics on http://{}/metrics", l.local_addr()?);
-            Some((l, metrics.clone()))
-        }
-        None => None,
-    };
+    let metrics_listener = super::flags::metrics_listener(a.metrics_address, &metrics)?;
     metrics.set_pool_source(supervisor.pool_gauge());
     if supervisor.tree_cache_stats().is_some() {
         metrics.set_cache_source(supervisor.cache_gauge());
@@ -421,6 +324,123 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         metrics: metrics_listener,
         tracer,
     })
+}
+
+/// `plugin.yaml` from the config directory, its unknown keys and a missing discovery said.
+fn plugin_config(dir: &std::path::Path) -> anyhow::Result<PluginConfig> {
+    let loaded = PluginConfig::read_dir(dir)?;
+    for k in &loaded.unknown_keys {
+        tracing::warn!(key = %k, "plugin.yaml: unknown key ignored (Argo CD ignores it too)");
+    }
+    let config = loaded.config;
+    if !config.spec.discover.is_defined() {
+        tracing::info!(
+            "No discovery configuration is defined for plugin {}. To use this plugin, specify {:?} in the Application's spec.source.plugin.name field.",
+            config.name,
+            config.plugin_name()
+        );
+    }
+    Ok(config)
+}
+
+/// The unix socket: its path, mode and owner (defaults that keep leased UIDs out at the file
+/// system), the UIDs its peer check admits, the message limit and the drain grace.
+fn listen_options(
+    a: &ServeArgs,
+    socket_path: PathBuf,
+    grpc_max_size_mb: usize,
+) -> anyhow::Result<ListenOptions> {
+    let own_uid = rustix::process::geteuid().as_raw();
+    let allowed_uids = match a.allowed_uids.as_deref() {
+        Some("any") => None,
+        Some(list) => Some(
+            list.split(',')
+                .map(|u| u.trim().parse::<u32>())
+                .collect::<Result<Vec<_>, _>>()
+                .context("--allowed-uids")?,
+        ),
+        None => Some(vec![999, own_uid]),
+    };
+    let socket_owner = match &a.socket_owner {
+        None => None,
+        Some(s) => {
+            let (u, g) = s.split_once(':').unwrap_or((s, ""));
+            let p = |v: &str| -> anyhow::Result<Option<u32>> {
+                if v.is_empty() {
+                    Ok(None)
+                } else {
+                    Ok(Some(v.parse()?))
+                }
+            };
+            Some((p(u)?, p(g)?))
+        }
+    };
+    // Run as root with no socket flags (Argo's documented sidecar pattern), a socket created
+    // 0755 root:root would refuse the repo-server (999). Two layers then: the file system lets
+    // only root and the repo-server's group (999, Argo CD's image) connect — never a leased
+    // UID — and the peer-credential check admits only the allowed UIDs.
+    let (socket_mode, socket_owner) = match default_socket(
+        own_uid,
+        a,
+        allowed_uids.is_some(),
+        &a.socket_dir,
+    ) {
+        Some(DefaultSocket { mode, owner, why }) => {
+            if mode == 0o666 {
+                tracing::warn!(
+                    allowed_uids = %uid_list(allowed_uids.as_deref()),
+                    "socket mode 0666: {why}; only the peer-credential check refuses other UIDs, leased ones included (give the socket directory group 999 with the setgid bit — the pod's fsGroup: 999 — or pass --socket-owner 0:999 with CAP_CHOWN)"
+                );
+            } else {
+                tracing::info!(
+                    allowed_uids = %uid_list(allowed_uids.as_deref()),
+                    "socket mode 0660: {why}; the peer-credential check then admits only the allowed UIDs (--socket-mode, --socket-owner change it)"
+                );
+            }
+            (Some(mode), owner)
+        }
+        None => (a.socket_mode, socket_owner),
+    };
+    if grpc_max_size_mb == 0 {
+        bail!(
+            "ARGOCD_GRPC_MAX_SIZE_MB is 0: no message could be received (Argo CD would start and fail every request); set a positive number of MiB"
+        );
+    }
+    if a.no_unix_socket && a.net.listen.is_none() {
+        bail!("--no-unix-socket needs --listen");
+    }
+    Ok(ListenOptions {
+        socket_path,
+        socket_mode,
+        socket_owner,
+        allowed_uids: allowed_uids.clone(),
+        max_message_bytes: grpc_max_size_mb * 1024 * 1024,
+        shutdown_grace: Duration::from_secs(a.shutdown_grace),
+    })
+}
+
+/// The doctor report as one log line, and each gap in confinement as a warning.
+fn report(
+    policy: &policy::Policy,
+    enforcement: &jail::Enforcement,
+    dirs: (&std::path::Path, &std::path::Path),
+) {
+    let doctor =
+        super::doctor::assemble(policy, enforcement, dirs, None, std::env::vars().collect());
+    tracing::info!(
+        report = %serde_json::to_string(&doctor).unwrap_or_default(),
+        schema = super::doctor::SCHEMA,
+        "doctor report"
+    );
+    for gap in &doctor.gaps {
+        tracing::warn!(
+            missing = %gap.missing,
+            fix = %gap.fix,
+            "REDUCED CONFINEMENT on this node: requests do not get {} (fix: {})",
+            gap.missing,
+            gap.fix
+        );
+    }
 }
 
 /// `--otlp-*` → the exporter (started with the runtime), as argocd-cmp-server configures
