@@ -24,7 +24,8 @@ from e2e import Server
 FULL_SIZES = [("1k", 1000, 4 << 20, 15), ("5k", 5000, 20 << 20, 11)]
 QUICK_SIZES = [("1k", 200, 400 << 10, 3)]
 # Small archives: (files, bytes in all); requests per server for hits and for fills.
-FULL_SMALL = [(10, 4 << 10), (30, 12 << 10), (100, 40 << 10), (300, 120 << 10), (1000, 400 << 10)]
+FULL_SMALL = [(10, 4 << 10), (20, 8 << 10), (40, 16 << 10), (70, 28 << 10), (100, 40 << 10),
+              (300, 120 << 10)]
 QUICK_SMALL = [(10, 4 << 10), (100, 40 << 10)]
 APPS = 20
 
