@@ -351,7 +351,7 @@ pub fn factory_main() -> i32 {
 /// that traps to the hypervisor in a VM (~0.1 ms of every jail in the profile) — is done here
 /// once and inherited by every jail; likewise the kernel's highest capability number.
 fn warm_up() {
-    let _ = crate::inside::confine::last_cap();
+    let _ = crate::inside::last_cap();
     let mut tgz = Vec::new();
     let packed = archive::pack_tree(None, &[("warm-up", b"x")], &|_| false, &mut tgz);
     if packed.is_ok() {

@@ -308,11 +308,7 @@ impl Keeper {
                     .map_err(|e| format!("staging {id}: {e}"))?;
                 match fork_single_threaded().map_err(|e| format!("fork: {e}"))? {
                     Forked::Child => {
-                        let placed = [
-                            (archive, 0),
-                            (reply, 1),
-                            (dir, crate::inside::fill::STAGING_FD),
-                        ];
+                        let placed = [(archive, 0), (reply, 1), (dir, crate::inside::STAGING_FD)];
                         for (fd, at) in &placed {
                             if crate::sys::dup_to(fd.as_fd(), *at).is_err() {
                                 std::process::exit(1);
@@ -320,7 +316,7 @@ impl Keeper {
                         }
                         // The umask must not take the modes the extractor sets.
                         rustix::process::umask(Mode::empty());
-                        crate::inside::fill::fill_main(&options, limits)
+                        crate::inside::fill_main(&options, limits)
                     }
                     Forked::Parent(pid) => {
                         let pid = Pid::from_raw(pid).ok_or("fork: bad PID")?;

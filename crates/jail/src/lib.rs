@@ -33,8 +33,8 @@ use std::io::Read;
 
 pub use cancel::{CancelReason, CancelToken};
 pub use factory::{FACTORY_ARG, factory_main};
-pub use inside::run::KILL_GRACE;
 pub use keeper::{KEEPER_ARG, keeper_main};
+pub use protocol::KILL_GRACE;
 pub use record::{Limit, RunRecord};
 pub use spec::{
     ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, RequestSpec, Task, TimeLimit,
@@ -50,7 +50,7 @@ pub use supervisor::{DenialLog, Enforcement, Owner, Plan, StartError, StartOptio
 /// other sandboxes needs to count their CPU in the right window.
 #[doc(hidden)]
 pub mod bench {
-    pub use crate::inside::run::{CmdSpec, run};
+    pub use crate::inside::{CmdSpec, run};
     pub use crate::reaper::reap_orphans;
 }
 

@@ -18,6 +18,15 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::seccomp::CompiledFilter;
+
+/// Time between SIGTERM and SIGKILL (Argo CD's value): the jail's grace for a command, and
+/// what the supervisor adds to a deadline before it kills the jail's UID.
+pub const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The Landlock ABI whose access rights this build requests and was tested against (Linux
+/// 6.15+): the jail asks for it, the supervisor's doctor compares the kernel's with it. Newer
+/// kernels' extra rights are never requested implicitly.
+pub const TESTED_LANDLOCK_ABI: landlock::ABI = landlock::ABI::V7;
 use crate::spec::{ErrorKind, Outcome, Task};
 
 /// Largest frame accepted (the header carries the plugin config; data frames are ≤ 64 KiB).

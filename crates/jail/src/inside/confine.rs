@@ -34,11 +34,9 @@ use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::layout::{ConfineError, fail, make_subdirs};
-use crate::protocol::{Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Report, Sandbox};
-
-/// The Landlock ABI whose access rights this build requests and was tested against (Linux
-/// 6.15+). Newer kernels' extra rights are never requested implicitly.
-pub const TESTED_LANDLOCK_ABI: ABI = ABI::V7;
+use crate::protocol::{
+    Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Report, Sandbox, TESTED_LANDLOCK_ABI,
+};
 
 /// A failed hand-over: the supervisor gone (its end closed) or something to report.
 fn handing_over(step: &'static str, what: &str, e: rustix::io::Errno) -> ConfineError {

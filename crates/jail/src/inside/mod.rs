@@ -4,13 +4,22 @@
 //! archive (`request`) and runs the plugin's commands (`run`). It talks to the supervisor only
 //! through the pipe protocol (`crate::protocol`).
 
-pub(crate) mod confine;
-pub(crate) mod fill;
+// Private: the rest of the crate names only the entry points below, so the supervisor
+// cannot reach into the jail's internals (the compiler holds the boundary).
+mod confine;
+mod fill;
 mod layout;
 mod mounter;
 mod namespaces;
-pub(crate) mod request;
-pub(crate) mod run;
+mod request;
+mod run;
+
+/// The entry points: the jail (the factory forks it), the filler (the keeper forks it), the
+/// capability count the factory probes before it forks, and one command run as the jail
+/// runs it (the benchmark harness).
+pub(crate) use confine::last_cap;
+pub(crate) use fill::{STAGING_FD, fill_main};
+pub use run::{CmdSpec, run};
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;

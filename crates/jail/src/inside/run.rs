@@ -17,9 +17,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, WaitIdOptions, kill_process_group};
 
 use crate::cancel::{CancelReason, CancelToken};
-
-/// Time between SIGTERM and SIGKILL (Argo CD's value).
-pub const KILL_GRACE: Duration = Duration::from_secs(5);
+use crate::protocol::KILL_GRACE;
 
 /// One command to run.
 #[derive(Clone)]

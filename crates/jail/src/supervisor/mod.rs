@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use policy::{Policy, Protection};
 
-pub use crate::inside::confine::TESTED_LANDLOCK_ABI;
+pub use crate::protocol::TESTED_LANDLOCK_ABI;
 pub use crate::protocol::{LandlockStatus, NamespaceReport, Report, SelfTestOutcome};
 pub use crate::seccomp::SeccompError;
 pub use cgroup::{CgroupLimits, Layout, Readback};

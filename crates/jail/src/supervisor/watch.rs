@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use crate::cancel::CancelToken;
-use crate::inside::run::KILL_GRACE;
+use crate::protocol::KILL_GRACE;
 
 /// What more than the jail's own kill grace a stopping jail is given.
 const BACKSTOP: Duration = Duration::from_secs(2);

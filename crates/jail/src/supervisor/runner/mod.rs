@@ -20,7 +20,7 @@ use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use super::uid::{Lease, UidPool, proc_uid, processes_in_range};
 use crate::cancel::CancelToken;
 use crate::factory::{Factory, JailProcess};
-use crate::inside::run::KILL_GRACE;
+use crate::protocol::KILL_GRACE;
 use crate::protocol::{Creds, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame};
 use crate::record::{Limit, Recorder};
 use crate::spec::{ErrorKind, RequestError, RequestSpec};
