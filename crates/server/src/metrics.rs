@@ -176,24 +176,16 @@ impl Metrics {
 
     /// The registry's exposition text.
     pub fn render(&self) -> String {
-        let mut o = String::new();
-        let head = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        head(
-            &mut o,
+        let mut o = Text::default();
+        o.family(
             "cmp_warden_requests_total",
             "counter",
             "Requests by RPC and gRPC code.",
+            lock(&self.requests)
+                .iter()
+                .map(|((rpc, code), n)| (format!("rpc=\"{rpc}\",code=\"{code}\""), *n)),
         );
-        for ((rpc, code), n) in lock(&self.requests).iter() {
-            let _ = writeln!(
-                o,
-                "cmp_warden_requests_total{{rpc=\"{rpc}\",code=\"{code}\"}} {n}"
-            );
-        }
-        head(
-            &mut o,
+        o.head(
             "cmp_warden_request_duration_seconds",
             "histogram",
             "Request duration by RPC.",
@@ -201,147 +193,135 @@ impl Metrics {
         for (rpc, h) in lock(&self.durations).iter() {
             for (i, b) in DURATION_BUCKETS.iter().enumerate() {
                 let _ = writeln!(
-                    o,
+                    o.0,
                     "cmp_warden_request_duration_seconds_bucket{{rpc=\"{rpc}\",le=\"{b}\"}} {}",
                     h.buckets[i]
                 );
             }
             let _ = writeln!(
-                o,
+                o.0,
                 "cmp_warden_request_duration_seconds_bucket{{rpc=\"{rpc}\",le=\"+Inf\"}} {}\ncmp_warden_request_duration_seconds_sum{{rpc=\"{rpc}\"}} {}\ncmp_warden_request_duration_seconds_count{{rpc=\"{rpc}\"}} {}",
                 h.count, h.sum, h.count
             );
         }
-        head(
-            &mut o,
+        o.one(
             "cmp_warden_received_bytes_total",
             "counter",
             "Compressed archive bytes received.",
+            self.bytes_in.load(Ordering::Relaxed),
         );
-        let _ = writeln!(
-            o,
-            "cmp_warden_received_bytes_total {}",
-            self.bytes_in.load(Ordering::Relaxed)
-        );
-        head(
-            &mut o,
+        o.one(
             "cmp_warden_sent_bytes_total",
             "counter",
             "Manifest bytes returned.",
+            self.bytes_out.load(Ordering::Relaxed),
         );
-        let _ = writeln!(
-            o,
-            "cmp_warden_sent_bytes_total {}",
-            self.bytes_out.load(Ordering::Relaxed)
-        );
-        head(
-            &mut o,
+        o.family(
             "cmp_warden_sandbox_kills_total",
             "counter",
             "Requests ended by a sandbox limit, by reason.",
+            lock(&self.kills)
+                .iter()
+                .map(|(r, n)| (format!("reason=\"{r}\""), *n)),
         );
-        for (r, n) in lock(&self.kills).iter() {
-            let _ = writeln!(o, "cmp_warden_sandbox_kills_total{{reason=\"{r}\"}} {n}");
-        }
-        head(
-            &mut o,
+        o.family(
             "cmp_warden_archive_rejections_total",
             "counter",
             "Archives refused, by class.",
+            lock(&self.rejections)
+                .iter()
+                .map(|(r, n)| (format!("class=\"{r}\""), *n)),
         );
-        for (r, n) in lock(&self.rejections).iter() {
-            let _ = writeln!(
-                o,
-                "cmp_warden_archive_rejections_total{{class=\"{r}\"}} {n}"
-            );
-        }
-        head(
-            &mut o,
+        o.family(
             "cmp_warden_seccomp_events_total",
             "counter",
             "System calls the seccomp profile denied (enforce) or would have denied (audit).",
+            lock(&self.seccomp)
+                .iter()
+                .map(|((s, a), n)| (format!("syscall=\"{s}\",action=\"{a}\""), *n)),
         );
-        for ((s, a), n) in lock(&self.seccomp).iter() {
-            let _ = writeln!(
-                o,
-                "cmp_warden_seccomp_events_total{{syscall=\"{s}\",action=\"{a}\"}} {n}"
-            );
-        }
-        head(
-            &mut o,
+        o.family(
             "cmp_warden_egress_connections_total",
             "counter",
             "Connections through the egress proxy (network: allowList), by decision.",
+            lock(&self.egress)
+                .iter()
+                .map(|(d, n)| (format!("decision=\"{d}\""), *n)),
         );
-        for (d, n) in lock(&self.egress).iter() {
-            let _ = writeln!(
-                o,
-                "cmp_warden_egress_connections_total{{decision=\"{d}\"}} {n}"
-            );
-        }
         if let Some((bytes, trees, evictions)) = lock(&self.cache).as_ref().and_then(|s| (s.0)()) {
-            head(
-                &mut o,
+            o.family(
                 "cmp_warden_tree_cache_requests_total",
                 "counter",
                 "Requests by where their tree came from: a sealed one (hit), one they filled, or their own extraction (uncached).",
+                lock(&self.tree_cache)
+                    .iter()
+                    .map(|(r, n)| (format!("result=\"{r}\""), *n)),
             );
-            for (r, n) in lock(&self.tree_cache).iter() {
-                let _ = writeln!(
-                    o,
-                    "cmp_warden_tree_cache_requests_total{{result=\"{r}\"}} {n}"
-                );
-            }
-            head(
-                &mut o,
+            o.one(
                 "cmp_warden_tree_cache_bytes",
                 "gauge",
                 "Bytes of sealed trees in the cache (spec.cache.bytes bounds it).",
+                bytes,
             );
-            let _ = writeln!(o, "cmp_warden_tree_cache_bytes {bytes}");
-            head(
-                &mut o,
+            o.one(
                 "cmp_warden_tree_cache_trees",
                 "gauge",
                 "Sealed trees in the cache.",
+                trees,
             );
-            let _ = writeln!(o, "cmp_warden_tree_cache_trees {trees}");
-            head(
-                &mut o,
+            o.one(
                 "cmp_warden_tree_cache_evictions_total",
                 "counter",
                 "Trees removed to stay within spec.cache.bytes (least recently used, never one in use).",
+                evictions,
             );
-            let _ = writeln!(o, "cmp_warden_tree_cache_evictions_total {evictions}");
         }
-        head(
-            &mut o,
+        o.one(
             "cmp_warden_active_requests",
             "gauge",
             "Requests in flight.",
-        );
-        let _ = writeln!(
-            o,
-            "cmp_warden_active_requests {}",
-            self.active.load(Ordering::Relaxed).max(0)
+            self.active.load(Ordering::Relaxed).max(0),
         );
         if let Some((used, cap)) = lock(&self.pool).as_ref().and_then(|f| (f.0)()) {
-            head(
-                &mut o,
-                "cmp_warden_uid_pool_in_use",
-                "gauge",
-                "Leased UIDs.",
-            );
-            let _ = writeln!(o, "cmp_warden_uid_pool_in_use {used}");
-            head(
-                &mut o,
+            o.one("cmp_warden_uid_pool_in_use", "gauge", "Leased UIDs.", used);
+            o.one(
                 "cmp_warden_uid_pool_capacity",
                 "gauge",
                 "UIDs in the pool.",
+                cap,
             );
-            let _ = writeln!(o, "cmp_warden_uid_pool_capacity {cap}");
         }
-        o
+        o.0
+    }
+}
+
+/// Exposition text being written: a family's `# HELP` and `# TYPE`, then its samples.
+#[derive(Default)]
+struct Text(String);
+
+impl Text {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    /// A family of one unlabelled sample.
+    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.head(name, kind, help);
+        let _ = writeln!(self.0, "{name} {value}");
+    }
+
+    /// A family of labelled samples (`labels` as written between the braces).
+    fn family(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        samples: impl Iterator<Item = (String, u64)>,
+    ) {
+        self.head(name, kind, help);
+        for (labels, n) in samples {
+            let _ = writeln!(self.0, "{name}{{{labels}}} {n}");
+        }
     }
 }
 
