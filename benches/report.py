@@ -113,8 +113,8 @@ def _egress_md(g, L):
           f"| bulk download of {g['bulk_mib']} MiB | {g['throughput_direct_mibs']:.0f} MiB/s | "
           f"{g['throughput_proxied_mibs']:.0f} MiB/s | {g['throughput_ratio']:.2f} |", "",
           f"100 tunnels open at once: {g['rss_per_tunnel_kib']:.0f} KiB of resident memory and "
-          f"{g['threads_per_tunnel']:.2f} threads per tunnel in the measuring process (the proxy's two relay "
-          f"threads, plus the test upstream's one); all joined when the request ends.", ""]
+          f"{g['threads_per_tunnel']:.2f} threads per tunnel in the measuring process (the test upstream's "
+          f"thread: the proxy relays on its shared runtime, at most 5 threads); all joined when the request ends.", ""]
 
 
 def _cache_md(c, L):

@@ -698,7 +698,7 @@ pub const DEFAULT_CACHE_UID: u32 = 65535;
 
 /// `spec.cache.minArchiveBytes` unless given: below it a hit saves less than a fill costs
 /// (BENCHMARKS.md, "Small archives").
-pub const DEFAULT_CACHE_MIN_ARCHIVE_BYTES: u64 = 16 << 10;
+pub const DEFAULT_CACHE_MIN_ARCHIVE_BYTES: u64 = 8 << 10;
 
 /// `spec.cache`: on unless disabled, 512 MiB, its identity outside the UID range.
 fn check_cache(
