@@ -308,52 +308,21 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
         "22222222222222222222222222222222",
         "33333333333333333333333333333333",
     );
-    let tp = |t: &str| format!("00-{t}-00f067aa0ba902b7-01");
-    let e = go_tcp(
-        &addr,
-        "generate",
-        &[
-            "-dir",
-            dir,
-            "-tls-ca",
-            s(&k.ca),
-            "-traceparent",
-            &tp(refused_trace),
-        ],
-    )
-    .expect_err("no token");
+    let traced_generate = |token: Option<&str>, trace: &str| {
+        let tp = format!("00-{trace}-00f067aa0ba902b7-01");
+        let mut args = vec!["-dir", dir, "-tls-ca", s(&k.ca), "-traceparent", &tp];
+        if let Some(t) = token {
+            args.extend(["-token", t]);
+        }
+        go_tcp(&addr, "generate", &args)
+    };
+    let e = traced_generate(None, refused_trace).expect_err("no token");
     assert_eq!(e.0, 16, "Unauthenticated: {e:?}");
-    let e = go_tcp(
-        &addr,
-        "generate",
-        &[
-            "-dir",
-            dir,
-            "-tls-ca",
-            s(&k.ca),
-            "-token",
-            "correct-horse-battery-stapler",
-            "-traceparent",
-            &tp(wrong_trace),
-        ],
-    )
-    .expect_err("a wrong token");
+    let e = traced_generate(Some("correct-horse-battery-stapler"), wrong_trace)
+        .expect_err("a wrong token");
     assert_eq!(e.0, 16, "Unauthenticated: {e:?}");
-    let v = go_tcp(
-        &addr,
-        "generate",
-        &[
-            "-dir",
-            dir,
-            "-tls-ca",
-            s(&k.ca),
-            "-token",
-            "correct-horse-battery-staple",
-            "-traceparent",
-            &tp(ok_trace),
-        ],
-    )
-    .expect("grpc-go over TLS with the token");
+    let v = traced_generate(Some("correct-horse-battery-staple"), ok_trace)
+        .expect("grpc-go over TLS with the token");
     assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1));
     let traced = collector.trace(ok_trace);
     assert!(
