@@ -47,10 +47,45 @@ pub struct Check {
     pub available: bool,
     /// Whether the policy lists it in `spec.require` (serve refuses to start without it).
     pub required: bool,
-    /// `enforced`, `partial`, `disabled` (the policy turned it off), `unavailable`, or `info`.
-    pub status: &'static str,
+    /// Whether and how far it holds.
+    pub status: Status,
     /// What was found, in words.
     pub detail: String,
+}
+
+/// How far a check holds, as the report writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// In force for every request.
+    Enforced,
+    /// In force with something missing (the detail says what).
+    Partial,
+    /// The policy turned it off.
+    Disabled,
+    /// Not available here.
+    Unavailable,
+    /// A fact, not a protection.
+    Info,
+}
+
+impl Status {
+    /// The report's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforced => "enforced",
+            Self::Partial => "partial",
+            Self::Disabled => "disabled",
+            Self::Unavailable => "unavailable",
+            Self::Info => "info",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// The whole report.
@@ -172,7 +207,7 @@ fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorRep
 /// operators act on (SECURITY.md's kernel and container tables measured each of them).
 fn gaps(checks: &[Check]) -> Vec<Gap> {
     let get = |n: &str| checks.iter().find(|c| c.name == n);
-    let unavailable = |n: &str| get(n).is_some_and(|c| c.status == "unavailable");
+    let unavailable = |n: &str| get(n).is_some_and(|c| c.status == Status::Unavailable);
     let mut gaps = Vec::new();
     let ns: Vec<&str> = ["user", "mount", "pid", "net"]
         .into_iter()
@@ -194,7 +229,7 @@ fn gaps(checks: &[Check]) -> Vec<Gap> {
             },
         });
     }
-    if let Some(c) = get("cgroups").filter(|c| c.status == "unavailable") {
+    if let Some(c) = get("cgroups").filter(|c| c.status == Status::Unavailable) {
         gaps.push(Gap {
             missing: "per-request memory, process and CPU bounds (cgroups): each process is bounded by rlimits, and commands are the OOM killer's first choice within the container's own limit".to_owned(),
             fix: if c.detail.contains("Read-only file system") {
@@ -204,7 +239,7 @@ fn gaps(checks: &[Check]) -> Vec<Gap> {
             },
         });
     }
-    if let Some(c) = get("landlock").filter(|c| c.status == "partial")
+    if let Some(c) = get("landlock").filter(|c| c.status == Status::Partial)
         && let Some(missing) = c
             .detail
             .split("NOT in effect here: ")
@@ -227,8 +262,12 @@ fn gaps(checks: &[Check]) -> Vec<Gap> {
     gaps
 }
 
-fn yes(b: bool) -> &'static str {
-    if b { "enforced" } else { "unavailable" }
+fn yes(b: bool) -> Status {
+    if b {
+        Status::Enforced
+    } else {
+        Status::Unavailable
+    }
 }
 
 /// The report `serve` logs at start-up, from the same [`Enforcement`] it enforces.
@@ -272,13 +311,7 @@ impl Found<'_> {
 
 const NO_PROBE: &str = "the sandbox probe did not run";
 
-fn check(
-    name: &str,
-    available: bool,
-    required: bool,
-    status: &'static str,
-    detail: String,
-) -> Check {
+fn check(name: &str, available: bool, required: bool, status: Status, detail: String) -> Check {
     Check {
         name: name.to_owned(),
         available,
@@ -376,7 +409,7 @@ fn denial_log_check(f: &Found<'_>) -> Option<Check> {
         "landlockDenialLog",
         reading,
         false,
-        "info",
+        Status::Info,
         e.denial_log.describe(),
     ))
 }
@@ -392,7 +425,7 @@ fn tree_cache_check(f: &Found<'_>) -> Option<Check> {
     } else {
         "off in the policy (spec.cache.enabled: false)".to_owned()
     };
-    Some(check("treeCache", on, false, "info", detail))
+    Some(check("treeCache", on, false, Status::Info, detail))
 }
 
 /// Which of the server's variables commands get (`spec.env.pass`) and which they do not
@@ -408,7 +441,7 @@ fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> Check {
         "environment",
         true,
         false,
-        "info",
+        Status::Info,
         format!(
             "passed to commands (spec.env.pass): {}; withheld: {}",
             if passed.is_empty() {
@@ -433,7 +466,11 @@ fn shared_uid_check(f: &Found<'_>) -> Option<Check> {
         "sharedUid",
         true,
         false,
-        if gaps.is_empty() { "info" } else { "partial" },
+        if gaps.is_empty() {
+            Status::Info
+        } else {
+            Status::Partial
+        },
         if gaps.is_empty() {
             "commands share the server's UID; on this node the PID namespace, cgroups and Landlock scoping still give each request its own processes and bounds".to_owned()
         } else {
@@ -461,9 +498,9 @@ fn capabilities_check(f: &Found<'_>) -> Check {
         cleared,
         true,
         match (cleared, bounding) {
-            (true, true) => "enforced",
-            (true, false) => "partial",
-            _ => "unavailable",
+            (true, true) => Status::Enforced,
+            (true, false) => Status::Partial,
+            _ => Status::Unavailable,
         },
         match f.report {
             Some(r) => format!(
@@ -485,7 +522,7 @@ fn supervisor_capabilities_check(held: &Privileges, kept: &[String]) -> Check {
         "supervisorCapabilities",
         true,
         false,
-        "info",
+        Status::Info,
         format!(
             "held at start: {}; kept after the start-up drop: {}",
             list(&held.effective),
@@ -525,10 +562,10 @@ fn landlock_check(f: &Found<'_>) -> Check {
             let in_effect: Vec<&str> = r.landlock_features.iter().map(|x| x.as_str()).collect();
             (
                 match r.landlock {
-                    LandlockStatus::None => "unavailable",
-                    _ if !missing.is_empty() => "partial",
-                    LandlockStatus::Full => "enforced",
-                    LandlockStatus::Partial => "partial",
+                    LandlockStatus::None => Status::Unavailable,
+                    _ if !missing.is_empty() => Status::Partial,
+                    LandlockStatus::Full => Status::Enforced,
+                    LandlockStatus::Partial => Status::Partial,
                 },
                 format!(
                     "kernel ABI {} (this build asks for ABI {}); features in effect: {}{}; enforced rights: {}{}",
@@ -556,11 +593,11 @@ fn landlock_check(f: &Found<'_>) -> Check {
                 ),
             )
         }
-        None => ("unavailable", NO_PROBE.to_owned()),
+        None => (Status::Unavailable, NO_PROBE.to_owned()),
     };
     check(
         "landlock",
-        status != "unavailable",
+        status != Status::Unavailable,
         f.required(Protection::Landlock),
         status,
         detail,
@@ -609,9 +646,9 @@ fn seccomp_check(f: &Found<'_>) -> Check {
         filters > 0,
         f.required(Protection::Seccomp),
         match (filters > 0, mode) {
-            (false, _) => "unavailable",
-            (true, SeccompMode::Enforce) => "enforced",
-            (true, SeccompMode::Audit) => "partial",
+            (false, _) => Status::Unavailable,
+            (true, SeccompMode::Enforce) => Status::Enforced,
+            (true, SeccompMode::Audit) => Status::Partial,
         },
         if filters > 0 {
             format!(
@@ -646,7 +683,7 @@ fn cgroups_check(f: &Found<'_>) -> Check {
             "cgroups",
             false,
             required,
-            "unavailable",
+            Status::Unavailable,
             f.why_not(Protection::Cgroups),
         );
     };
@@ -667,7 +704,7 @@ fn cgroups_check(f: &Found<'_>) -> Check {
             "cgroups",
             false,
             required,
-            "unavailable",
+            Status::Unavailable,
             format!("{at}; but the probe's jail got no cgroup"),
         );
     };
@@ -678,7 +715,7 @@ fn cgroups_check(f: &Found<'_>) -> Check {
             "cgroups",
             false,
             required,
-            "unavailable",
+            Status::Unavailable,
             format!("{at}; {read}; but its jail did not run in it"),
         );
     }
@@ -689,9 +726,9 @@ fn cgroups_check(f: &Found<'_>) -> Check {
             .map(|c| format!("no {c} controller")),
     );
     let status = if wrong.is_empty() {
-        "enforced"
+        Status::Enforced
     } else {
-        "partial"
+        Status::Partial
     };
     let detail = if wrong.is_empty() {
         format!("{at}; {read}")
@@ -714,9 +751,9 @@ fn rlimits_check(f: &Found<'_>) -> Check {
         rl.is_some(),
         true,
         match rl {
-            None => "unavailable",
-            Some(_) if unique || pids_cgroup => "enforced",
-            Some(_) => "partial",
+            None => Status::Unavailable,
+            Some(_) if unique || pids_cgroup => Status::Enforced,
+            Some(_) => Status::Partial,
         },
         match rl {
             Some(v) => {
@@ -783,14 +820,14 @@ fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
                 .unwrap_or_default();
             let (status, detail) = if created && !notes.is_empty() {
                 (
-                    "partial",
+                    Status::Partial,
                     format!("{}; but {}", ns_detail(ns, f.report), notes.join("; ")),
                 )
             } else if created {
-                ("enforced", ns_detail(ns, f.report))
+                (Status::Enforced, ns_detail(ns, f.report))
             } else if !want {
                 (
-                    "disabled",
+                    Status::Disabled,
                     if ns == "net" && f.policy.network == NetworkMode::Egress {
                         "network.mode: egress shares the host's network".to_owned()
                     } else {
@@ -799,7 +836,7 @@ fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
                 )
             } else {
                 (
-                    "unavailable",
+                    Status::Unavailable,
                     failed.unwrap_or_else(|| "not created".to_owned()),
                 )
             };
@@ -844,7 +881,11 @@ fn read_only_root_check() -> Check {
         "readOnlyRootFilesystem",
         ro,
         false,
-        if ro { "enforced" } else { "unavailable" },
+        if ro {
+            Status::Enforced
+        } else {
+            Status::Unavailable
+        },
         detail,
     )
 }
@@ -865,7 +906,7 @@ fn work_dir_check(work_parent: &Path) -> Check {
         ),
         Err(e) => format!("{}: {e}", work_parent.display()),
     };
-    check("workDirectory", true, false, "info", detail)
+    check("workDirectory", true, false, Status::Info, detail)
 }
 
 fn list(v: &[String]) -> String {
@@ -954,7 +995,11 @@ fn socket_dir_check(dir: &Path, euid: u32) -> Check {
         "socketDirectory",
         ok,
         false,
-        if ok { "enforced" } else { "unavailable" },
+        if ok {
+            Status::Enforced
+        } else {
+            Status::Unavailable
+        },
         detail,
     )
 }
@@ -1194,9 +1239,9 @@ mod tests {
     /// the same report from a real containerd).
     #[test]
     fn gaps_name_what_is_missing_and_what_restores_it() {
-        let c = |name: &str, status: &'static str, detail: &str| Check {
+        let c = |name: &str, status: Status, detail: &str| Check {
             name: name.into(),
-            available: matches!(status, "enforced" | "partial"),
+            available: matches!(status, Status::Enforced | Status::Partial),
             required: false,
             status,
             detail: detail.into(),
@@ -1204,37 +1249,37 @@ mod tests {
         let checks = [
             c(
                 "namespace.user",
-                "unavailable",
+                Status::Unavailable,
                 "unavailable — Operation not permitted",
             ),
             c(
                 "namespace.mount",
-                "unavailable",
+                Status::Unavailable,
                 "unavailable — Operation not permitted",
             ),
             c(
                 "namespace.pid",
-                "unavailable",
+                Status::Unavailable,
                 "unavailable — Operation not permitted",
             ),
             c(
                 "namespace.net",
-                "unavailable",
+                Status::Unavailable,
                 "unavailable — Operation not permitted",
             ),
             c(
                 "cgroups",
-                "unavailable",
+                Status::Unavailable,
                 "cgroups: creating /sys/fs/cgroup/x: Read-only file system (os error 30)",
             ),
             c(
                 "landlock",
-                "partial",
+                Status::Partial,
                 "kernel ABI 2 (this build asks for ABI 7); features in effect: filesystem, refer; NOT in effect here: truncate, tcp (require them with spec.landlock.features)",
             ),
             c(
                 "treeCache",
-                "info",
+                Status::Info,
                 "off: the jails have no mount or PID namespace here",
             ),
         ];
@@ -1252,7 +1297,7 @@ mod tests {
         assert_eq!(g[2].missing, "Landlock's truncate, tcp");
         assert!(g[3].fix.contains("no mount or PID namespace"), "{g:#?}");
         // Everything there: nothing to say.
-        assert!(gaps(&[c("namespace.user", "enforced", "")]).is_empty());
+        assert!(gaps(&[c("namespace.user", Status::Enforced, "")]).is_empty());
     }
 
     const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"partial","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory; the probe's own cgroup read back: memory.limit_in_bytes=1073741824, swap=0; but no pids controller, no cpu controller"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 AS=unlimited"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"treeCache","available":false,"required":false,"status":"info","detail":"off: not in tests"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null,"gaps":[]}"#;
