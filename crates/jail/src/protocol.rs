@@ -162,13 +162,91 @@ impl LandlockStatus {
     }
 }
 
+/// A namespace a jail may enter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Namespace {
+    /// `CLONE_NEWUSER`.
+    User,
+    /// `CLONE_NEWNS`.
+    Mount,
+    /// `CLONE_NEWPID`.
+    Pid,
+    /// `CLONE_NEWNET`.
+    Net,
+    /// `CLONE_NEWIPC`.
+    Ipc,
+    /// `CLONE_NEWUTS`.
+    Uts,
+    /// `CLONE_NEWCGROUP`.
+    Cgroup,
+}
+
+impl Namespace {
+    /// Its name in reports and the policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Mount => "mount",
+            Self::Pid => "pid",
+            Self::Net => "net",
+            Self::Ipc => "ipc",
+            Self::Uts => "uts",
+            Self::Cgroup => "cgroup",
+        }
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Something the namespaces step could not do, and for which namespace (none: a part of
+/// one, such as the private `/proc`, or a file of the named identity).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NsNote {
+    /// The namespace it is about.
+    pub ns: Option<Namespace>,
+    /// What happened.
+    pub what: String,
+}
+
+impl NsNote {
+    /// About `ns`.
+    pub fn of(ns: Namespace, what: impl Into<String>) -> Self {
+        Self {
+            ns: Some(ns),
+            what: what.into(),
+        }
+    }
+
+    /// About no one namespace.
+    pub fn other(what: impl Into<String>) -> Self {
+        Self {
+            ns: None,
+            what: what.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for NsNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.ns {
+            Some(ns) => write!(f, "{ns}: {}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
 /// What the namespaces step created (reported with every reply and by `doctor`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamespaceReport {
-    /// Namespaces entered: `user`, `mount`, `pid`, `net`, `ipc`, `uts`, `cgroup`.
-    pub created: Vec<String>,
+    /// Namespaces entered.
+    pub created: Vec<Namespace>,
     /// Asked for but not created, with the reason.
-    pub failed: Vec<String>,
+    pub failed: Vec<NsNote>,
     /// A `/proc` of the request's own PID namespace is mounted.
     pub private_proc: bool,
     /// `/tmp` is the request's own (inside its tmpfs).
@@ -179,13 +257,34 @@ pub struct NamespaceReport {
     /// seccomp profile denying `sethostname` or `mount`): the namespace still isolates, the
     /// extra is missing. Reported, never fatal.
     #[serde(default)]
-    pub notes: Vec<String>,
+    pub notes: Vec<NsNote>,
 }
 
 impl NamespaceReport {
     /// Whether `ns` was created.
-    pub fn has(&self, ns: &str) -> bool {
-        self.created.iter().any(|c| c == ns)
+    pub fn has(&self, ns: Namespace) -> bool {
+        self.created.contains(&ns)
+    }
+
+    /// The namespaces created, as the logs list them (`user, mount, …`).
+    pub fn created_list(&self) -> String {
+        let names: Vec<&str> = self.created.iter().map(|n| n.as_str()).collect();
+        names.join(", ")
+    }
+
+    /// What failed, each as `ns: why`.
+    pub fn failed_lines(&self) -> Vec<String> {
+        self.failed.iter().map(ToString::to_string).collect()
+    }
+
+    /// Why `ns` was not created, if it was asked for and failed.
+    pub fn failure_of(&self, ns: Namespace) -> Option<&NsNote> {
+        self.failed.iter().find(|n| n.ns == Some(ns))
+    }
+
+    /// What a created `ns` is missing.
+    pub fn notes_of(&self, ns: Namespace) -> impl Iterator<Item = &NsNote> {
+        self.notes.iter().filter(move |n| n.ns == Some(ns))
     }
 }
 

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use jail::supervisor::{DenialLog, LandlockStatus, Layout, PrivilegeModel, Privileges, Report};
+use jail::supervisor::{
+    DenialLog, LandlockStatus, Layout, Namespace, PrivilegeModel, Privileges, Report,
+};
 use jail::{Enforcement, Owner, StartOptions, Supervisor};
 use policy::{LandlockFeature, NetworkMode, Policy, Protection, SeccompMode};
 use serde::Serialize;
@@ -783,40 +785,30 @@ fn rlimits_check(f: &Found<'_>) -> Check {
     )
 }
 
-/// One line per namespace.
+/// One line per namespace: the ones the plan asks for (the policy's, less `net` under
+/// `network: egress`), as the probe's jail entered them.
 fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
-    let ns = f.policy.namespaces;
+    let ns = jail::supervisor::wanted_namespaces(f.policy);
     let wanted = [
-        ("user", true),
-        ("mount", ns.mount),
-        ("pid", ns.pid),
-        ("net", ns.net && f.policy.network != NetworkMode::Egress),
-        ("ipc", ns.ipc),
-        ("uts", ns.uts),
-        ("cgroup", ns.cgroup),
+        (Namespace::User, true),
+        (Namespace::Mount, ns.mount),
+        (Namespace::Pid, ns.pid),
+        (Namespace::Net, ns.net),
+        (Namespace::Ipc, ns.ipc),
+        (Namespace::Uts, ns.uts),
+        (Namespace::Cgroup, ns.cgroup),
     ];
     let ns_req = f.required(Protection::Namespaces);
     wanted
         .into_iter()
         .map(|(ns, want)| {
-            let created = f.report.is_some_and(|r| r.namespaces.has(ns));
-            let failed = f.report.and_then(|r| {
-                r.namespaces
-                    .failed
-                    .iter()
-                    .find(|x| x.starts_with(ns))
-                    .cloned()
-            });
-            let notes: Vec<String> = f
-                .report
-                .map(|r| {
-                    r.namespaces
-                        .notes
-                        .iter()
-                        .filter(|n| n.starts_with(&format!("{ns}:")))
-                        .cloned()
-                        .collect()
-                })
+            let report = f.report.map(|r| &r.namespaces);
+            let created = report.is_some_and(|r| r.has(ns));
+            let failed = report
+                .and_then(|r| r.failure_of(ns))
+                .map(ToString::to_string);
+            let notes: Vec<String> = report
+                .map(|r| r.notes_of(ns).map(ToString::to_string).collect())
                 .unwrap_or_default();
             let (status, detail) = if created && !notes.is_empty() {
                 (
@@ -828,7 +820,7 @@ fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
             } else if !want {
                 (
                     Status::Disabled,
-                    if ns == "net" && f.policy.network == NetworkMode::Egress {
+                    if ns == Namespace::Net && f.policy.network == NetworkMode::Egress {
                         "network.mode: egress shares the host's network".to_owned()
                     } else {
                         format!("spec.namespaces leaves out {ns}")
@@ -865,8 +857,8 @@ fn disk_check(f: &Found<'_>) -> Check {
             None => {
                 let why = f
                     .report
-                    .and_then(|r| r.namespaces.notes.iter().find(|n| n.starts_with("mount:")))
-                    .map_or("no mount namespace".to_owned(), |n| n.clone());
+                    .and_then(|r| r.namespaces.notes_of(Namespace::Mount).next())
+                    .map_or("no mount namespace".to_owned(), ToString::to_string);
                 format!(
                     "{why}: the tree is bounded by RLIMIT_FSIZE per file and the archive limits only"
                 )
@@ -935,17 +927,17 @@ fn status_caps(status: &[String]) -> String {
     format!("probe /proc status: {}", caps.join(", ").replace('\t', " "))
 }
 
-fn ns_detail(ns: &str, report: Option<&Report>) -> String {
+fn ns_detail(ns: Namespace, report: Option<&Report>) -> String {
     match ns {
-        "user" => {
+        Namespace::User => {
             "the request's UID/GID is mapped to itself; the jail holds no capability over the host"
                 .into()
         }
-        "mount" => {
+        Namespace::Mount => {
             "private mounts (/ made private); the request tree and /tmp on the request's tmpfs"
                 .into()
         }
-        "pid" => format!(
+        Namespace::Pid => format!(
             "commands see only their own processes{}",
             if report.is_some_and(|r| r.namespaces.private_proc) {
                 "; private /proc"
@@ -953,11 +945,10 @@ fn ns_detail(ns: &str, report: Option<&Report>) -> String {
                 ""
             }
         ),
-        "net" => "empty network namespace: loopback only".into(),
-        "ipc" => "private System V IPC and POSIX message queues".into(),
-        "uts" => "private UTS namespace (hostname cmp-warden)".into(),
-        "cgroup" => "commands see their own cgroup as the root".into(),
-        _ => String::new(),
+        Namespace::Net => "empty network namespace: loopback only".into(),
+        Namespace::Ipc => "private System V IPC and POSIX message queues".into(),
+        Namespace::Uts => "private UTS namespace (hostname cmp-warden)".into(),
+        Namespace::Cgroup => "commands see their own cgroup as the root".into(),
     }
 }
 
@@ -1178,14 +1169,23 @@ mod tests {
                 .map(String::from)
                 .to_vec(),
                 namespaces: NamespaceReport {
-                    created: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
-                        .map(String::from)
-                        .to_vec(),
+                    created: vec![
+                        Namespace::User,
+                        Namespace::Mount,
+                        Namespace::Pid,
+                        Namespace::Net,
+                        Namespace::Ipc,
+                        Namespace::Uts,
+                        Namespace::Cgroup,
+                    ],
                     failed: Vec::new(),
                     private_proc: true,
                     private_tmp: true,
                     disk_bytes: Some(2 << 30),
-                    notes: vec!["uts: sethostname: EPERM".into()],
+                    notes: vec![jail::supervisor::NsNote::of(
+                        Namespace::Uts,
+                        "sethostname: EPERM",
+                    )],
                 },
                 request_dir: PathBuf::from("/w/j"),
                 rlimits: vec![("NOFILE".into(), 4096), ("AS".into(), u64::MAX)],

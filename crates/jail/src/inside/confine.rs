@@ -35,7 +35,8 @@ use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::layout::{ConfineError, fail, make_subdirs};
 use crate::protocol::{
-    Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Report, Sandbox, TESTED_LANDLOCK_ABI,
+    Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Namespace, Report, Sandbox,
+    TESTED_LANDLOCK_ABI,
 };
 
 /// A failed hand-over: the supervisor gone (its end closed) or something to report.
@@ -203,7 +204,7 @@ pub fn confine(
         }
         None => {}
     }
-    if namespaces.has("user") {
+    if namespaces.has(Namespace::User) {
         clear_bounding_set()?;
         clear_capabilities()?;
     }
@@ -211,10 +212,13 @@ pub fn confine(
         if required(Protection::Namespaces) {
             return Err(fail(
                 "namespaces",
-                format!("required but not available: {:?}", namespaces.failed),
+                format!(
+                    "required but not available: {:?}",
+                    namespaces.failed_lines()
+                ),
             ));
         }
-        degraded.push(format!("namespaces: {:?}", namespaces.failed));
+        degraded.push(format!("namespaces: {:?}", namespaces.failed_lines()));
     }
     if namespaces.disk_bytes.is_none() {
         degraded.push(
@@ -234,7 +238,7 @@ pub fn confine(
     // only place commands can connect to) or, without one, on the server's loopback with
     // Landlock's TCP rules as the fence; handed to the supervisor, which proxies it.
     let egress_port = egress_listener(sb, &namespaces)?;
-    let tcp_fence = egress_port.is_some() && !namespaces.has("net");
+    let tcp_fence = egress_port.is_some() && !namespaces.has(Namespace::Net);
 
     // 7c. The tree cache: the socket to the mounter (the PID namespace's parent), handed to
     // the supervisor; the jail keeps no copy. Or word that there is none here.
@@ -347,7 +351,7 @@ fn egress_listener(
         return Ok(None);
     }
     let step = "network";
-    let own_namespace = ns.has("net");
+    let own_namespace = ns.has(Namespace::Net);
     if !own_namespace && !landlock_tcp_available() {
         return Err(fail(
             step,

@@ -139,7 +139,7 @@ pub fn jail_main() -> i32 {
     tracing::debug!(
         landlock = report.landlock.as_str(),
         seccomp_filters = report.seccomp_filters,
-        namespaces = %report.namespaces.created.join(", "),
+        namespaces = %report.namespaces.created_list(),
         degraded = %report.degraded.join("; "),
         us = t0.elapsed().as_micros() as u64,
         "confined"

@@ -24,7 +24,7 @@ use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
 
 use super::layout::{ConfineError, TMP_DIR, fail, make_subdirs};
-use crate::protocol::{Creds, DiskLimit, NamespaceReport};
+use crate::protocol::{Creds, DiskLimit, Namespace, NamespaceReport, NsNote};
 use crate::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
 
 /// Where the request tree lives after [`enter`], and on which side of the PID fork we are.
@@ -74,17 +74,17 @@ pub fn enter(
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable)
         .map_err(|e| fail("user namespace", e))?;
     if let Err(e) = unshare_namespaces(UnshareFlags::NEWUSER) {
-        report.failed.push(format!("user: {}", errno(e)));
+        report.failed.push(NsNote::of(Namespace::User, errno(e)));
         for (on, n) in [
-            (want.mount, "mount"),
-            (want.pid, "pid"),
-            (want.net, "net"),
-            (want.ipc, "ipc"),
-            (want.uts, "uts"),
-            (want.cgroup, "cgroup"),
+            (want.mount, Namespace::Mount),
+            (want.pid, Namespace::Pid),
+            (want.net, Namespace::Net),
+            (want.ipc, Namespace::Ipc),
+            (want.uts, Namespace::Uts),
+            (want.cgroup, Namespace::Cgroup),
         ] {
             if on {
-                report.failed.push(format!("{n}: needs a user namespace"));
+                report.failed.push(NsNote::of(n, "needs a user namespace"));
             }
         }
         return Ok(Entered {
@@ -93,17 +93,17 @@ pub fn enter(
             mounter: None,
         });
     }
-    report.created.push("user".into());
+    report.created.push(Namespace::User);
     write_proc("setgroups", "deny")?;
     write_proc("uid_map", &format!("{0} {0} 1\n", creds.uid))?;
     write_proc("gid_map", &format!("{0} {0} 1\n", creds.gid))?;
 
-    let wanted: Vec<(UnshareFlags, &str)> = [
-        (want.mount, UnshareFlags::NEWNS, "mount"),
-        (want.ipc, UnshareFlags::NEWIPC, "ipc"),
-        (want.uts, UnshareFlags::NEWUTS, "uts"),
-        (want.net, UnshareFlags::NEWNET, "net"),
-        (want.cgroup, UnshareFlags::NEWCGROUP, "cgroup"),
+    let wanted: Vec<(UnshareFlags, Namespace)> = [
+        (want.mount, UnshareFlags::NEWNS, Namespace::Mount),
+        (want.ipc, UnshareFlags::NEWIPC, Namespace::Ipc),
+        (want.uts, UnshareFlags::NEWUTS, Namespace::Uts),
+        (want.net, UnshareFlags::NEWNET, Namespace::Net),
+        (want.cgroup, UnshareFlags::NEWCGROUP, Namespace::Cgroup),
     ]
     .into_iter()
     .filter(|(on, _, _)| *on)
@@ -114,32 +114,33 @@ pub fn enter(
         .iter()
         .fold(UnshareFlags::empty(), |acc, (f, _)| acc | *f);
     if unshare_namespaces(all).is_ok() {
-        report
-            .created
-            .extend(wanted.iter().map(|(_, n)| (*n).to_owned()));
+        report.created.extend(wanted.iter().map(|(_, n)| *n));
     } else {
         for (flag, n) in wanted {
             match unshare_namespaces(flag) {
-                Ok(()) => report.created.push(n.into()),
-                Err(e) => report.failed.push(format!("{n}: {}", errno(e))),
+                Ok(()) => report.created.push(n),
+                Err(e) => report.failed.push(NsNote::of(n, errno(e))),
             }
         }
     }
-    if report.has("uts")
+    if report.has(Namespace::Uts)
         && let Err(e) = rustix::system::sethostname(b"cmp-warden")
     {
-        report
-            .notes
-            .push(format!("uts: hostname not set: {}", errno(e)));
+        report.notes.push(NsNote::of(
+            Namespace::Uts,
+            format!("hostname not set: {}", errno(e)),
+        ));
     }
-    if report.has("net")
+    if report.has(Namespace::Net)
         && let Err(e) = loopback_up()
     {
         // Still an empty network namespace: no loopback either.
-        report.notes.push(format!("net: loopback not up: {e}"));
+        report
+            .notes
+            .push(NsNote::of(Namespace::Net, format!("loopback not up: {e}")));
     }
     let mut dir = None;
-    if report.has("mount") {
+    if report.has(Namespace::Mount) {
         dir = private_tree(base, disk, &mut report)?;
         if let Some(d) = &dir {
             named_identity(creds, d, &base.join(super::layout::HOME_DIR), &mut report);
@@ -151,8 +152,8 @@ pub fn enter(
             Ok(()) => {
                 let tree = (attach && dir.is_some()).then(|| base.to_owned());
                 mounter = become_init(tree)?;
-                report.created.push("pid".into());
-                if report.has("mount") {
+                report.created.push(Namespace::Pid);
+                if report.has(Namespace::Mount) {
                     match rustix::mount::mount(
                         "proc",
                         "/proc",
@@ -164,11 +165,13 @@ pub fn enter(
                         // A runtime's masked /proc paths make a fresh proc mount "too
                         // revealing" (EPERM): the old /proc stays, other UIDs' entries still
                         // closed by ptrace access checks.
-                        Err(e) => report.failed.push(format!("private /proc: {e}")),
+                        Err(e) => report
+                            .failed
+                            .push(NsNote::other(format!("private /proc: {e}"))),
                     }
                 }
             }
-            Err(e) => report.failed.push(format!("pid: {}", errno(e))),
+            Err(e) => report.failed.push(NsNote::of(Namespace::Pid, errno(e))),
         }
     }
     Ok(Entered {
@@ -196,9 +199,9 @@ fn private_tree(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     ) {
-        report.notes.push(format!(
-            "mount: no private tmpfs: making / private: {}",
-            errno(e)
+        report.notes.push(NsNote::of(
+            Namespace::Mount,
+            format!("no private tmpfs: making / private: {}", errno(e)),
         ));
         return Ok(None);
     }
@@ -224,9 +227,10 @@ fn private_tree(
     // The first mount decides: refused → degrade as above; later failures are real errors.
     let target = if under_tmp.is_some() { tmp } else { base };
     if let Err(e) = mount_tmpfs(target) {
-        report
-            .notes
-            .push(format!("mount: no private tmpfs: {}", e.why));
+        report.notes.push(NsNote::of(
+            Namespace::Mount,
+            format!("no private tmpfs: {}", e.why),
+        ));
         return Ok(None);
     }
     let dir = match under_tmp {
@@ -289,9 +293,9 @@ fn named_identity(creds: Creds, dir: &OwnedFd, home: &Path, report: &mut Namespa
     ];
     for (file, entry, id) in entries {
         if let Err(e) = bind_with_entry(file, &entry, id, dir) {
-            report
-                .notes
-                .push(format!("{file}: no entry for the lease: {e}"));
+            report.notes.push(NsNote::other(format!(
+                "{file}: no entry for the lease: {e}"
+            )));
         }
     }
 }

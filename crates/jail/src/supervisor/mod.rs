@@ -21,10 +21,12 @@ use std::sync::Arc;
 use policy::{Policy, Protection};
 
 pub use crate::protocol::TESTED_LANDLOCK_ABI;
-pub use crate::protocol::{LandlockStatus, NamespaceReport, Report, SelfTestOutcome};
+pub use crate::protocol::{
+    LandlockStatus, Namespace, NamespaceReport, NsNote, Report, SelfTestOutcome,
+};
 pub use crate::seccomp::SeccompError;
 pub use cgroup::{CgroupLimits, Layout, Readback};
-pub use plan::{Overrides, Plan};
+pub use plan::{Overrides, Plan, wanted_namespaces};
 pub use privilege::{PrivilegeModel, Privileges};
 
 use runner::{Confined, ConfinedConfig};
@@ -261,7 +263,7 @@ impl Enforcement {
             return Vec::new();
         }
         let p = &self.probe;
-        let pid_ns = p.namespaces.has("pid");
+        let pid_ns = p.namespaces.has(Namespace::Pid);
         let has = |c: &str| self.cgroup_controllers.iter().any(|x| x == c);
         let cgroup_kill = matches!(self.cgroups, Some(Layout::V2 { .. }));
         let mut gaps = Vec::new();
@@ -286,7 +288,7 @@ impl Enforcement {
         if !p
             .landlock_features
             .contains(&policy::LandlockFeature::AbstractUnixSocketScope)
-            && !p.namespaces.has("net")
+            && !p.namespaces.has(Namespace::Net)
         {
             gaps.push("commands can reach abstract unix sockets outside the jail (no Landlock scoping, ABI 6; no network namespace)");
         }
@@ -509,7 +511,8 @@ impl Supervisor {
         //      without it every request extracts in its own jail, as before (said loudly).
         let tree_cache = if !want_tree_cache {
             Err("not in one-shot commands".to_owned())
-        } else if !(probe.namespaces.has("mount") && probe.namespaces.has("pid")) {
+        } else if !(probe.namespaces.has(Namespace::Mount) && probe.namespaces.has(Namespace::Pid))
+        {
             Err("the jails have no mount or PID namespace here (see namespaces)".to_owned())
         } else if let Some(why) = cache_outside_request_limits(policy) {
             Err(why)
@@ -893,8 +896,8 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
             .collect::<Vec<_>>()
             .join("; "),
         network = policy.network.as_str(),
-        namespaces = %r.namespaces.created.join(", "),
-        namespaces_unavailable = %r.namespaces.failed.join("; "),
+        namespaces = %r.namespaces.created_list(),
+        namespaces_unavailable = %r.namespaces.failed_lines().join("; "),
         private_proc = r.namespaces.private_proc,
         disk_bytes = r.namespaces.disk_bytes.unwrap_or(0),
         missing_paths = %r

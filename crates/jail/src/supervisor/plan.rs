@@ -293,13 +293,19 @@ fn cache_config(p: &Policy) -> Option<super::cache::CacheConfig> {
     })
 }
 
+/// The namespaces a jail is asked to enter under `p`: the policy's, but no network namespace
+/// under `network: egress`, which needs the host's network (allowList keeps the empty
+/// namespace: the proxy is its only way out).
+pub fn wanted_namespaces(p: &Policy) -> policy::Namespaces {
+    let mut namespaces = p.namespaces;
+    namespaces.net &= p.network != NetworkMode::Egress;
+    namespaces
+}
+
 /// The jail's confinement from `spec.filesystem`, `network`, `limits`, `namespaces` and
 /// `require`.
 fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
-    let mut namespaces = p.namespaces;
-    // Egress needs the host's network; allowList keeps the empty namespace (the proxy is its
-    // only way out).
-    namespaces.net &= p.network != NetworkMode::Egress;
+    let namespaces = wanted_namespaces(p);
     Sandbox {
         creds: None,
         read_only: p.read_only.clone(),
