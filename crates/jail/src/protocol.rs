@@ -415,8 +415,8 @@ pub const STDERR_LINE_MAX: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StderrLine {
-    /// The command's phase (`generate`, `init`, `discover`, ...).
-    pub phase: String,
+    /// The command's phase.
+    pub phase: crate::record::Phase,
     /// The line (empty with `more_not_logged`).
     pub line: String,
     /// The command's live-line budget is spent: later lines are not logged (the error and the

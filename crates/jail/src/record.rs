@@ -96,12 +96,48 @@ impl SeccompAction {
     }
 }
 
+/// Which of the plugin's commands ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// `spec.discover.find.command`.
+    Discover,
+    /// `spec.init`.
+    Init,
+    /// `spec.generate` (the default of an empty record).
+    #[default]
+    Generate,
+    /// `spec.parameters.dynamic`.
+    Parameters,
+    /// The ApplicationSet generator's command.
+    Generator,
+}
+
+impl Phase {
+    /// Its name in the audit event, logs and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Discover => "discover",
+            Self::Init => "init",
+            Self::Generate => "generate",
+            Self::Parameters => "parameters",
+            Self::Generator => "generator",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One command run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandRecord {
-    /// `discover`, `init`, `generate` or `parameters`.
-    pub phase: String,
+    /// Which command.
+    pub phase: Phase,
     /// argv as configured (arguments come from plugin.yaml, not from the request).
     pub argv: Vec<String>,
     /// Exit code, when it exited.

@@ -386,7 +386,7 @@ mod tests {
                 ..Default::default()
             }),
             commands: vec![CommandRecord {
-                phase: "generate".into(),
+                phase: jail::record::Phase::Generate,
                 argv: vec!["sh".into(), "-c".into(), "yes".into()],
                 exit_code: None,
                 signal: Some("SIGKILL".into()),

@@ -12,6 +12,7 @@ use plugin::{glob, params, split_manifests_within};
 use super::run::{CmdError, CmdSpec, run_recorded};
 use crate::cancel::CancelToken;
 use crate::protocol::{STDERR_LINE, StderrLine};
+use crate::record::Phase;
 use crate::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
 
 /// One request as the jail runs it: its task, where its tree is, its clock and its record.
@@ -168,7 +169,7 @@ pub(crate) fn resolve_app_path(tree: &Path, rel: &str) -> Result<PathBuf, Failur
 fn command(
     req: &Request,
     app: &Path,
-    phase_argv: (&str, &[String]),
+    phase_argv: (Phase, &[String]),
     cancel: &CancelToken,
 ) -> Result<String, CmdError> {
     command_with_stdin(req, app, phase_argv, None, cancel)
@@ -180,20 +181,19 @@ const LIVE_LINES: usize = 200;
 
 /// Sends each stderr line of a command to the supervisor as a [`StderrLine`] frame on the
 /// reply pipe, redacted like everything else we log, at most [`LIVE_LINES`] of them.
-fn live_stderr(phase: &str, env: &[(String, String)]) -> super::run::LineSink {
-    let phase = phase.to_owned();
+fn live_stderr(phase: Phase, env: &[(String, String)]) -> super::run::LineSink {
     let env = env.to_vec();
     let sent = std::sync::atomic::AtomicUsize::new(0);
     std::sync::Arc::new(move |line: &[u8]| {
         let n = sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let frame = match n.cmp(&LIVE_LINES) {
             std::cmp::Ordering::Less => StderrLine {
-                phase: phase.clone(),
+                phase,
                 line: crate::redact::redact(&String::from_utf8_lossy(line), &env),
                 more_not_logged: false,
             },
             std::cmp::Ordering::Equal => StderrLine {
-                phase: phase.clone(),
+                phase,
                 line: String::new(),
                 more_not_logged: true,
             },
@@ -206,7 +206,7 @@ fn live_stderr(phase: &str, env: &[(String, String)]) -> super::run::LineSink {
 fn command_with_stdin(
     req: &Request,
     app: &Path,
-    (phase, argv): (&str, &[String]),
+    (phase, argv): (Phase, &[String]),
     stdin: Option<&Path>,
     cancel: &CancelToken,
 ) -> Result<String, CmdError> {
@@ -232,7 +232,7 @@ fn command_with_stdin(
         (r, _) => (r, req.task.deadline_limit.clone()),
     };
     let mut rec = crate::record::CommandRecord {
-        phase: phase.to_owned(),
+        phase,
         argv: argv.to_vec(),
         started_unix_nanos: crate::record::unix_nanos(),
         ..Default::default()
@@ -265,10 +265,10 @@ fn generate(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, 
     };
     let init = req.task.config.spec.init.argv();
     if !req.task.config.spec.init.command.is_empty() {
-        command(req, app, ("init", &init), cancel).map_err(wrap)?;
+        command(req, app, (Phase::Init, &init), cancel).map_err(wrap)?;
     }
     let argv = req.task.config.spec.generate.argv();
-    let out = command(req, app, ("generate", &argv), cancel).map_err(wrap)?;
+    let out = command(req, app, (Phase::Generate, &argv), cancel).map_err(wrap)?;
     if out.is_empty() {
         tracing::warn!("Plugin command returned zero output");
     }
@@ -299,7 +299,7 @@ fn discover(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, 
         !m.is_empty()
     } else if !d.find.command.command.is_empty() {
         let argv = d.find.command.argv();
-        let out = command(req, app, ("discover", &argv), cancel)
+        let out = command(req, app, (Phase::Discover, &argv), cancel)
             .map_err(|e| Failure::Discovery(format!("error running find command: {e}")))?;
         !out.is_empty()
     } else {
@@ -319,7 +319,7 @@ fn parameters(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome
     let mut dynamic = Vec::new();
     if !p.dynamic.command.is_empty() {
         let argv = p.dynamic.argv();
-        let out = command(req, app, ("parameters", &argv), cancel).map_err(|source| Failure::Command {
+        let out = command(req, app, (Phase::Parameters, &argv), cancel).map_err(|source| Failure::Command {
             prefix: "get parameters announcement error: error executing dynamic parameter output command",
             source,
         })?;
@@ -331,12 +331,11 @@ fn parameters(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome
 fn generator(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, Failure> {
     let argv = req.task.config.spec.generate.argv();
     let request = req.tree.join(GENERATOR_REQUEST);
-    let out = command_with_stdin(req, app, ("generator", &argv), Some(&request), cancel).map_err(
-        |source| Failure::Command {
+    let out = command_with_stdin(req, app, (Phase::Generator, &argv), Some(&request), cancel)
+        .map_err(|source| Failure::Command {
             prefix: "generator command failed",
             source,
-        },
-    )?;
+        })?;
     Ok(Outcome::Generated(
         crate::spec::parse_generated(&out).map_err(Failure::GeneratorOutput)?,
     ))
