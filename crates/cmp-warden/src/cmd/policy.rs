@@ -213,9 +213,53 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
                 .into(),
         );
     }
+    let mut denied = o.denied.clone();
+    suggest_network(&mut p, &o, &mut denied, &mut notes)?;
+    suggest_env(&mut p, &o, &mut notes);
+    allow_denied_calls(&mut profile, &denied, &mut notes);
+    p.seccomp_mode = SeccompMode::Enforce;
+    notes.push("seccomp: mode enforce".into());
+
+    suggest_limits(&mut p, &o, &mut notes);
+    p.name = format!("{}-suggested", p.name);
+
+    std::fs::create_dir_all(out.join("seccomp"))?;
+    let prof_path = out.join("seccomp/profile.json");
+    std::fs::write(&prof_path, serde_json::to_string_pretty(&profile)? + "\n")?;
+    // The reviewer's own comments stay on the fields they explain.
+    let input = match base {
+        Some(f) => std::fs::read_to_string(f)?,
+        None => policy::DEFAULT_POLICY_YAML.to_owned(),
+    };
+    let yaml = policy::emit::keep_comments(
+        &input,
+        &policy::emit::to_yaml(&p, "seccomp/profile.json", &notes),
+    );
+    let pol_path = out.join("policy.yaml");
+    std::fs::write(&pol_path, &yaml)?;
+    // What we wrote must pass `policy check`.
+    let check = Policy::load(&pol_path).context("the suggested policy does not validate")?;
+    if let Some(e) = seccomp_error(&check) {
+        anyhow::bail!("the suggested policy's seccomp profile does not compile: {e}");
+    }
+    for n in &notes {
+        eprintln!("{n}");
+    }
+    eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
+    Ok(())
+}
+
+/// `spec.network` from what the plugin did: inet sockets under `network: none` suggest
+/// `allowList` in audit mode (taking `socket` out of `denied`); under `allowList`, the
+/// destinations reached become the list.
+fn suggest_network(
+    p: &mut Policy,
+    o: &Observed,
+    denied: &mut std::collections::BTreeMap<String, (u64, String)>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
     // Sockets under `network: none`: what the plugin needs is a network mode, not a profile
     // without its socket rules (that would still fail, and would open netlink and the rest).
-    let mut denied = o.denied.clone();
     if p.network == NetworkMode::None && denied.remove("socket").is_some() {
         p.network = NetworkMode::AllowList;
         p.egress = egress::AllowList {
@@ -267,6 +311,11 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
         p.egress.rules = rules;
         p.egress.audit = false;
     }
+    Ok(())
+}
+
+/// `spec.env.pass`: the variables a failing command did not get, each to be reviewed.
+fn suggest_env(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
     // Variables a failing command did not get: proposed as entries, each to be reviewed (every
     // entry reaches every command of every request, so a secret the plugin does not read
     // should be taken out again).
@@ -283,6 +332,14 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
         ));
         p.env_pass.extend(new_names);
     }
+}
+
+/// Out of the seccomp profile: exactly the calls the plugin made that it denied.
+fn allow_denied_calls(
+    profile: &mut Value,
+    denied: &std::collections::BTreeMap<String, (u64, String)>,
+    notes: &mut Vec<String>,
+) {
     if let Some(rules) = profile["rules"].as_array_mut() {
         for r in rules.iter_mut() {
             // The reason of this profile's own rule (a custom profile has its own).
@@ -307,10 +364,10 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
         }
         rules.retain(|r| r["syscalls"].as_array().is_some_and(|c| !c.is_empty()));
     }
-    p.seccomp_mode = SeccompMode::Enforce;
-    notes.push("seccomp: mode enforce".into());
+}
 
-    // Limits: room above what was observed, never below it.
+/// Limits: room above what was observed, never below it.
+fn suggest_limits(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
     if o.peak_memory > 0 {
         let want = round_up(o.peak_memory.saturating_mul(2), 64 * MI).max(256 * MI);
         notes.push(format!(
@@ -341,32 +398,6 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
             "WARNING: request of app {app:?} ended on the {limit} limit: the values above come from runs that did not finish; raise it and run again"
         ));
     }
-    p.name = format!("{}-suggested", p.name);
-
-    std::fs::create_dir_all(out.join("seccomp"))?;
-    let prof_path = out.join("seccomp/profile.json");
-    std::fs::write(&prof_path, serde_json::to_string_pretty(&profile)? + "\n")?;
-    // The reviewer's own comments stay on the fields they explain.
-    let input = match base {
-        Some(f) => std::fs::read_to_string(f)?,
-        None => policy::DEFAULT_POLICY_YAML.to_owned(),
-    };
-    let yaml = policy::emit::keep_comments(
-        &input,
-        &policy::emit::to_yaml(&p, "seccomp/profile.json", &notes),
-    );
-    let pol_path = out.join("policy.yaml");
-    std::fs::write(&pol_path, &yaml)?;
-    // What we wrote must pass `policy check`.
-    let check = Policy::load(&pol_path).context("the suggested policy does not validate")?;
-    if let Some(e) = seccomp_error(&check) {
-        anyhow::bail!("the suggested policy's seccomp profile does not compile: {e}");
-    }
-    for n in &notes {
-        eprintln!("{n}");
-    }
-    eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
-    Ok(())
 }
 
 /// Why `p`'s seccomp profile does not compile here (as `serve` would compile it).
