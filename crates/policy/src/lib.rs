@@ -6,6 +6,7 @@ pub mod error;
 pub mod generator;
 pub mod policy;
 pub mod quantity;
+mod raw;
 pub mod seccomp;
 
 pub use policy::{

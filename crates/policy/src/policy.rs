@@ -8,6 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::invalid;
 pub use crate::error::{API_VERSION, PolicyError};
 use crate::quantity::parse_quantity;
+pub(crate) use crate::raw::RawQty;
+use crate::raw::{
+    RawArchive, RawCache, RawEnv, RawFs, RawLandlock, RawLimits, RawNamespace, RawNetwork,
+    RawPolicy, RawUidRange,
+};
 use plugin::locate;
 
 /// The embedded default policy (`policies/default.yaml`).
@@ -175,173 +180,6 @@ impl SeccompMode {
             SeccompMode::Audit => "audit",
         }
     }
-}
-
-/// A number or a Kubernetes-style quantity string in the file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum RawQty {
-    Num(u64),
-    Text(String),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawPolicy {
-    api_version: String,
-    kind: String,
-    metadata: RawMeta,
-    spec: RawSpec,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMeta {
-    name: String,
-}
-
-/// A namespace the jail may create per request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-enum RawNamespace {
-    Mount,
-    Pid,
-    Net,
-    Ipc,
-    Uts,
-    Cgroup,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawSpec {
-    require: Vec<Protection>,
-    #[serde(default)]
-    namespaces: Option<Vec<RawNamespace>>,
-    uid_range: RawUidRange,
-    filesystem: RawFs,
-    network: RawNetwork,
-    seccomp: RawSeccomp,
-    limits: RawLimits,
-    archive: RawArchive,
-    #[serde(default)]
-    env: RawEnv,
-    #[serde(default)]
-    landlock: Option<RawLandlock>,
-    #[serde(default)]
-    cache: Option<RawCache>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawCache {
-    #[serde(default)]
-    enabled: Option<bool>,
-    #[serde(default)]
-    bytes: Option<RawQty>,
-    #[serde(default)]
-    uid: Option<u32>,
-    #[serde(default)]
-    min_archive_bytes: Option<RawQty>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawLandlock {
-    #[serde(default)]
-    min_abi: Option<u8>,
-    #[serde(default)]
-    features: Vec<LandlockFeature>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEnv {
-    #[serde(default)]
-    pass: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawUidRange {
-    first: u32,
-    count: u32,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawFs {
-    #[serde(default)]
-    read_only: Vec<String>,
-    #[serde(default)]
-    read_write: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawNetwork {
-    mode: NetworkMode,
-    #[serde(default)]
-    allow: Vec<RawDestination>,
-    #[serde(default)]
-    audit: bool,
-    #[serde(default)]
-    max_connections: Option<u64>,
-    #[serde(default)]
-    hosts: std::collections::BTreeMap<String, Vec<String>>,
-    #[serde(default)]
-    search_domains: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawDestination {
-    #[serde(default)]
-    host: Option<String>,
-    #[serde(default)]
-    cidr: Option<String>,
-    ports: Vec<u16>,
-    #[serde(default)]
-    internal: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSeccomp {
-    profile: String,
-    mode: SeccompMode,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawLimits {
-    wall_seconds: RawQty,
-    memory_bytes: RawQty,
-    pids: RawQty,
-    cpu_millis: RawQty,
-    output_bytes: RawQty,
-    open_files: RawQty,
-    file_size_bytes: RawQty,
-    disk_bytes: RawQty,
-    #[serde(default)]
-    data_bytes: Option<RawQty>,
-    #[serde(default)]
-    address_space_bytes: Option<RawQty>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawArchive {
-    compressed_bytes: RawQty,
-    extracted_bytes: RawQty,
-    file_bytes: RawQty,
-    entries: RawQty,
-    symlinks: RawQty,
-    path_depth: RawQty,
-    max_ratio: RawQty,
-    wall_seconds: RawQty,
-    #[serde(default)]
-    strict_names: bool,
 }
 
 /// Resource limits for one request, validated.
