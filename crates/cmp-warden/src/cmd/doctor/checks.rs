@@ -1,0 +1,765 @@
+//! Each check of the report: what the probe's jail, the policy and this environment say about
+//! one protection.
+
+use super::*;
+
+/// What one check needs: the policy, what start-up found (if it got that far) and the probe.
+pub(super) struct Found<'a> {
+    policy: &'a Policy,
+    enforcement: Option<&'a Enforcement>,
+    report: Option<&'a Report>,
+}
+
+impl Found<'_> {
+    fn required(&self, p: Protection) -> bool {
+        self.policy.require.contains(&p)
+    }
+
+    /// Why `p` is unavailable, else that the probe did not run.
+    fn why_not(&self, p: Protection) -> String {
+        self.enforcement
+            .and_then(|e| e.unavailable(p))
+            .map_or_else(|| NO_PROBE.to_owned(), str::to_owned)
+    }
+}
+
+pub(super) const NO_PROBE: &str = "the sandbox probe did not run";
+
+pub(super) fn check(
+    name: &str,
+    available: bool,
+    required: bool,
+    status: Status,
+    detail: String,
+) -> Check {
+    Check {
+        name: name.to_owned(),
+        available,
+        required,
+        status,
+        detail,
+    }
+}
+
+/// The report, one function per check, in the order the report lists them.
+pub(super) fn assemble_as(
+    policy: &Policy,
+    held: &Privileges,
+    enforcement: Option<&Enforcement>,
+    (socket_dir, work_parent): (&Path, &Path),
+    refusal: Option<String>,
+    env: Vec<(String, String)>,
+) -> DoctorReport {
+    let f = Found {
+        policy,
+        enforcement,
+        report: enforcement.map(|e| &e.probe),
+    };
+    let kept = enforcement
+        .map(|e| e.capabilities_kept.clone())
+        .unwrap_or_default();
+    let mut checks = vec![unique_uid_check(&f)];
+    checks.extend(shared_uid_check(&f));
+    checks.push(environment_check(policy, env));
+    checks.extend([
+        capabilities_check(&f),
+        supervisor_capabilities_check(held, &kept),
+        no_new_privs_check(&f),
+        landlock_check(&f),
+    ]);
+    checks.extend(denial_log_check(&f));
+    checks.extend(landlock_network_check(&f));
+    checks.push(seccomp_check(&f));
+    checks.push(cgroups_check(&f));
+    checks.push(rlimits_check(&f));
+    checks.extend(namespace_checks(&f));
+    checks.push(disk_check(&f));
+    checks.extend(tree_cache_check(&f));
+    checks.push(read_only_root_check());
+    checks.push(socket_dir_check(socket_dir, held.euid));
+    checks.push(work_dir_check(work_parent));
+    let gaps = gaps(&checks);
+    DoctorReport {
+        schema: SCHEMA,
+        version: env!("CARGO_PKG_VERSION"),
+        policy: policy.name.clone(),
+        policy_sha256: policy.sha256.clone(),
+        privilege_model: held.model,
+        euid: held.euid,
+        capabilities_held: held.effective.clone(),
+        capabilities_kept: kept,
+        checks,
+        verdict: if refusal.is_none() { "start" } else { "refuse" },
+        refusal,
+        gaps,
+    }
+}
+
+pub(super) fn unique_uid_check(f: &Found<'_>) -> Check {
+    let unique = f.report.is_some_and(|r| r.unique_uid);
+    check(
+        "uniqueUid",
+        unique,
+        f.required(Protection::UniqueUid),
+        yes(unique),
+        if unique {
+            format!(
+                "each request runs as its own UID/GID from {}+{} (probe ran as {})",
+                f.policy.uid_first,
+                f.policy.uid_count,
+                f.report.map_or(0, |r| r.uid)
+            )
+        } else {
+            f.why_not(Protection::UniqueUid)
+        },
+    )
+}
+
+/// Whether a failed request can be told what Landlock refused it (the kernel's audit records,
+/// ABI 7): informational, nothing depends on it.
+pub(super) fn denial_log_check(f: &Found<'_>) -> Option<Check> {
+    let e = f.enforcement?;
+    let reading = matches!(
+        e.denial_log,
+        DenialLog::Reading {
+            audit_enabled: Some(true) | None
+        }
+    );
+    Some(check(
+        "landlockDenialLog",
+        reading,
+        false,
+        Status::Info,
+        e.denial_log.describe(),
+    ))
+}
+
+/// Whether the tree cache (`spec.cache`) runs: a request whose archive was extracted before
+/// then skips extraction. Not a protection (without it every request extracts in its own
+/// jail), so informational; the detail says why not and which field or namespace changes it.
+pub(super) fn tree_cache_check(f: &Found<'_>) -> Option<Check> {
+    let e = f.enforcement?;
+    let on = e.tree_cache.is_ok();
+    let detail = if f.policy.cache.enabled {
+        e.tree_cache_phrase()
+    } else {
+        "off in the policy (spec.cache.enabled: false)".to_owned()
+    };
+    Some(check("treeCache", on, false, Status::Info, detail))
+}
+
+/// Which of the server's variables commands get (`spec.env.pass`) and which they do not
+/// (names only): a plugin configured by the server's environment shows up here first.
+pub(super) fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> Check {
+    let passed: Vec<String> = policy
+        .passed_env(env.iter().cloned())
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let withheld = policy.withheld_env(env);
+    check(
+        "environment",
+        true,
+        false,
+        Status::Info,
+        format!(
+            "passed to commands (spec.env.pass): {}; withheld: {}",
+            if passed.is_empty() {
+                "none".to_owned()
+            } else {
+                passed.join(", ")
+            },
+            if withheld.is_empty() {
+                "none".to_owned()
+            } else {
+                withheld.join(", ")
+            }
+        ),
+    )
+}
+
+/// Only in the shared-UID model: what it cannot give on this node.
+pub(super) fn shared_uid_check(f: &Found<'_>) -> Option<Check> {
+    let e = f.enforcement.filter(|e| !e.unique_uid)?;
+    let gaps = e.shared_uid_gaps();
+    Some(check(
+        "sharedUid",
+        true,
+        false,
+        if gaps.is_empty() {
+            Status::Info
+        } else {
+            Status::Partial
+        },
+        if gaps.is_empty() {
+            "commands share the server's UID; on this node the PID namespace, cgroups and Landlock scoping still give each request its own processes and bounds".to_owned()
+        } else {
+            format!(
+                "commands share the server's UID; on this node: {}",
+                gaps.join("; ")
+            )
+        },
+    ))
+}
+
+pub(super) fn capabilities_check(f: &Found<'_>) -> Check {
+    // Read back from the probe jail's own /proc status, not from what it meant to do.
+    let zero = |set: &str| {
+        f.report
+            .and_then(|r| status_value(&r.status, set))
+            .is_some_and(|v| v.trim_start_matches('0').is_empty())
+    };
+    let cleared = ["CapInh", "CapPrm", "CapEff", "CapAmb"]
+        .iter()
+        .all(|c| zero(c));
+    let bounding = zero("CapBnd");
+    check(
+        "capabilities",
+        cleared,
+        true,
+        match (cleared, bounding) {
+            (true, true) => Status::Enforced,
+            (true, false) => Status::Partial,
+            _ => Status::Unavailable,
+        },
+        match f.report {
+            Some(r) => format!(
+                "commands hold none (effective, permitted, inheritable, ambient empty; bounding set {}); {}",
+                if bounding {
+                    "empty"
+                } else {
+                    "NOT empty: no CAP_SETPCAP"
+                },
+                status_caps(&r.status)
+            ),
+            None => NO_PROBE.to_owned(),
+        },
+    )
+}
+
+pub(super) fn supervisor_capabilities_check(held: &Privileges, kept: &[String]) -> Check {
+    check(
+        "supervisorCapabilities",
+        true,
+        false,
+        Status::Info,
+        format!(
+            "held at start: {}; kept after the start-up drop: {}",
+            list(&held.effective),
+            list(kept)
+        ),
+    )
+}
+
+pub(super) fn no_new_privs_check(f: &Found<'_>) -> Check {
+    let nnp = f
+        .report
+        .is_some_and(|r| r.no_new_privs && status_value(&r.status, "NoNewPrivs") == Some("1"));
+    check(
+        "noNewPrivs",
+        nnp,
+        f.required(Protection::NoNewPrivs),
+        yes(nnp),
+        if nnp {
+            "set before exec: setuid/file-capability binaries gain nothing".into()
+        } else {
+            NO_PROBE.to_owned()
+        },
+    )
+}
+
+pub(super) fn landlock_check(f: &Found<'_>) -> Check {
+    let (status, detail) = match f.report {
+        Some(r) => {
+            // Every feature this build asks for (TCP unless `network: egress`) that the
+            // kernel does not put in effect here.
+            let missing: Vec<&str> = LandlockFeature::ALL
+                .into_iter()
+                .filter(|x| *x != LandlockFeature::Tcp || f.policy.network != NetworkMode::Egress)
+                .filter(|x| !r.landlock_features.contains(x))
+                .map(LandlockFeature::as_str)
+                .collect();
+            let in_effect: Vec<&str> = r.landlock_features.iter().map(|x| x.as_str()).collect();
+            (
+                match r.landlock {
+                    LandlockStatus::None => Status::Unavailable,
+                    _ if !missing.is_empty() => Status::Partial,
+                    LandlockStatus::Full => Status::Enforced,
+                    LandlockStatus::Partial => Status::Partial,
+                },
+                format!(
+                    "kernel ABI {} (this build asks for ABI {}); features in effect: {}{}; enforced rights: {}{}",
+                    r.landlock_abi.map_or("none".into(), |a| a.to_string()),
+                    jail::supervisor::TESTED_LANDLOCK_ABI as i32,
+                    if in_effect.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        in_effect.join(", ")
+                    },
+                    if missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; NOT in effect here: {} (require them with spec.landlock.features to refuse such a node)",
+                            missing.join(", ")
+                        )
+                    },
+                    list(&r.landlock_rights),
+                    if r.missing_paths.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; policy paths missing here: {:?}", r.missing_paths)
+                    }
+                ),
+            )
+        }
+        None => (Status::Unavailable, NO_PROBE.to_owned()),
+    };
+    check(
+        "landlock",
+        status != Status::Unavailable,
+        f.required(Protection::Landlock),
+        status,
+        detail,
+    )
+}
+
+/// Unless `network: egress`.
+pub(super) fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
+    if f.policy.network == NetworkMode::Egress {
+        return None;
+    }
+    let tcp = f.report.is_some_and(|r| r.landlock_tcp_denied);
+    Some(check(
+        "landlockNetwork",
+        tcp,
+        false,
+        yes(tcp),
+        match f.report {
+            None => NO_PROBE.to_owned(),
+            Some(_) if tcp && f.policy.network == NetworkMode::AllowList => {
+                "TCP bind and connect denied except to the egress proxy (network.mode: allowList)"
+                    .into()
+            }
+            Some(_) if tcp => "TCP bind and connect denied (network.mode: none)".into(),
+            Some(_) => "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into(),
+        },
+    ))
+}
+
+pub(super) fn seccomp_check(f: &Found<'_>) -> Check {
+    // What the kernel says is installed (the probe's /proc status), not what was meant.
+    let filters = f.report.map_or(0, |r| {
+        let installed = status_value(&r.status, "Seccomp_filters")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let filtering = status_value(&r.status, "Seccomp") == Some("2");
+        if filtering {
+            installed.min(r.seccomp_filters)
+        } else {
+            0
+        }
+    });
+    let mode = f.policy.seccomp_mode;
+    check(
+        "seccomp",
+        filters > 0,
+        f.required(Protection::Seccomp),
+        match (filters > 0, mode) {
+            (false, _) => Status::Unavailable,
+            (true, SeccompMode::Enforce) => Status::Enforced,
+            (true, SeccompMode::Audit) => Status::Partial,
+        },
+        if filters > 0 {
+            format!(
+                "{filters} filter(s), {} BPF instructions from {} in {} mode{}",
+                f.enforcement.map_or(0, |e| e.seccomp_instructions),
+                f.policy.seccomp_profile.display(),
+                match mode {
+                    SeccompMode::Enforce => "enforce",
+                    SeccompMode::Audit => "audit",
+                },
+                if mode == SeccompMode::Audit {
+                    " (AUDIT: nothing is denied, would-be denials are recorded)"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            f.why_not(Protection::Seccomp)
+        },
+    )
+}
+
+/// From the probe's own request cgroup, read back after its jail ran in it: enforced only
+/// when the jail ran there and the kernel holds every limit asked, with all three controllers.
+pub(super) fn cgroups_check(f: &Found<'_>) -> Check {
+    let required = f.required(Protection::Cgroups);
+    let Some((layout, e)) = f
+        .enforcement
+        .and_then(|e| e.cgroups.as_ref().map(|l| (l, e)))
+    else {
+        return check(
+            "cgroups",
+            false,
+            required,
+            Status::Unavailable,
+            f.why_not(Protection::Cgroups),
+        );
+    };
+    let at = match layout {
+        Layout::V2 { base } => format!("cgroup v2, request cgroups in {}", base.display()),
+        Layout::V1 { controllers } => format!(
+            "cgroup v1 ({})",
+            controllers
+                .iter()
+                .map(|(c, p)| format!("{c} at {}", p.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let at = format!("{at}; controllers {}", list(&e.cgroup_controllers));
+    let Some(rb) = &e.cgroup_probe else {
+        return check(
+            "cgroups",
+            false,
+            required,
+            Status::Unavailable,
+            format!("{at}; but the probe's jail got no cgroup"),
+        );
+    };
+    let read = format!("the probe's own cgroup read back: {}", rb.describe());
+    let mut wrong = rb.mismatches(&e.cgroup_limits);
+    if !rb.ran {
+        return check(
+            "cgroups",
+            false,
+            required,
+            Status::Unavailable,
+            format!("{at}; {read}; but its jail did not run in it"),
+        );
+    }
+    wrong.extend(
+        ["memory", "pids", "cpu"]
+            .into_iter()
+            .filter(|c| !e.cgroup_controllers.iter().any(|x| x == c))
+            .map(|c| format!("no {c} controller")),
+    );
+    let status = if wrong.is_empty() {
+        Status::Enforced
+    } else {
+        Status::Partial
+    };
+    let detail = if wrong.is_empty() {
+        format!("{at}; {read}")
+    } else {
+        format!("{at}; {read}; but {}", wrong.join(", "))
+    };
+    check("cgroups", true, required, status, detail)
+}
+
+pub(super) fn rlimits_check(f: &Found<'_>) -> Check {
+    let rl = f.report.map(|r| &r.rlimits);
+    // RLIMIT_NPROC counts a UID's processes: a bound per request only when the UID is the
+    // request's own (with a pids cgroup, the cgroup is the bound).
+    let unique = f.report.is_some_and(|r| r.unique_uid);
+    let pids_cgroup = f
+        .enforcement
+        .is_some_and(|e| e.cgroup_controllers.iter().any(|c| c == "pids"));
+    check(
+        "rlimits",
+        rl.is_some(),
+        true,
+        match rl {
+            None => Status::Unavailable,
+            Some(_) if unique || pids_cgroup => Status::Enforced,
+            Some(_) => Status::Partial,
+        },
+        match rl {
+            Some(v) => {
+                let mut d = v
+                    .iter()
+                    .filter(|(n, _)| unique || n != "NPROC")
+                    .map(|(n, x)| {
+                        if *x == u64::MAX {
+                            format!("{n}=unlimited")
+                        } else {
+                            format!("{n}={x}")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                if !unique {
+                    d.push_str(if pids_cgroup {
+                        "; NPROC not applied (the UID is shared): the pids cgroup bounds each request"
+                    } else {
+                        "; NPROC not applied (the UID is shared) and no pids cgroup: NO per-request process bound"
+                    });
+                }
+                d
+            }
+            None => NO_PROBE.to_owned(),
+        },
+    )
+}
+
+/// One line per namespace: the ones the plan asks for (the policy's, less `net` under
+/// `network: egress`), as the probe's jail entered them.
+pub(super) fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
+    let ns = jail::supervisor::wanted_namespaces(f.policy);
+    let wanted = [
+        (Namespace::User, true),
+        (Namespace::Mount, ns.mount),
+        (Namespace::Pid, ns.pid),
+        (Namespace::Net, ns.net),
+        (Namespace::Ipc, ns.ipc),
+        (Namespace::Uts, ns.uts),
+        (Namespace::Cgroup, ns.cgroup),
+    ];
+    let ns_req = f.required(Protection::Namespaces);
+    wanted
+        .into_iter()
+        .map(|(ns, want)| {
+            let report = f.report.map(|r| &r.namespaces);
+            let created = report.is_some_and(|r| r.has(ns));
+            let failed = report
+                .and_then(|r| r.failure_of(ns))
+                .map(ToString::to_string);
+            let notes: Vec<String> = report
+                .map(|r| r.notes_of(ns).map(ToString::to_string).collect())
+                .unwrap_or_default();
+            let (status, detail) = if created && !notes.is_empty() {
+                (
+                    Status::Partial,
+                    format!("{}; but {}", ns_detail(ns, f.report), notes.join("; ")),
+                )
+            } else if created {
+                (Status::Enforced, ns_detail(ns, f.report))
+            } else if !want {
+                (
+                    Status::Disabled,
+                    if ns == Namespace::Net && f.policy.network == NetworkMode::Egress {
+                        "network.mode: egress shares the host's network".to_owned()
+                    } else {
+                        format!("spec.namespaces leaves out {ns}")
+                    },
+                )
+            } else {
+                (
+                    Status::Unavailable,
+                    failed.unwrap_or_else(|| "not created".to_owned()),
+                )
+            };
+            check(
+                &format!("namespace.{ns}"),
+                created,
+                ns_req && want,
+                status,
+                detail,
+            )
+        })
+        .collect()
+}
+
+pub(super) fn disk_check(f: &Found<'_>) -> Check {
+    let disk = f.report.and_then(|r| r.namespaces.disk_bytes);
+    check(
+        "diskLimit",
+        disk.is_some(),
+        false,
+        yes(disk.is_some()),
+        match disk {
+            Some(b) => format!(
+                "the request tree and /tmp live on a private tmpfs of {b} bytes (spec.limits.diskBytes)"
+            ),
+            None => {
+                let why = f
+                    .report
+                    .and_then(|r| r.namespaces.notes_of(Namespace::Mount).next())
+                    .map_or("no mount namespace".to_owned(), ToString::to_string);
+                format!(
+                    "{why}: the tree is bounded by RLIMIT_FSIZE per file and the archive limits only"
+                )
+            }
+        },
+    )
+}
+
+pub(super) fn read_only_root_check() -> Check {
+    let (ro, detail) = root_read_only();
+    check(
+        "readOnlyRootFilesystem",
+        ro,
+        false,
+        if ro {
+            Status::Enforced
+        } else {
+            Status::Unavailable
+        },
+        detail,
+    )
+}
+
+pub(super) fn work_dir_check(work_parent: &Path) -> Check {
+    let detail = match std::fs::metadata(work_parent) {
+        Ok(m) => format!(
+            "{} (owner {}:{}, mode {:o}){}",
+            work_parent.display(),
+            m.uid(),
+            m.gid(),
+            m.mode() & 0o7777,
+            if fs_type(work_parent).as_deref() == Some("tmpfs") {
+                ", tmpfs"
+            } else {
+                ", not tmpfs (an emptyDir with medium: Memory is faster)"
+            }
+        ),
+        Err(e) => format!("{}: {e}", work_parent.display()),
+    };
+    check("workDirectory", true, false, Status::Info, detail)
+}
+
+pub(super) fn list(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The value of `key` in the probe's `/proc/self/status` lines (`Key: value`).
+pub(super) fn status_value<'a>(status: &'a [String], key: &str) -> Option<&'a str> {
+    status.iter().find_map(|l| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+pub(super) fn status_caps(status: &[String]) -> String {
+    let caps: Vec<&str> = status
+        .iter()
+        .filter(|l| l.starts_with("Cap"))
+        .map(String::as_str)
+        .collect();
+    format!("probe /proc status: {}", caps.join(", ").replace('\t', " "))
+}
+
+pub(super) fn ns_detail(ns: Namespace, report: Option<&Report>) -> String {
+    match ns {
+        Namespace::User => {
+            "the request's UID/GID is mapped to itself; the jail holds no capability over the host"
+                .into()
+        }
+        Namespace::Mount => {
+            "private mounts (/ made private); the request tree and /tmp on the request's tmpfs"
+                .into()
+        }
+        Namespace::Pid => format!(
+            "commands see only their own processes{}",
+            if report.is_some_and(|r| r.namespaces.private_proc) {
+                "; private /proc"
+            } else {
+                ""
+            }
+        ),
+        Namespace::Net => "empty network namespace: loopback only".into(),
+        Namespace::Ipc => "private System V IPC and POSIX message queues".into(),
+        Namespace::Uts => "private UTS namespace (hostname cmp-warden)".into(),
+        Namespace::Cgroup => "commands see their own cgroup as the root".into(),
+    }
+}
+
+/// Whether `/` is mounted read-only (the container's `readOnlyRootFilesystem`).
+pub(super) fn root_read_only() -> (bool, String) {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // Field 5 is the mount point, field 6 the per-mount options; the last "/" mount wins.
+    let root = text.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.get(4) == Some(&"/")).then(|| f.get(5).copied().unwrap_or("").to_owned())
+    });
+    match root {
+        Some(opts) => {
+            let ro = opts.split(',').any(|o| o == "ro");
+            (
+                ro,
+                if ro {
+                    "/ is mounted read-only".into()
+                } else {
+                    format!(
+                        "/ is mounted writable ({opts}); set securityContext.readOnlyRootFilesystem: true"
+                    )
+                },
+            )
+        }
+        None => (false, "no / in /proc/self/mountinfo".into()),
+    }
+}
+
+/// The socket directory must not be writable by anyone but the server (a planted socket or
+/// a replaced one would intercept the repo-server's requests).
+pub(super) fn socket_dir_check(dir: &Path, euid: u32) -> Check {
+    let (ok, detail) = socket_dir_state(dir, euid);
+    check(
+        "socketDirectory",
+        ok,
+        false,
+        if ok {
+            Status::Enforced
+        } else {
+            Status::Unavailable
+        },
+        detail,
+    )
+}
+
+pub(super) fn socket_dir_state(dir: &Path, euid: u32) -> (bool, String) {
+    match std::fs::metadata(dir) {
+        Ok(m) => {
+            let mode = m.mode() & 0o7777;
+            let others_write = mode & 0o002 != 0 && mode & 0o1000 == 0;
+            let owner_ok = m.uid() == euid || m.uid() == 0;
+            (
+                owner_ok && !others_write,
+                format!(
+                    "{} owner {}:{} mode {mode:o}{}{}",
+                    dir.display(),
+                    m.uid(),
+                    m.gid(),
+                    if owner_ok {
+                        ""
+                    } else {
+                        "; NOT owned by the server or root"
+                    },
+                    if others_write {
+                        "; WRITABLE BY OTHERS without the sticky bit"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        }
+        Err(e) => (
+            false,
+            format!(
+                "{}: {e} (serve creates the socket there; pass --socket-dir)",
+                dir.display()
+            ),
+        ),
+    }
+}
+
+pub(super) fn fs_type(p: &Path) -> Option<String> {
+    let st = rustix::fs::statfs(p).ok()?;
+    Some(
+        match st.f_type as i64 {
+            0x0102_1994 => "tmpfs",
+            0xef53 => "ext4",
+            0x9123_683e => "btrfs",
+            0x5846_5342 => "xfs",
+            0x794c_7630 => "overlayfs",
+            _ => "other",
+        }
+        .to_owned(),
+    )
+}
