@@ -7,7 +7,7 @@
 //! jail was, so the supervisor waits for it, reaps it and is charged for its CPU; the factory
 //! keeps nothing of it. The factory holds no request data and no file of a request: it
 //! receives a jail's stdin and stdout pipes, forks, and answers with the PID. Everything a
-//! jail does to confine itself happens after the fork, in the jail, as before.
+//! jail does to confine itself happens after the fork, in the jail.
 //!
 //! What the jails share is the factory's address-space layout (they are forks of one
 //! process, not separate execs): SECURITY.md weighs that.

@@ -308,7 +308,7 @@ async fn first_bytes(
                 return crate::refuse::classify(&buf[..n]);
             }
             Ok(Ok(n)) if n > 0 => tokio::time::sleep(Duration::from_millis(10)).await,
-            // EOF, an error or the timeout: the TLS accept reports it as before.
+            // EOF, an error or the timeout: the TLS accept reports it.
             _ => return crate::refuse::FirstBytes::Tls,
         }
         if tokio::time::Instant::now() >= deadline {

@@ -13,7 +13,7 @@
 //!    bytes matched; then that request runs on it like a hit. Requests for the same archive
 //!    meanwhile wait (without reading their streams) and then hit, or fill in turn if it failed;
 //!  - **uncached**: everything else (no claim, the fills busy, the cache broken) extracts in
-//!    its own jail as before.
+//!    its own jail, as with the cache off.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

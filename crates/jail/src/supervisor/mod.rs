@@ -508,7 +508,7 @@ impl Supervisor {
 
         // 11b. The tree cache (`spec.cache`; `serve`, and `doctor` to report it): its keeper, once the probe showed
         //      the jails have the mount and PID namespaces a lent tree needs. Best effort:
-        //      without it every request extracts in its own jail, as before (said loudly).
+        //      without it every request extracts in its own jail (said loudly).
         let tree_cache = if !want_tree_cache {
             Err("not in one-shot commands".to_owned())
         } else if !(probe.namespaces.has(Namespace::Mount) && probe.namespaces.has(Namespace::Pid))
