@@ -404,22 +404,30 @@ fn idle_connections_are_capped_and_one_with_a_request_open_is_kept() {
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    let mut closed_now = || {
+        let mut closed = 0;
+        for c in &mut idle {
+            c.sock
+                .set_read_timeout(Some(Duration::from_millis(5)))
+                .expect("timeout");
+            let mut b = [0u8; 16];
+            closed += usize::from(match c.read(&mut b) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+            });
+        }
+        closed
+    };
     let mut closed = 0;
-    for c in &mut idle {
-        c.sock
-            .set_read_timeout(Some(Duration::from_millis(5)))
-            .expect("timeout");
-        let mut b = [0u8; 16];
-        closed += usize::from(match c.read(&mut b) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ),
-        });
-    }
+    // Within 2 s: hyper's header timeout (10 s) must not be what closed them.
+    common::wait_until(Duration::from_secs(2), || {
+        closed = closed_now();
+        closed >= 60 - 16
+    });
     assert!(
         closed >= 60 - 16,
         "only {closed} of 60 idle connections were closed at the cap"
