@@ -26,7 +26,7 @@ use rustix::net::{
 };
 use rustix::process::{Pid, WaitOptions};
 
-use crate::sys::{Forked, fork_for_parent_single_threaded};
+use jail_sys::sys::{Forked, fork_for_parent_single_threaded};
 
 /// The argument that selects the factory entry point.
 pub const FACTORY_ARG: &str = "__factory";
@@ -77,7 +77,7 @@ impl JailProcess {
                 Ok(Some((_, st))) => {
                     let s = std::process::ExitStatus::from_raw(st.as_raw());
                     self.status = Some(s);
-                    crate::reaper::untrack(self.id());
+                    jail_sys::reaper::untrack(self.id());
                     return Ok(Some(s));
                 }
                 Ok(None) => return Ok(None),
@@ -187,7 +187,7 @@ impl Factory {
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        let child = crate::reaper::spawn_tracked(&mut cmd)?;
+        let child = jail_sys::reaper::spawn_tracked(&mut cmd)?;
         tracing::debug!(pid = child.id(), "jail factory started");
         Ok(Running { child, ctl: ours })
     }
@@ -212,7 +212,7 @@ impl Running {
         let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         // Tracked from the moment it exists: an orphan reaper must never reap a jail that
         // exits before we know its PID.
-        let pid = crate::reaper::track_pid(|| {
+        let pid = jail_sys::reaper::track_pid(|| {
             let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
             let mut anc = SendAncillaryBuffer::new(&mut space);
             let fds = [in_r.as_fd(), out_w.as_fd()];
@@ -260,7 +260,7 @@ impl Running {
         drop(ctl);
         let _ = child.kill();
         let _ = child.wait();
-        crate::reaper::untrack(child.id() as i32);
+        jail_sys::reaper::untrack(child.id() as i32);
     }
 }
 
@@ -297,7 +297,7 @@ pub fn factory_main() -> i32 {
         tracing::error!(error = %e, "jail factory: /dev/null");
         return 1;
     }
-    crate::sys::single_malloc_arena();
+    jail_sys::sys::single_malloc_arena();
     warm_up();
     loop {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
@@ -332,7 +332,7 @@ pub fn factory_main() -> i32 {
             (FORK, Ok([stdin, stdout])) => match fork_for_parent_single_threaded() {
                 Ok(Forked::Child) => {
                     drop(ctl);
-                    crate::sys::exit_now(become_jail(stdin, stdout));
+                    jail_sys::sys::exit_now(become_jail(stdin, stdout));
                 }
                 Ok(Forked::Parent(pid)) => pid,
                 Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
@@ -351,7 +351,7 @@ pub fn factory_main() -> i32 {
 /// that traps to the hypervisor in a VM (~0.1 ms of every jail in the profile) — is done here
 /// once and inherited by every jail; likewise the kernel's highest capability number.
 fn warm_up() {
-    let _ = crate::inside::last_cap();
+    let _ = jail_inside::last_cap();
     let mut tgz = Vec::new();
     let packed = archive::pack_tree(None, &[("warm-up", b"x")], &|_| false, &mut tgz);
     if packed.is_ok() {
@@ -374,5 +374,5 @@ fn become_jail(stdin: OwnedFd, stdout: OwnedFd) -> i32 {
         tracing::error!(error = %e, "jail: dumpable");
         return 1;
     }
-    crate::inside::jail_main()
+    jail_inside::jail_main()
 }

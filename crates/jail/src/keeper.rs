@@ -25,7 +25,7 @@
 //!     (before Linux 6.3) could fill trees but never lend one, so the keeper stops here;
 //!  7. `R`, then one command at a time until the socket closes ([`KeeperCmd`]).
 //!
-//! A fill runs in a forked filler (`inside::fill`), confined before it reads the archive; the
+//! A fill runs in a forked filler (`jail_inside::fill_main`), confined before it reads the archive; the
 //! keeper only makes its staging directory, later renames it into `trees/` (sealing: the
 //! filler has exited by then and nothing of it can remain) or removes it.
 
@@ -39,8 +39,8 @@ use rustix::mount::{MountFlags, MountPropagationFlags, OpenTreeFlags};
 use rustix::process::{Pid, Signal, WaitOptions};
 use rustix::thread::UnshareFlags;
 
-use crate::protocol::{KeeperCmd, KeeperReply, recv_msg, send_msg};
-use crate::sys::{Forked, fork_single_threaded, unshare_namespaces};
+use jail_sys::sys::{Forked, fork_single_threaded, unshare_namespaces};
+use jail_wire::protocol::{KeeperCmd, KeeperReply, recv_msg, send_msg};
 
 /// The argument that selects the keeper's entry point.
 pub const KEEPER_ARG: &str = "__keeper";
@@ -107,7 +107,7 @@ pub fn keeper_main(args: &[String]) -> i32 {
         tracing::error!(args = %args.join(" "), "keeper: bad arguments");
         return 2;
     };
-    let sock = crate::sys::take_fd(0);
+    let sock = jail_sys::sys::take_fd(0);
     let started = start(&a, sock.as_fd()).and_then(|cache| {
         let mut k = Keeper {
             uid: a.uid,
@@ -179,7 +179,7 @@ fn start(a: &KeeperArgs, sock: std::os::fd::BorrowedFd<'_>) -> Result<Cache, Str
     let opts = std::ffi::CString::new(format!(
         "size={},nr_inodes={},mode=0700",
         a.bytes,
-        (a.bytes / crate::protocol::ENTRY_OVERHEAD).saturating_add(1024)
+        (a.bytes / jail_wire::protocol::ENTRY_OVERHEAD).saturating_add(1024)
     ))
     .map_err(|e| e.to_string())?;
     rustix::mount::mount(
@@ -202,7 +202,7 @@ fn start(a: &KeeperArgs, sock: std::os::fd::BorrowedFd<'_>) -> Result<Cache, Str
     // 5.
     landlock_cache_only(&root)?;
     // 5b.
-    let denied = crate::seccomp::install_keeper_filter().map_err(|e| format!("seccomp: {e}"))?;
+    let denied = jail_sys::seccomp::install_keeper_filter().map_err(|e| format!("seccomp: {e}"))?;
     tracing::debug!(denied, "tree cache keeper: Landlock and seccomp in force");
     Ok(cache)
 }
@@ -308,15 +308,15 @@ impl Keeper {
                     .map_err(|e| format!("staging {id}: {e}"))?;
                 match fork_single_threaded().map_err(|e| format!("fork: {e}"))? {
                     Forked::Child => {
-                        let placed = [(archive, 0), (reply, 1), (dir, crate::inside::STAGING_FD)];
+                        let placed = [(archive, 0), (reply, 1), (dir, jail_inside::STAGING_FD)];
                         for (fd, at) in &placed {
-                            if crate::sys::dup_to(fd.as_fd(), *at).is_err() {
+                            if jail_sys::sys::dup_to(fd.as_fd(), *at).is_err() {
                                 std::process::exit(1);
                             }
                         }
                         // The umask must not take the modes the extractor sets.
                         rustix::process::umask(Mode::empty());
-                        crate::inside::fill_main(&options, limits)
+                        jail_inside::fill_main(&options, limits)
                     }
                     Forked::Parent(pid) => {
                         let pid = Pid::from_raw(pid).ok_or("fork: bad PID")?;
@@ -374,7 +374,7 @@ impl Keeper {
                         | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
                 )
                 .map_err(|e| format!("lend {key}: open_tree: {e}"))?;
-                crate::sys::mount_setattr_idmapped_readonly(mnt.as_fd(), userns.as_fd())
+                jail_sys::sys::mount_setattr_idmapped_readonly(mnt.as_fd(), userns.as_fd())
                     .map_err(|e| format!("lend {key}: idmapped mount: {e}"))?;
                 Ok((KeeperReply::Ok, Some(mnt)))
             }
@@ -395,7 +395,7 @@ impl Keeper {
                 | OpenTreeFlags::AT_RECURSIVE,
         )
         .map_err(|e| format!("lending a tree: open_tree: {e}"))?;
-        crate::sys::mount_setattr_idmapped_readonly(mnt.as_fd(), userns.as_fd()).map_err(|e| {
+        jail_sys::sys::mount_setattr_idmapped_readonly(mnt.as_fd(), userns.as_fd()).map_err(|e| {
             format!(
                 "this kernel cannot lend a tree: an idmapped mount of the cache's tmpfs failed ({e}); tmpfs supports idmapped mounts from Linux 6.3"
             )

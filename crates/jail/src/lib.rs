@@ -2,44 +2,39 @@
 //! parameter commands — in a jail: a fresh process per request, with a leased UID/GID, no
 //! capabilities, no_new_privs, Landlock, seccomp, cgroups and namespaces.
 //!
-//! Two sides, one process boundary between them:
+//! The privileged side, and the public face of four crates:
 //! - [`supervisor`] runs in the server process and holds its privileges: [`Supervisor::start`]
 //!   (the start-up sequence, fail closed), the one translation of a policy into what the
 //!   runtime enforces (`supervisor::plan`), and the runner that leases UIDs, creates cgroups,
 //!   feeds jails and reclaims them;
-//! - `inside` is the jail: it confines itself (`inside::confine`, a numbered sequence) before
-//!   it reads any byte of a request, then extracts the archive and runs the commands.
+//! - the jail itself is the `jail-inside` crate: it confines itself (`confine`, a numbered
+//!   sequence) before it reads any byte of a request, then extracts the archive and runs the
+//!   commands. This crate names only its entry points (`jail_main`, `fill_main`);
+//! - they share only `jail-wire` (the pipe protocol, and the request's vocabulary re-exported
+//!   here as [`spec`] and [`record`]) and `jail-sys` (the kernel primitives).
 //!
-//! They share only the pipe protocol (`protocol`: frames and the messages that cross) and the
-//! request's vocabulary ([`spec`], [`record`]). `factory` is the boundary itself: the process
-//! that forks each jail. Knows nothing of gRPC; the server calls [`Runner`].
-// `unsafe` is denied everywhere but `sys`, which holds every raw call (each with a SAFETY note).
-#![deny(unsafe_code)]
+//! `factory` is the boundary itself: the process that forks each jail. Knows nothing of gRPC;
+//! the server calls [`Runner`].
+// `unsafe` lives in `jail_sys::sys` only.
+#![forbid(unsafe_code)]
 
-mod cancel;
 mod factory;
-mod inside;
 mod keeper;
-mod protocol;
-mod reaper;
-pub mod record;
-pub mod redact;
-mod seccomp;
-pub mod spec;
 pub mod supervisor;
-mod sys;
+
+pub use jail_wire::{record, redact, spec};
 
 use std::io::Read;
 
-pub use cancel::{CancelReason, CancelToken};
 pub use factory::{FACTORY_ARG, factory_main};
-pub use keeper::{KEEPER_ARG, keeper_main};
-pub use protocol::KILL_GRACE;
-pub use record::{Limit, RunRecord};
-pub use spec::{
+pub use jail_sys::cancel::{CancelReason, CancelToken};
+pub use jail_wire::protocol::KILL_GRACE;
+pub use jail_wire::record::{Limit, RunRecord};
+pub use jail_wire::spec::{
     ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, RequestSpec, Task, TimeLimit,
     bounded, parse_generated,
 };
+pub use keeper::{KEEPER_ARG, keeper_main};
 pub use supervisor::reclaim::{RECLAIM_ARG, reclaim_main};
 pub use supervisor::runner::ReplyShare;
 pub use supervisor::uid::{proc_uid, processes_in_range};
@@ -50,8 +45,8 @@ pub use supervisor::{DenialLog, Enforcement, Owner, Plan, StartError, StartOptio
 /// other sandboxes needs to count their CPU in the right window.
 #[doc(hidden)]
 pub mod bench {
-    pub use crate::inside::{CmdSpec, run};
-    pub use crate::reaper::reap_orphans;
+    pub use jail_inside::{CmdSpec, run};
+    pub use jail_sys::reaper::reap_orphans;
 }
 
 /// What [`Runner::execute`] produced: the outcome, and its share of the server's reply memory,

@@ -8,6 +8,7 @@ pub mod policy;
 pub mod quantity;
 mod raw;
 pub mod seccomp;
+pub mod vocab;
 
 pub use policy::{
     CachePolicy, DEFAULT_POLICY_YAML, LandlockFeature, LandlockRequirement, Namespaces,
@@ -15,3 +16,4 @@ pub use policy::{
 };
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;
+pub use vocab::Namespace;

@@ -10,177 +10,16 @@ pub use crate::error::{API_VERSION, PolicyError};
 use crate::quantity::parse_quantity;
 pub(crate) use crate::raw::RawQty;
 use crate::raw::{
-    RawArchive, RawCache, RawEnv, RawFs, RawLandlock, RawLimits, RawNamespace, RawNetwork,
-    RawPolicy, RawUidRange,
+    RawArchive, RawCache, RawEnv, RawFs, RawLandlock, RawLimits, RawNetwork, RawPolicy, RawUidRange,
+};
+use crate::vocab::Namespace;
+pub use crate::vocab::{
+    LandlockFeature, LandlockRequirement, NetworkMode, Protection, SeccompMode,
 };
 use plugin::locate;
 
 /// The embedded default policy (`policies/default.yaml`).
 pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");
-
-/// A protection that can be required.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Protection {
-    /// A unique UID/GID leased per request.
-    UniqueUid,
-    /// `no_new_privs`.
-    NoNewPrivs,
-    /// Landlock filesystem (and, ABI ≥ 4, network) rules.
-    Landlock,
-    /// The seccomp profile.
-    Seccomp,
-    /// cgroup limits (memory, pids, CPU).
-    Cgroups,
-    /// Namespaces (mount, PID, network, IPC, UTS).
-    Namespaces,
-}
-
-impl Protection {
-    /// The name used in policy files (`uniqueUid`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protection::UniqueUid => "uniqueUid",
-            Protection::NoNewPrivs => "noNewPrivs",
-            Protection::Landlock => "landlock",
-            Protection::Seccomp => "seccomp",
-            Protection::Cgroups => "cgroups",
-            Protection::Namespaces => "namespaces",
-        }
-    }
-}
-
-impl std::fmt::Display for Protection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A Landlock feature, by the kernel ABI that brought it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum LandlockFeature {
-    /// Filesystem access rights (ABI 1): the request directory writable, system paths
-    /// read-only, everything else denied.
-    Filesystem,
-    /// Linking and renaming across directories (ABI 2).
-    Refer,
-    /// Truncating files (ABI 3).
-    Truncate,
-    /// TCP bind and connect (ABI 4; denied with `network: none`).
-    Tcp,
-    /// ioctl on devices (ABI 5).
-    IoctlDev,
-    /// Abstract unix sockets created outside the jail are unreachable (ABI 6).
-    AbstractUnixSocketScope,
-    /// Processes outside the jail cannot be signalled (ABI 6).
-    SignalScope,
-}
-
-impl LandlockFeature {
-    /// Every feature, oldest first.
-    pub const ALL: [LandlockFeature; 7] = [
-        LandlockFeature::Filesystem,
-        LandlockFeature::Refer,
-        LandlockFeature::Truncate,
-        LandlockFeature::Tcp,
-        LandlockFeature::IoctlDev,
-        LandlockFeature::AbstractUnixSocketScope,
-        LandlockFeature::SignalScope,
-    ];
-
-    /// The Landlock ABI version that brought it.
-    pub fn abi(self) -> u8 {
-        match self {
-            LandlockFeature::Filesystem => 1,
-            LandlockFeature::Refer => 2,
-            LandlockFeature::Truncate => 3,
-            LandlockFeature::Tcp => 4,
-            LandlockFeature::IoctlDev => 5,
-            LandlockFeature::AbstractUnixSocketScope | LandlockFeature::SignalScope => 6,
-        }
-    }
-
-    /// The name used in policy files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LandlockFeature::Filesystem => "filesystem",
-            LandlockFeature::Refer => "refer",
-            LandlockFeature::Truncate => "truncate",
-            LandlockFeature::Tcp => "tcp",
-            LandlockFeature::IoctlDev => "ioctlDev",
-            LandlockFeature::AbstractUnixSocketScope => "abstractUnixSocketScope",
-            LandlockFeature::SignalScope => "signalScope",
-        }
-    }
-}
-
-/// What the policy requires of Landlock beyond its presence (`spec.landlock`; needs `landlock`
-/// in `spec.require`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LandlockRequirement {
-    /// The lowest kernel Landlock ABI start-up accepts (1 without a `landlock` section).
-    pub min_abi: u8,
-    /// Features that must be in effect (each implies its ABI).
-    pub features: Vec<LandlockFeature>,
-}
-
-impl LandlockRequirement {
-    /// The ABI the requirement amounts to.
-    pub fn abi(&self) -> u8 {
-        self.features
-            .iter()
-            .map(|f| f.abi())
-            .chain([self.min_abi])
-            .max()
-            .unwrap_or(1)
-    }
-}
-
-/// Network access for plugin commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum NetworkMode {
-    /// No TCP connect/bind, no non-unix sockets.
-    None,
-    /// Outbound connections allowed (e.g. helm dependency fetches).
-    Egress,
-    /// Only the destinations of `spec.network.allow`, through the supervisor's proxy (the
-    /// jail keeps its empty network namespace).
-    AllowList,
-}
-
-impl NetworkMode {
-    /// The name used in policy files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NetworkMode::None => "none",
-            NetworkMode::Egress => "egress",
-            NetworkMode::AllowList => "allowList",
-        }
-    }
-}
-
-/// Whether seccomp denies or only logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SeccompMode {
-    /// Deny with the profile's action.
-    Enforce,
-    /// Log what would be denied (for writing a policy).
-    Audit,
-}
-
-impl SeccompMode {
-    /// The name used in policy files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SeccompMode::Enforce => "enforce",
-            SeccompMode::Audit => "audit",
-        }
-    }
-}
 
 /// Resource limits for one request, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -858,7 +697,7 @@ fn check_limits(l: &RawLimits) -> Result<Limits, PolicyError> {
 
 /// `spec.namespaces`: all when absent; each at most once; not empty when required.
 fn check_namespaces(
-    list: Option<&[RawNamespace]>,
+    list: Option<&[Namespace]>,
     require: &[Protection],
 ) -> Result<Namespaces, PolicyError> {
     let namespaces = match list {
@@ -871,6 +710,13 @@ fn check_namespaces(
             cgroup: true,
         },
         Some(list) => {
+            if list.contains(&Namespace::User) {
+                return Err(invalid(
+                    "spec.namespaces",
+                    "lists `user`, which is not a choice: the user namespace is created whenever \
+                     any other is; list only mount, pid, net, ipc, uts and cgroup",
+                ));
+            }
             let mut sorted = list.to_vec();
             sorted.sort_by_key(|n| *n as u8);
             if sorted.windows(2).any(|w| w[0] == w[1]) {
@@ -878,12 +724,12 @@ fn check_namespaces(
             }
             let has = |n| list.contains(&n);
             Namespaces {
-                mount: has(RawNamespace::Mount),
-                pid: has(RawNamespace::Pid),
-                net: has(RawNamespace::Net),
-                ipc: has(RawNamespace::Ipc),
-                uts: has(RawNamespace::Uts),
-                cgroup: has(RawNamespace::Cgroup),
+                mount: has(Namespace::Mount),
+                pid: has(Namespace::Pid),
+                net: has(Namespace::Net),
+                ipc: has(Namespace::Ipc),
+                uts: has(Namespace::Uts),
+                cgroup: has(Namespace::Cgroup),
             }
         }
     };
@@ -1158,6 +1004,23 @@ mod tests {
                 1,
             );
         assert!(Policy::parse(&no_net, None).is_ok());
+        // The user namespace comes with any other; naming it, or one twice, is refused.
+        for (list, why) in [
+            ("[user, mount]", "lists `user`, which is not a choice"),
+            ("[mount, mount]", "lists a namespace twice"),
+            ("[mount, time]", "unknown variant `time`"),
+        ] {
+            let text = DEFAULT_POLICY_YAML.replacen(
+                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+                &format!("namespaces: {list}"),
+                1,
+            );
+            let err = Policy::parse(&text, None).expect_err(list).to_string();
+            assert!(
+                err.contains("spec.namespaces") && err.contains(why),
+                "{list}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::policy::{LandlockFeature, NetworkMode, Protection, SeccompMode};
+use crate::vocab::{LandlockFeature, Namespace, NetworkMode, Protection, SeccompMode};
 
 /// A number or a Kubernetes-style quantity string in the file.
 #[derive(Debug, Clone, Deserialize)]
@@ -28,24 +28,12 @@ pub(crate) struct RawMeta {
     pub(crate) name: String,
 }
 
-/// A namespace the jail may create per request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) enum RawNamespace {
-    Mount,
-    Pid,
-    Net,
-    Ipc,
-    Uts,
-    Cgroup,
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RawSpec {
     pub(crate) require: Vec<Protection>,
     #[serde(default)]
-    pub(crate) namespaces: Option<Vec<RawNamespace>>,
+    pub(crate) namespaces: Option<Vec<Namespace>>,
     pub(crate) uid_range: RawUidRange,
     pub(crate) filesystem: RawFs,
     pub(crate) network: RawNetwork,

@@ -27,10 +27,10 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use sha2::{Digest, Sha256};
 
 use crate::keeper::{KEEPER_ARG, KeeperArgs};
-use crate::protocol::{
+use jail_wire::protocol::{
     ENTRY_OVERHEAD, FillLimits, FillReply, KeeperCmd, KeeperReply, recv_msg, send_msg,
 };
-use crate::spec::{ErrorKind, RequestError};
+use jail_wire::spec::{ErrorKind, RequestError};
 
 /// How long the keeper may take to answer a command (a lend maps a namespace: milliseconds).
 const KEEPER_ANSWER: Duration = Duration::from_secs(10);
@@ -538,13 +538,13 @@ impl TreeCache {
         loop {
             match input.read(&mut buf) {
                 Ok(0) => {
-                    ended = crate::protocol::write_frame(&mut w, b'E', &[]).is_ok()
+                    ended = jail_wire::protocol::write_frame(&mut w, b'E', &[]).is_ok()
                         && w.flush().is_ok();
                     break;
                 }
                 Ok(n) => {
                     self.fill_moved(key);
-                    if crate::protocol::write_frame(&mut w, b'D', &buf[..n]).is_err() {
+                    if jail_wire::protocol::write_frame(&mut w, b'D', &buf[..n]).is_err() {
                         break;
                     }
                 }
@@ -757,14 +757,14 @@ fn wait_or_kill(child: &mut Child) {
     let end = Instant::now() + Duration::from_secs(2);
     while Instant::now() < end {
         if let Ok(Some(_)) = child.try_wait() {
-            crate::reaper::untrack(pid);
+            jail_sys::reaper::untrack(pid);
             return;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     // Still running: it cannot outlive us by much, and its cache goes with its namespaces.
     let _ = child.kill();
-    crate::reaper::untrack(pid);
+    jail_sys::reaper::untrack(pid);
 }
 
 /// Start a keeper and hand it its namespace's maps: the cache identity and the jails' range
@@ -810,7 +810,7 @@ fn spawn_keeper(
         .stdin(Stdio::from(theirs))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
-    let mut child = crate::reaper::spawn_tracked(&mut cmd).map_err(|e| e.to_string())?;
+    let mut child = jail_sys::reaper::spawn_tracked(&mut cmd).map_err(|e| e.to_string())?;
     let pid = child.id();
     let handshake = (|| {
         expect_ok(recv_msg::<KeeperReply>(ours.as_fd()))?;
@@ -833,7 +833,7 @@ fn spawn_keeper(
         while Instant::now() < end && !matches!(child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        crate::reaper::untrack(pid as i32);
+        jail_sys::reaper::untrack(pid as i32);
         return Err(e);
     }
     tracing::debug!(pid, bytes = tmpfs, "tree cache keeper started");
@@ -869,7 +869,7 @@ fn read_fill_reply(r: std::fs::File, deadline: Option<Instant>) -> Result<FillRe
         Err(e) => return Err(e.to_string()),
     }
     let mut r = r;
-    crate::protocol::read_json_frame::<FillReply>(&mut r, b'R')?
+    jail_wire::protocol::read_json_frame::<FillReply>(&mut r, b'R')?
         .ok_or_else(|| "it ended without an answer".to_owned())
 }
 

@@ -20,12 +20,12 @@ use std::sync::Arc;
 
 use policy::{Policy, Protection};
 
-pub use crate::protocol::TESTED_LANDLOCK_ABI;
-pub use crate::protocol::{
+pub use cgroup::{CgroupLimits, Layout, Readback};
+pub use jail_sys::seccomp::SeccompError;
+pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;
+pub use jail_wire::protocol::{
     LandlockStatus, Namespace, NamespaceReport, NsNote, Report, SelfTestOutcome,
 };
-pub use crate::seccomp::SeccompError;
-pub use cgroup::{CgroupLimits, Layout, Readback};
 pub use plan::{Overrides, Plan, wanted_namespaces};
 pub use privilege::{PrivilegeModel, Privileges};
 
@@ -557,7 +557,7 @@ impl Supervisor {
                 gaps.join("; ")
             );
         }
-        crate::reaper::start_orphan_reaper();
+        jail_sys::reaper::start_orphan_reaper();
         Ok((
             Supervisor {
                 runner,

@@ -10,9 +10,9 @@ use plugin::PluginConfig;
 use policy::{NetworkMode, Policy, Protection};
 
 use super::cgroup::CgroupLimits;
-use crate::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
-use crate::seccomp::{CompiledFilter, SeccompError};
-use crate::spec::{Operation, RequestSpec, Task, TimeLimit};
+use jail_sys::seccomp::{CompiledFilter, SeccompError};
+use jail_wire::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
+use jail_wire::spec::{Operation, RequestSpec, Task, TimeLimit};
 
 /// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
 const NPROC_HEADROOM: u64 = 16;
@@ -98,11 +98,14 @@ impl Plan {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Plan {
         let env: Vec<(String, String)> = env.into_iter().collect();
-        let (seccomp, seccomp_error) =
-            match crate::seccomp::compile(&policy.seccomp, policy.seccomp_mode, policy.network) {
-                Ok(f) => (Some(f), None),
-                Err(e) => (None, Some(e)),
-            };
+        let (seccomp, seccomp_error) = match jail_sys::seccomp::compile(
+            &policy.seccomp,
+            policy.seccomp_mode,
+            policy.network,
+        ) {
+            Ok(f) => (Some(f), None),
+            Err(e) => (None, Some(e)),
+        };
         Plan {
             policy_name: policy.name.clone(),
             policy_sha256: policy.sha256.clone(),

@@ -77,7 +77,7 @@ pub fn reclaim_main(args: &[String]) -> i32 {
         // process exists, so its result says nothing.)
         let mut rounds = 0;
         loop {
-            if let Err(e) = crate::sys::kill_all_of_my_uid() {
+            if let Err(e) = jail_sys::sys::kill_all_of_my_uid() {
                 tracing::error!(uid, error = %e, "reclaim: kill failed");
                 return 1;
             }

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
-use crate::cancel::CancelToken;
-use crate::protocol::KILL_GRACE;
+use jail_sys::cancel::CancelToken;
+use jail_wire::protocol::KILL_GRACE;
 
 /// What more than the jail's own kill grace a stopping jail is given.
 const BACKSTOP: Duration = Duration::from_secs(2);
@@ -103,9 +103,9 @@ fn kill_uid(k: ReclaimArgs, exe: PathBuf) {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
             // Tracked: the orphan reaper must not take its exit status.
-            if let Ok(mut helper) = crate::reaper::spawn_tracked(&mut cmd) {
+            if let Ok(mut helper) = jail_sys::reaper::spawn_tracked(&mut cmd) {
                 let _ = helper.wait();
-                crate::reaper::untrack(helper.id() as i32);
+                jail_sys::reaper::untrack(helper.id() as i32);
             }
         });
 }
@@ -205,7 +205,7 @@ fn watch_loop(rx: &mpsc::Receiver<Watch>, wake: &CancelToken) {
                 .map(|w| w.w.cancel.poll_fds().ok().map(|(fd, _)| fd)),
         );
         // No deadline near: sleep until a watch arrives, a token is poked, or the runner goes.
-        let _ = crate::cancel::wait_readable(&fds, timeout);
+        let _ = jail_sys::cancel::wait_readable(&fds, timeout);
         drop(fds);
         wake.clear_wake();
         for w in &list {
@@ -272,7 +272,7 @@ mod tests {
             !closed_within(&r1, Duration::from_millis(200)),
             "still running"
         );
-        c1.cancel(crate::cancel::CancelReason::Cancelled);
+        c1.cancel(jail_sys::cancel::CancelReason::Cancelled);
         assert!(
             closed_within(&r1, Duration::from_secs(2)),
             "cancelled: closed"

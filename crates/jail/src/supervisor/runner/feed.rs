@@ -17,7 +17,7 @@ pub(super) enum Feed {
 /// How a fill extracts: the request's archive options and the filler's limits.
 pub(super) struct FillJob {
     pub(super) options: archive::Options,
-    pub(super) limits: crate::protocol::FillLimits,
+    pub(super) limits: jail_wire::protocol::FillLimits,
 }
 
 /// A borrowed tree, returned to the cache when dropped.
@@ -44,7 +44,7 @@ impl Inner {
         spec: &RequestSpec,
         input: Box<dyn Read + Send>,
     ) -> Result<Feed, RequestError> {
-        use crate::record::TreeCacheUse;
+        use jail_wire::record::TreeCacheUse;
         let Some(cache) = self.cache.get() else {
             return Ok(Feed::Archive(input));
         };
@@ -66,7 +66,7 @@ impl Inner {
                     "tree cache: the archive is smaller than spec.cache.minArchiveBytes; it extracts in its own jail"
                 );
             }
-            crate::record::update(&spec.record, |r| {
+            jail_wire::record::update(&spec.record, |r| {
                 r.tree_cache = Some(TreeCacheUse::Uncached)
             });
             return Ok(Feed::Archive(input));
@@ -78,7 +78,7 @@ impl Inner {
                 Ok(Feed::Tree(b, input))
             }
             Lookup::Fill(ticket) => {
-                let limits = crate::protocol::FillLimits {
+                let limits = jail_wire::protocol::FillLimits {
                     cpu_seconds: options.limits.wall_clock.as_secs().max(1),
                     data_bytes: self.cfg.plan.data_bytes(),
                     address_space_bytes: self.cfg.plan.address_space_bytes(),
@@ -92,7 +92,7 @@ impl Inner {
             }
             Lookup::Uncached(why) => {
                 tracing::debug!(why, "tree cache: this request extracts in its own jail");
-                crate::record::update(&spec.record, |r| {
+                jail_wire::record::update(&spec.record, |r| {
                     r.tree_cache = Some(TreeCacheUse::Uncached)
                 });
                 Ok(Feed::Archive(input))
@@ -110,7 +110,7 @@ impl Inner {
         deadline: Option<Instant>,
         record: &Recorder,
     ) -> Result<Borrow, FillFailed> {
-        use crate::record::TreeCacheUse;
+        use jail_wire::record::TreeCacheUse;
         let cache = self
             .cache
             .get()
@@ -123,7 +123,7 @@ impl Inner {
             }
             Err(FillFailed::NotStarted(e)) => Err(FillFailed::NotStarted(e)),
             Err(FillFailed::Failed(e)) => {
-                crate::record::update(record, |r| {
+                jail_wire::record::update(record, |r| {
                     r.tree_cache = Some(TreeCacheUse::Filled);
                     if e.kind != ErrorKind::Internal && e.kind != ErrorKind::Cancelled {
                         r.limit = Some(Limit::Archive);
@@ -142,8 +142,8 @@ pub(super) fn receive_listener(
     sock: &std::fs::File,
 ) -> std::io::Result<(std::net::TcpListener, bool)> {
     match receive_tagged(sock)? {
-        (crate::protocol::EGRESS_LISTENER, Some(fd)) => Ok((fd.into(), false)),
-        (crate::protocol::EGRESS_LISTENER_SHARED, Some(fd)) => Ok((fd.into(), true)),
+        (jail_wire::protocol::EGRESS_LISTENER, Some(fd)) => Ok((fd.into(), false)),
+        (jail_wire::protocol::EGRESS_LISTENER_SHARED, Some(fd)) => Ok((fd.into(), true)),
         _ => Err(std::io::Error::other("the jail sent no listener")),
     }
 }
@@ -153,8 +153,8 @@ pub(super) fn receive_mounter(
     sock: &std::fs::File,
 ) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     match receive_tagged(sock)? {
-        (crate::protocol::MOUNTER_SOCKET, Some(fd)) => Ok(Some(fd)),
-        (crate::protocol::NO_MOUNTER, None) => Ok(None),
+        (jail_wire::protocol::MOUNTER_SOCKET, Some(fd)) => Ok(Some(fd)),
+        (jail_wire::protocol::NO_MOUNTER, None) => Ok(None),
         _ => Err(std::io::Error::other(
             "the jail sent no word of its mounter",
         )),
@@ -170,8 +170,8 @@ pub(super) fn fall_back_to_extraction(
     if let Some(c) = cache {
         c.not_lent();
     }
-    crate::record::update(record, |r| {
-        r.tree_cache = Some(crate::record::TreeCacheUse::Uncached);
+    jail_wire::record::update(record, |r| {
+        r.tree_cache = Some(jail_wire::record::TreeCacheUse::Uncached);
         r.archive = None;
     });
 }
@@ -179,16 +179,16 @@ pub(super) fn fall_back_to_extraction(
 /// The tree in the request's record: from the cache or filled by it, as its extraction (the
 /// fill's time, from `filled_since`; a hit extracted nothing).
 pub(super) fn note_tree(record: &Recorder, b: &Borrow, filled_since: Option<Instant>) {
-    use crate::record::TreeCacheUse;
-    let now = crate::record::unix_nanos();
+    use jail_wire::record::TreeCacheUse;
+    let now = jail_wire::record::unix_nanos();
     let took = filled_since.map_or(0, |t| t.elapsed().as_micros() as u64);
-    crate::record::update(record, |r| {
+    jail_wire::record::update(record, |r| {
         r.tree_cache = Some(if b.filled {
             TreeCacheUse::Filled
         } else {
             TreeCacheUse::Hit
         });
-        r.archive = Some(crate::record::ArchiveRecord {
+        r.archive = Some(jail_wire::record::ArchiveRecord {
             entries: b.entries,
             file_bytes: b.file_bytes,
             started_unix_nanos: now.saturating_sub(took.saturating_mul(1000)),
@@ -209,15 +209,15 @@ pub(super) fn attach_tree(
         Some(Duration::from_secs(10)),
     )
     .map_err(|e| e.to_string())?;
-    crate::protocol::send_msg(
+    jail_wire::protocol::send_msg(
         mounter.as_fd(),
-        &crate::protocol::MounterCmd::Attach,
+        &jail_wire::protocol::MounterCmd::Attach,
         &[tree.as_fd()],
     )
     .map_err(|e| e.to_string())?;
-    match crate::protocol::recv_msg::<crate::protocol::MounterReply>(mounter.as_fd()) {
-        Ok(Some((crate::protocol::MounterReply::Ok, _))) => Ok(()),
-        Ok(Some((crate::protocol::MounterReply::Failed(e), _))) => Err(e),
+    match jail_wire::protocol::recv_msg::<jail_wire::protocol::MounterReply>(mounter.as_fd()) {
+        Ok(Some((jail_wire::protocol::MounterReply::Ok, _))) => Ok(()),
+        Ok(Some((jail_wire::protocol::MounterReply::Failed(e), _))) => Err(e),
         Ok(None) => Err("the mounter is gone".into()),
         Err(e) => Err(e.to_string()),
     }

@@ -18,13 +18,13 @@ use super::cgroup::{CgroupStats, Layout, RequestCgroup};
 use super::plan::Plan;
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use super::uid::{Lease, UidPool, proc_uid, processes_in_range};
-use crate::cancel::CancelToken;
 use crate::factory::{Factory, JailProcess};
-use crate::protocol::KILL_GRACE;
-use crate::protocol::{Creds, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame};
-use crate::record::{Limit, Recorder};
-use crate::spec::{ErrorKind, RequestError, RequestSpec};
 use crate::{Executed, Runner};
+use jail_sys::cancel::CancelToken;
+use jail_wire::protocol::KILL_GRACE;
+use jail_wire::protocol::{Creds, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame};
+use jail_wire::record::{Limit, Recorder};
+use jail_wire::spec::{ErrorKind, RequestError, RequestSpec};
 
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);
@@ -342,7 +342,7 @@ impl Inner {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        crate::reaper::spawn_tracked(&mut cmd)
+        jail_sys::reaper::spawn_tracked(&mut cmd)
     }
 }
 
@@ -357,7 +357,7 @@ fn name_of(spec: &RequestSpec) -> Result<String, RequestError> {
 
 fn wait(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
     let r = child.wait();
-    crate::reaper::untrack(child.id() as i32);
+    jail_sys::reaper::untrack(child.id() as i32);
     r
 }
 

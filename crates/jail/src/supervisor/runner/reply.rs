@@ -12,10 +12,10 @@ pub(super) fn read_reply(
 ) -> Result<Option<RawReply>, RequestError> {
     let max = usize::try_from(cap).unwrap_or(usize::MAX).saturating_add(1);
     // Stderr lines of the running command come first, each logged as it arrives.
-    let mut head = crate::protocol::read_frame_head(r, max);
-    while let Ok(Some((crate::protocol::STDERR_LINE, n))) = head {
+    let mut head = jail_wire::protocol::read_frame_head(r, max);
+    while let Ok(Some((jail_wire::protocol::STDERR_LINE, n))) = head {
         log_stderr_line(r, n)?;
-        head = crate::protocol::read_frame_head(r, max);
+        head = jail_wire::protocol::read_frame_head(r, max);
     }
     match head {
         Ok(None) => Ok(None),
@@ -43,9 +43,9 @@ pub(super) fn read_reply(
     }
 }
 
-/// Log one [`crate::protocol::StderrLine`] frame of `n` bytes (in the request's span).
+/// Log one [`jail_wire::protocol::StderrLine`] frame of `n` bytes (in the request's span).
 pub(super) fn log_stderr_line(r: &mut impl Read, n: usize) -> Result<(), RequestError> {
-    if n > crate::protocol::STDERR_LINE_MAX {
+    if n > jail_wire::protocol::STDERR_LINE_MAX {
         return Err(internal(format!(
             "a stderr line frame of {n} bytes from the jail"
         )));
@@ -53,7 +53,7 @@ pub(super) fn log_stderr_line(r: &mut impl Read, n: usize) -> Result<(), Request
     let mut body = vec![0; n];
     r.read_exact(&mut body)
         .map_err(|e| internal(format!("reading the jail's stderr line: {e}")))?;
-    let l: crate::protocol::StderrLine = serde_json::from_slice(&body)
+    let l: jail_wire::protocol::StderrLine = serde_json::from_slice(&body)
         .map_err(|e| internal(format!("the jail's stderr line: {e}")))?;
     if l.more_not_logged {
         tracing::info!(

@@ -28,14 +28,14 @@ impl Who {
     ) -> Option<CgroupStats> {
         if let Some(p) = proxy {
             let (connections, unrecorded) = p.finish();
-            crate::record::update(record, |r| {
+            jail_wire::record::update(record, |r| {
                 r.egress = connections;
                 r.egress_unrecorded = unrecorded;
             });
         }
         let stats = self.cgroup.as_ref().map(|c| c.stats());
         self.record(record);
-        crate::record::update(record, |r| {
+        jail_wire::record::update(record, |r| {
             r.peak_memory_bytes = stats.map(|s| s.peak_memory_bytes);
             r.oom_kills = stats.map(|s| s.oom_kills);
         });
@@ -52,7 +52,7 @@ impl Who {
 
     /// The supervisor's part of the audit record that names the jail.
     fn record(&self, record: &Recorder) {
-        crate::record::update(record, |r| {
+        jail_wire::record::update(record, |r| {
             r.uid = self.creds.map(|c| c.uid);
             r.gid = self.creds.map(|c| c.gid);
             r.cgroup = self.cgroup.as_ref().map(|_| self.name.clone());
@@ -114,8 +114,8 @@ impl Inner {
                 // stream, which the jail now extracts as with the cache off.
                 Err(FillFailed::NotStarted(e)) => {
                     tracing::warn!(error = %e.message, "tree cache: the fill could not start; this request extracts in its own jail");
-                    crate::record::update(record, |r| {
-                        r.tree_cache = Some(crate::record::TreeCacheUse::Uncached);
+                    jail_wire::record::update(record, |r| {
+                        r.tree_cache = Some(jail_wire::record::TreeCacheUse::Uncached);
                         r.archive = None;
                     });
                     forward = true;
@@ -346,7 +346,7 @@ impl Inner {
         };
         let denied = log.take(uid, wait);
         if !denied.is_empty() {
-            crate::record::update(record, |r| r.landlock_denials = denied);
+            jail_wire::record::update(record, |r| r.landlock_denials = denied);
         }
     }
 

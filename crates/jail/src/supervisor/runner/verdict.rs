@@ -18,7 +18,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     else {
         return reply;
     };
-    let rec = crate::record::snapshot(record);
+    let rec = jail_wire::record::snapshot(record);
     let mut refused: Vec<String> = rec
         .egress
         .iter()
@@ -31,7 +31,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     for e in rec
         .seccomp_audit
         .iter()
-        .filter(|e| e.action == crate::record::SeccompAction::Denied)
+        .filter(|e| e.action == jail_wire::record::SeccompAction::Denied)
         .take(3)
     {
         refused.push(if e.syscall == "socket" && network == policy::NetworkMode::None {
@@ -71,7 +71,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
         .last()
         .is_some_and(|c| c.exit_code != Some(0) || c.signal.is_some());
     if command_failed && !plan.withheld_env.is_empty() {
-        crate::record::update(record, |r| r.withheld_env = plan.withheld_env.clone());
+        jail_wire::record::update(record, |r| r.withheld_env = plan.withheld_env.clone());
         let shown: Vec<&str> = plan
             .withheld_env
             .iter()
@@ -114,10 +114,10 @@ pub(super) fn verdict(
     // container's count also moves for another request's kill: it names only a failure.
     let oom = stats.is_some_and(|s| s.oom_kills > 0) || container_oom;
     if stats.is_some_and(|s| s.oom_kills > 0) {
-        crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+        jail_wire::record::update(record, |r| r.limit = Some(Limit::Memory));
     }
     let oom_error = |detail: &str| {
-        crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+        jail_wire::record::update(record, |r| r.limit = Some(Limit::Memory));
         RequestError::new(
             ErrorKind::ResourceExhausted,
             if container_oom {
@@ -142,7 +142,7 @@ pub(super) fn verdict(
         None if matches!(jail_signal, Some(libc::SIGABRT | libc::SIGSEGV))
             && cancel.reason().is_none() =>
         {
-            crate::record::update(record, |r| r.limit = Some(Limit::Memory));
+            jail_wire::record::update(record, |r| r.limit = Some(Limit::Memory));
             return Err(RequestError::new(
                 ErrorKind::ResourceExhausted,
                 format!(
@@ -164,7 +164,7 @@ pub(super) fn verdict(
     // The jail's part (commands, archive, its view of the limit), merged under ours.
     let (Reply::Ok { record: theirs, .. } | Reply::Err { record: theirs, .. }) = &mut reply;
     let theirs = std::mem::take(theirs);
-    crate::record::update(record, |r| {
+    jail_wire::record::update(record, |r| {
         // (A jail on a cached tree extracted nothing: the record has the tree's.)
         if theirs.archive.is_some() {
             r.archive = theirs.archive;
@@ -189,7 +189,7 @@ pub(super) fn verdict(
         // A failure after forks were refused: name the limit (the tool's own message, e.g.
         // "Cannot fork", follows).
         Reply::Err { message, .. } if pids_hit => {
-            crate::record::update(record, |r| r.limit = Some(Limit::Pids));
+            jail_wire::record::update(record, |r| r.limit = Some(Limit::Pids));
             rewritten(RequestError::new(
                 ErrorKind::ResourceExhausted,
                 format!(

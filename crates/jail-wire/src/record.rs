@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+pub use jail_sys::seccomp::{SeccompAction, SeccompEvent};
+
 /// The limit or denial that ended a request or a command: one vocabulary for the audit event's
 /// `limit` and `commands[].endedBy`, the metrics' reasons and the error texts. Serialised as the
 /// audit format's names (`memory`, `pids`, …).
@@ -73,26 +75,6 @@ impl Limit {
 impl std::fmt::Display for Limit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// What the seccomp listener did with a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SeccompAction {
-    /// Denied (enforce mode).
-    Denied,
-    /// Allowed, but enforce mode would have denied it (audit mode).
-    Audited,
-}
-
-impl SeccompAction {
-    /// The name used in audit events and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SeccompAction::Denied => "denied",
-            SeccompAction::Audited => "audited",
-        }
     }
 }
 
@@ -180,20 +162,6 @@ pub fn unix_nanos() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// A system call the seccomp profile denied (enforce mode) or would have denied (audit mode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SeccompEvent {
-    /// System call name (or `nr:<n>` if unknown to this build).
-    pub syscall: String,
-    /// `denied` or `audited` (allowed in audit mode).
-    pub action: SeccompAction,
-    /// How many times.
-    pub count: u64,
-    /// The first command (argv[0]) seen making it.
-    pub comm: String,
 }
 
 /// Something Landlock refused a command, from the kernel's own audit record (Landlock ABI 7

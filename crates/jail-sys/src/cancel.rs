@@ -47,7 +47,7 @@ impl CancelToken {
 
     /// A token cancelled (`Cancelled`) once `fd` is readable or its writers are gone; seen by
     /// [`reason`](Self::reason) and by a command's poll loop, without a thread of its own.
-    pub(crate) fn watching(fd: BorrowedFd<'static>) -> Self {
+    pub fn watching(fd: BorrowedFd<'static>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 watch: Some(fd),
@@ -81,7 +81,7 @@ impl CancelToken {
     }
 
     /// Wake waiters without cancelling (a watched event happened).
-    pub(crate) fn poke(&self) {
+    pub fn poke(&self) {
         self.inner
             .state
             .lock()
@@ -99,7 +99,7 @@ impl CancelToken {
 
     /// The descriptors a polling waiter watches: the wake eventfd (readable after a cancel or
     /// poke; [`clear_wake`](Self::clear_wake) reads it back) and the watched descriptor.
-    pub(crate) fn poll_fds(&self) -> std::io::Result<(BorrowedFd<'_>, Option<BorrowedFd<'_>>)> {
+    pub fn poll_fds(&self) -> std::io::Result<(BorrowedFd<'_>, Option<BorrowedFd<'_>>)> {
         let wake = match self.inner.wake.get() {
             Some(fd) => fd,
             None => {
@@ -123,7 +123,7 @@ impl CancelToken {
     }
 
     /// Read the wake eventfd back to zero.
-    pub(crate) fn clear_wake(&self) {
+    pub fn clear_wake(&self) {
         if let Some(fd) = self.inner.wake.get() {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(fd, &mut b);
@@ -138,11 +138,7 @@ impl CancelToken {
     }
 
     /// Wait until poked, cancelled or `until`; returns whether the deadline passed.
-    pub(crate) fn wait_until(
-        &self,
-        until: Option<Instant>,
-        mut done: impl FnMut() -> bool,
-    ) -> bool {
+    pub fn wait_until(&self, until: Option<Instant>, mut done: impl FnMut() -> bool) -> bool {
         let (m, cv) = (&self.inner.state, &self.inner.changed);
         let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -168,10 +164,7 @@ impl CancelToken {
 }
 
 /// Wait at most `timeout` (None: without end) for `fds`; which of them are ready, in order.
-pub(crate) fn wait_readable(
-    fds: &[Option<BorrowedFd<'_>>],
-    timeout: Option<Duration>,
-) -> Vec<bool> {
+pub fn wait_readable(fds: &[Option<BorrowedFd<'_>>], timeout: Option<Duration>) -> Vec<bool> {
     use rustix::event::Timespec;
     let present: Vec<BorrowedFd<'_>> = fds.iter().flatten().copied().collect();
     let mut polled: Vec<PollFd<'_>> = present

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::seccomp::CompiledFilter;
+use jail_sys::seccomp::CompiledFilter;
 
 /// Time between SIGTERM and SIGKILL (Argo CD's value): the jail's grace for a command, and
 /// what the supervisor adds to a deadline before it kills the jail's UID.
@@ -162,46 +162,7 @@ impl LandlockStatus {
     }
 }
 
-/// A namespace a jail may enter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Namespace {
-    /// `CLONE_NEWUSER`.
-    User,
-    /// `CLONE_NEWNS`.
-    Mount,
-    /// `CLONE_NEWPID`.
-    Pid,
-    /// `CLONE_NEWNET`.
-    Net,
-    /// `CLONE_NEWIPC`.
-    Ipc,
-    /// `CLONE_NEWUTS`.
-    Uts,
-    /// `CLONE_NEWCGROUP`.
-    Cgroup,
-}
-
-impl Namespace {
-    /// Its name in reports and the policy.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Mount => "mount",
-            Self::Pid => "pid",
-            Self::Net => "net",
-            Self::Ipc => "ipc",
-            Self::Uts => "uts",
-            Self::Cgroup => "cgroup",
-        }
-    }
-}
-
-impl std::fmt::Display for Namespace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
-}
+pub use policy::Namespace;
 
 /// Something the namespaces step could not do, and for which namespace (none: a part of
 /// one, such as the private `/proc`, or a file of the named identity).
@@ -683,13 +644,13 @@ pub struct FillLimits {
 /// What a cached tree's entry costs beyond its file bytes (its inode, its directory entry,
 /// the last partial page of a file): charged to the budget and to a fill's room by the
 /// supervisor, and the keeper's tmpfs has an inode per this many bytes.
-pub(crate) const ENTRY_OVERHEAD: u64 = 4096;
+pub const ENTRY_OVERHEAD: u64 = 4096;
 
 /// Largest keeper message (commands and answers are small).
 const MAX_KEEPER_MESSAGE: usize = 64 << 10;
 
 /// Send `msg` as one `SOCK_SEQPACKET` message with `fds` as `SCM_RIGHTS`.
-pub(crate) fn send_msg(
+pub fn send_msg(
     sock: std::os::fd::BorrowedFd<'_>,
     msg: &impl Serialize,
     fds: &[std::os::fd::BorrowedFd<'_>],
@@ -711,7 +672,7 @@ pub(crate) fn send_msg(
 }
 
 /// Receive one message sent by [`send_msg`] (`None` when the peer closed its end).
-pub(crate) fn recv_msg<T: serde::de::DeserializeOwned>(
+pub fn recv_msg<T: serde::de::DeserializeOwned>(
     sock: std::os::fd::BorrowedFd<'_>,
 ) -> io::Result<Option<(T, Vec<std::os::fd::OwnedFd>)>> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};

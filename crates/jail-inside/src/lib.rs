@@ -1,11 +1,14 @@
-//! The jail: the confined side. A process forked by the jail factory (`crate::factory`) for
+//! The jail: the confined side. A process forked by the jail factory (the `jail` crate) for
 //! each request, which reads its preparation, confines itself (`confine`, a numbered sequence,
 //! with `namespaces`) before any request exists, then reads the request header, extracts the
 //! archive (`request`) and runs the plugin's commands (`run`). It talks to the supervisor only
-//! through the pipe protocol (`crate::protocol`).
+//! through the pipe protocol (`jail_wire::protocol`).
+//!
+//! A crate of its own so the compiler holds the boundary: it cannot name the supervisor (no
+//! dependency on the `jail` crate), and the supervisor can name only the entry points below.
+// `unsafe` lives in `jail_sys::sys` only.
+#![forbid(unsafe_code)]
 
-// Private: the rest of the crate names only the entry points below, so the supervisor
-// cannot reach into the jail's internals (the compiler holds the boundary).
 mod confine;
 mod fill;
 mod layout;
@@ -17,8 +20,8 @@ mod run;
 /// The entry points: the jail (the factory forks it), the filler (the keeper forks it), the
 /// capability count the factory probes before it forks, and one command run as the jail
 /// runs it (the benchmark harness).
-pub(crate) use confine::last_cap;
-pub(crate) use fill::{STAGING_FD, fill_main};
+pub use confine::last_cap;
+pub use fill::{STAGING_FD, fill_main};
 pub use run::{CmdSpec, run};
 
 use std::io::{Read, Write};
@@ -28,11 +31,11 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 
-use crate::cancel::CancelToken;
-use crate::protocol::{FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame};
-use crate::record::Limit;
-use crate::spec::{ErrorKind, Task};
 use confine::confine;
+use jail_sys::cancel::CancelToken;
+use jail_wire::protocol::{FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame};
+use jail_wire::record::Limit;
+use jail_wire::spec::{ErrorKind, Task};
 use layout::{HOME_DIR, REPO_DIR, TMP_DIR};
 use request::{Failure, Request, extract, run_operation};
 
@@ -48,7 +51,7 @@ fn send_frame(tag: u8, body: &impl serde::Serialize) -> bool {
         return false;
     };
     let mut out = std::io::stdout().lock();
-    crate::protocol::write_frame(&mut out, tag, &body).is_ok() && out.flush().is_ok()
+    jail_wire::protocol::write_frame(&mut out, tag, &body).is_ok() && out.flush().is_ok()
 }
 
 /// After replying (or when retired unused): kill every other process of the jail — commands,
@@ -65,7 +68,7 @@ fn send_frame(tag: u8, body: &impl serde::Serialize) -> bool {
 fn clean_up(dir: &std::os::fd::OwnedFd, unique_uid: bool, private_tree: bool) -> bool {
     let own_pid_ns = rustix::process::getpid().is_init();
     let can_kill = unique_uid || own_pid_ns;
-    let killed = !can_kill || crate::sys::kill_all_of_my_uid().is_ok();
+    let killed = !can_kill || jail_sys::sys::kill_all_of_my_uid().is_ok();
     reap_children(can_kill);
     let emptied = (private_tree && own_pid_ns) || archive::remove_contents(dir.as_fd()).is_ok();
     killed && emptied
@@ -154,7 +157,7 @@ pub fn jail_main() -> i32 {
         // PID 1 of the jail's namespace: orphans of the commands are ours to reap, which each
         // command's poll loop does while it runs (no orphan exists before a command, and the
         // ones left after the last die with the namespace).
-        crate::reaper::reap_in_command_loop();
+        jail_sys::reaper::reap_in_command_loop();
     }
     let unique_uid = report.unique_uid;
     let private_tree = report.namespaces.disk_bytes.is_some();
@@ -217,7 +220,7 @@ fn archive_end(frames: &mut FrameReader<impl Read>) -> Result<(), Failure> {
 fn probe(
     work_root: &Path,
     writes: &[PathBuf],
-    mut report: crate::protocol::Report,
+    mut report: jail_wire::protocol::Report,
     dir: &std::os::fd::OwnedFd,
 ) -> i32 {
     let base = report.request_dir.clone();
@@ -237,7 +240,7 @@ fn probe(
 fn run_confined(
     mut task: Task,
     deadline_ms: Option<u64>,
-    report: crate::protocol::Report,
+    report: jail_wire::protocol::Report,
     dir: &std::os::fd::OwnedFd,
     tree_attached: bool,
 ) -> i32 {
@@ -288,8 +291,8 @@ fn run_confined(
     // the supervisor died). Watched by each command's poll loop, and between commands.
     let cancel = CancelToken::watching(rustix::stdio::stdin());
     let result = tree.and_then(|()| run_operation(&req, &cancel));
-    let mut record = crate::record::snapshot(&req.record);
-    record.seccomp_audit = crate::seccomp::audited();
+    let mut record = jail_wire::record::snapshot(&req.record);
+    record.seccomp_audit = jail_sys::seccomp::audited();
     match result {
         Ok(outcome) => reply(&Reply::Ok {
             outcome: Some(outcome),
@@ -325,7 +328,7 @@ fn run_confined(
                 && record
                     .seccomp_audit
                     .iter()
-                    .any(|d| d.action == crate::record::SeccompAction::Denied)
+                    .any(|d| d.action == jail_wire::record::SeccompAction::Denied)
             {
                 record.limit = Some(Limit::Seccomp);
             }

@@ -10,10 +10,10 @@ use archive::{DirWriter, ExtractError, Resolver};
 use plugin::{glob, params, split_manifests_within};
 
 use super::run::{CmdError, CmdSpec, run_recorded};
-use crate::cancel::CancelToken;
-use crate::protocol::{STDERR_LINE, StderrLine};
-use crate::record::Phase;
-use crate::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
+use jail_sys::cancel::CancelToken;
+use jail_wire::protocol::{STDERR_LINE, StderrLine};
+use jail_wire::record::Phase;
+use jail_wire::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
 
 /// One request as the jail runs it: its task, where its tree is, its clock and its record.
 #[derive(Debug)]
@@ -25,7 +25,7 @@ pub(crate) struct Request {
     /// When the request must be finished.
     pub deadline: Option<Instant>,
     /// What the request did (returned with the reply).
-    pub record: crate::record::Recorder,
+    pub record: jail_wire::record::Recorder,
 }
 
 /// Why a request failed in the jail. Messages follow Argo CD's wording where it has one; the
@@ -99,11 +99,11 @@ pub(crate) fn extract(req: &Request, input: impl Read) -> Result<(), Failure> {
         .map_err(|r| Failure::Archive(ExtractError::new(r)))?;
     let mut opts = req.task.archive.clone();
     opts.preserve_file_mode = req.task.config.spec.preserve_file_mode;
-    let started_unix_nanos = crate::record::unix_nanos();
+    let started_unix_nanos = jail_wire::record::unix_nanos();
     let started = Instant::now();
     let summary = archive::extract(input, &mut writer, &opts)?;
-    crate::record::update(&req.record, |r| {
-        r.archive = Some(crate::record::ArchiveRecord {
+    jail_wire::record::update(&req.record, |r| {
+        r.archive = Some(jail_wire::record::ArchiveRecord {
             entries: summary.entries,
             file_bytes: summary.file_bytes,
             started_unix_nanos,
@@ -132,7 +132,7 @@ pub(crate) fn run_operation(req: &Request, cancel: &CancelToken) -> Result<Outco
     if let Some(prefix) = prefix
         && !app.is_dir()
     {
-        let rel = crate::spec::bounded(&req.task.app_rel_path, 256);
+        let rel = jail_wire::spec::bounded(&req.task.app_rel_path, 256);
         return Err(Failure::Command {
             prefix,
             source: CmdError::Start(format!(
@@ -189,7 +189,7 @@ fn live_stderr(phase: Phase, env: &[(String, String)]) -> super::run::LineSink {
         let frame = match n.cmp(&LIVE_LINES) {
             std::cmp::Ordering::Less => StderrLine {
                 phase,
-                line: crate::redact::redact(&String::from_utf8_lossy(line), &env),
+                line: jail_wire::redact::redact(&String::from_utf8_lossy(line), &env),
                 more_not_logged: false,
             },
             std::cmp::Ordering::Equal => StderrLine {
@@ -231,14 +231,14 @@ fn command_with_stdin(
         (None, Some((c, text))) => (Some(c), TimeLimit::Command { text }),
         (r, _) => (r, req.task.deadline_limit.clone()),
     };
-    let mut rec = crate::record::CommandRecord {
+    let mut rec = jail_wire::record::CommandRecord {
         phase,
         argv: argv.to_vec(),
-        started_unix_nanos: crate::record::unix_nanos(),
+        started_unix_nanos: jail_wire::record::unix_nanos(),
         ..Default::default()
     };
     let out = run_recorded(&cs, deadline, cancel, &mut rec);
-    crate::record::update(&req.record, |r| r.commands.push(rec));
+    jail_wire::record::update(&req.record, |r| r.commands.push(rec));
     let out = out.map_err(|e| match e {
         CmdError::Deadline { argv, stderr, .. } => CmdError::Deadline {
             argv,
@@ -248,7 +248,8 @@ fn command_with_stdin(
         other => other,
     })?;
     if !out.stderr.is_empty() {
-        let stderr = crate::redact::redact(&String::from_utf8_lossy(&out.stderr), &req.task.env);
+        let stderr =
+            jail_wire::redact::redact(&String::from_utf8_lossy(&out.stderr), &req.task.env);
         tracing::info!(%stderr, argv = %argv.join(" "), "plugin command stderr");
     }
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -337,6 +338,6 @@ fn generator(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome,
             source,
         })?;
     Ok(Outcome::Generated(
-        crate::spec::parse_generated(&out).map_err(Failure::GeneratorOutput)?,
+        jail_wire::spec::parse_generated(&out).map_err(Failure::GeneratorOutput)?,
     ))
 }

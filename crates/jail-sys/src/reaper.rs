@@ -17,9 +17,7 @@ fn tracked() -> &'static Mutex<HashSet<i32>> {
 
 /// Spawn a child the caller will reap, and track it atomically with its creation: a child that
 /// exits at once must never be mistaken for an orphan by a concurrent reaper pass.
-pub(crate) fn spawn_tracked(
-    cmd: &mut std::process::Command,
-) -> std::io::Result<std::process::Child> {
+pub fn spawn_tracked(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
     let mut set = tracked().lock().unwrap_or_else(|e| e.into_inner());
     let child = cmd.spawn()?;
     set.insert(child.id() as i32);
@@ -28,7 +26,7 @@ pub(crate) fn spawn_tracked(
 
 /// Track the child `create` makes (and returns the PID of) atomically with its creation, as
 /// [`spawn_tracked`] does for a `Command`.
-pub(crate) fn track_pid(create: impl FnOnce() -> std::io::Result<i32>) -> std::io::Result<i32> {
+pub fn track_pid(create: impl FnOnce() -> std::io::Result<i32>) -> std::io::Result<i32> {
     let mut set = tracked().lock().unwrap_or_else(|e| e.into_inner());
     let pid = create()?;
     set.insert(pid);
@@ -36,7 +34,7 @@ pub(crate) fn track_pid(create: impl FnOnce() -> std::io::Result<i32>) -> std::i
 }
 
 /// The runner reaped `pid`.
-pub(crate) fn untrack(pid: i32) {
+pub fn untrack(pid: i32) {
     tracked()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -89,16 +87,16 @@ pub fn reap_orphans() -> usize {
 static IN_COMMAND_LOOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// How often orphans are looked for.
-pub(crate) const ORPHAN_PASS: Duration = Duration::from_secs(1);
+pub const ORPHAN_PASS: Duration = Duration::from_secs(1);
 
 /// Have the command loop reap orphans (a single-threaded jail that is PID 1: only its
 /// commands make orphans, and only while they run).
-pub(crate) fn reap_in_command_loop() {
+pub fn reap_in_command_loop() {
     IN_COMMAND_LOOP.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Whether the command loop reaps orphans.
-pub(crate) fn reaps_in_command_loop() -> bool {
+pub fn reaps_in_command_loop() -> bool {
     IN_COMMAND_LOOP.load(std::sync::atomic::Ordering::Relaxed)
 }
 

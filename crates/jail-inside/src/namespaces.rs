@@ -24,8 +24,8 @@ use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
 
 use super::layout::{ConfineError, TMP_DIR, fail, make_subdirs};
-use crate::protocol::{Creds, DiskLimit, Namespace, NamespaceReport, NsNote};
-use crate::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
+use jail_sys::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
+use jail_wire::protocol::{Creds, DiskLimit, Namespace, NamespaceReport, NsNote};
 
 /// Where the request tree lives after [`enter`], and on which side of the PID fork we are.
 #[derive(Debug)]
@@ -403,7 +403,7 @@ fn become_init(tree: Option<PathBuf>) -> Result<Option<OwnedFd>, ConfineError> {
             }
             let code = wait_for_init(child);
             drop(alive_w);
-            crate::sys::exit_now(code);
+            jail_sys::sys::exit_now(code);
         }
         Forked::Child => {
             drop(alive_w);

@@ -24,7 +24,39 @@ use seccompiler::BpfProgram;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::record::SeccompAction;
+/// What the seccomp listener did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SeccompAction {
+    /// Denied (enforce mode).
+    Denied,
+    /// Allowed, but enforce mode would have denied it (audit mode).
+    Audited,
+}
+
+impl SeccompAction {
+    /// The name used in audit events and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeccompAction::Denied => "denied",
+            SeccompAction::Audited => "audited",
+        }
+    }
+}
+
+/// A system call the seccomp profile denied (enforce mode) or would have denied (audit mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeccompEvent {
+    /// System call name (or `nr:<n>` if unknown to this build).
+    pub syscall: String,
+    /// `denied` or `audited` (allowed in audit mode).
+    pub action: SeccompAction,
+    /// How many times.
+    pub count: u64,
+    /// The first command (argv[0]) seen making it.
+    pub comm: String,
+}
 
 /// Why a profile cannot be compiled or installed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -798,12 +830,12 @@ pub fn serve_notifications(
 }
 
 /// The calls denied (enforce) or that would have been (audit), for the request's record.
-pub fn audited() -> Vec<crate::record::SeccompEvent> {
+pub fn audited() -> Vec<SeccompEvent> {
     AUDITED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .map(|(s, (n, c, action))| crate::record::SeccompEvent {
+        .map(|(s, (n, c, action))| SeccompEvent {
             syscall: s.clone(),
             action: *action,
             count: *n,

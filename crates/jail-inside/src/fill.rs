@@ -28,14 +28,14 @@ use landlock::{
 use rustix::process::{Resource, Rlimit};
 
 use super::request::Failure;
-use crate::protocol::{FillLimits, FillReply, FrameReader, write_frame};
-use crate::spec::ErrorKind;
+use jail_wire::protocol::{FillLimits, FillReply, FrameReader, write_frame};
+use jail_wire::spec::ErrorKind;
 
 /// The staging directory's descriptor in the filler.
-pub(crate) const STAGING_FD: i32 = 3;
+pub const STAGING_FD: i32 = 3;
 
 /// Run the filler (in the keeper's fork): never returns.
-pub(crate) fn fill_main(options: &archive::Options, limits: FillLimits) -> ! {
+pub fn fill_main(options: &archive::Options, limits: FillLimits) -> ! {
     let reply = match confine(limits).map_err(|e| (ErrorKind::Internal, e)) {
         Ok(staging) => extract(staging, options),
         Err(e) => Err(e),
@@ -53,7 +53,8 @@ pub(crate) fn fill_main(options: &archive::Options, limits: FillLimits) -> ! {
 
 fn confine(limits: FillLimits) -> Result<OwnedFd, String> {
     // 1. Only stdin, stdout, stderr and the staging directory stay open.
-    crate::sys::close_fds_from(STAGING_FD + 1).map_err(|e| format!("closing descriptors: {e}"))?;
+    jail_sys::sys::close_fds_from(STAGING_FD + 1)
+        .map_err(|e| format!("closing descriptors: {e}"))?;
     // fd 3 was placed by the keeper for this process alone: owned here.
     let staging = owned(STAGING_FD);
     // 2. Its own session.
@@ -87,13 +88,13 @@ fn confine(limits: FillLimits) -> Result<OwnedFd, String> {
     // 6. Landlock.
     landlock_staging_only(staging.as_fd())?;
     // 7. seccomp.
-    crate::seccomp::install_fill_filter().map_err(|e| format!("seccomp: {e}"))?;
+    jail_sys::seccomp::install_fill_filter().map_err(|e| format!("seccomp: {e}"))?;
     Ok(staging)
 }
 
 /// `fd` as an owned descriptor (the keeper placed it for this process alone).
 fn owned(fd: i32) -> OwnedFd {
-    crate::sys::take_fd(fd)
+    jail_sys::sys::take_fd(fd)
 }
 
 fn landlock_staging_only(staging: BorrowedFd<'_>) -> Result<(), String> {

@@ -7,8 +7,8 @@
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 
-use crate::record::{CommandRecord, Limit};
-use crate::spec::TimeLimit;
+use jail_wire::record::{CommandRecord, Limit};
+use jail_wire::spec::TimeLimit;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, WaitIdOptions, kill_process_group};
 
-use crate::cancel::{CancelReason, CancelToken};
-use crate::protocol::KILL_GRACE;
+use jail_sys::cancel::{CancelReason, CancelToken};
+use jail_wire::protocol::KILL_GRACE;
 
 /// One command to run.
 #[derive(Clone)]
@@ -202,7 +202,7 @@ fn signal_name(sig: i32) -> String {
 
 /// stderr for an error message: credentials redacted, trimmed, capped.
 fn trimmed_stderr(b: &[u8], env: &[(String, String)]) -> String {
-    let s = crate::redact::redact(&String::from_utf8_lossy(b), env);
+    let s = jail_wire::redact::redact(&String::from_utf8_lossy(b), env);
     let t = s.trim();
     if t.len() > STDERR_IN_ERROR {
         let mut cut = STDERR_IN_ERROR;
@@ -415,7 +415,7 @@ pub fn run_recorded(
         .poll_fds()
         .map_err(|e| CmdError::Start(format!("watching for a cancel: {e}")))?;
     let mut child: Child =
-        crate::reaper::spawn_tracked(&mut cmd).map_err(|e| start_error(program, &e))?;
+        jail_sys::reaper::spawn_tracked(&mut cmd).map_err(|e| start_error(program, &e))?;
     let pid = child.id() as i32;
     let started = Instant::now();
     tracing::debug!(pid, argv = %argv_log, cwd = %spec.cwd.display(), "command started");
@@ -443,8 +443,8 @@ pub fn run_recorded(
     // Kill whatever is left of the group (daemons, stragglers) while the id is still reserved.
     let _ = kill_process_group(pgid, Signal::KILL);
     // wait4 rather than Child::wait: the rusage carries the command's peak memory.
-    let reaped = crate::sys::wait4_rusage(pid);
-    crate::reaper::untrack(pid);
+    let reaped = jail_sys::sys::wait4_rusage(pid);
+    jail_sys::reaper::untrack(pid);
     drop(child);
     let (raw, peak_rss) = reaped.map_err(|e| CmdError::Start(e.to_string()))?;
     let status = std::process::ExitStatus::from_raw(raw);
@@ -489,8 +489,8 @@ fn supervise(
 ) -> (bool, Option<CancelReason>) {
     let mut cancelled = None;
     let mut grace_end: Option<Instant> = None;
-    let reaps = crate::reaper::reaps_in_command_loop();
-    let mut next_pass = Instant::now() + crate::reaper::ORPHAN_PASS;
+    let reaps = jail_sys::reaper::reaps_in_command_loop();
+    let mut next_pass = Instant::now() + jail_sys::reaper::ORPHAN_PASS;
     loop {
         if has_exited(pgid) {
             break;
@@ -498,11 +498,11 @@ fn supervise(
         if reaps && Instant::now() >= next_pass {
             // The jail is PID 1: orphans of this command (a daemonising child that exited)
             // are its zombies; the command itself is tracked and left alone.
-            let n = crate::reaper::reap_orphans();
+            let n = jail_sys::reaper::reap_orphans();
             if n > 0 {
                 tracing::debug!(reaped = n, "reaped orphaned processes");
             }
-            next_pass = Instant::now() + crate::reaper::ORPHAN_PASS;
+            next_pass = Instant::now() + jail_sys::reaper::ORPHAN_PASS;
         }
         if grace_end.is_none() {
             cancelled = cancel.reason();
@@ -526,7 +526,7 @@ fn supervise(
         }
         // The watched descriptor stays readable once it ended: only until the stop began.
         let watched = watch.filter(|_| grace_end.is_none());
-        let ready = crate::cancel::wait_readable(
+        let ready = jail_sys::cancel::wait_readable(
             &[
                 out.pipe.as_ref().map(AsFd::as_fd),
                 err.pipe.as_ref().map(AsFd::as_fd),
@@ -554,7 +554,7 @@ fn supervise(
 fn drain(out: &mut Stream, err: &mut Stream, buf: &mut Vec<u8>) {
     let drain_end = Instant::now() + PIPE_DRAIN;
     while (out.open() || err.open()) && Instant::now() < drain_end {
-        let ready = crate::cancel::wait_readable(
+        let ready = jail_sys::cancel::wait_readable(
             &[
                 out.pipe.as_ref().map(AsFd::as_fd),
                 err.pipe.as_ref().map(AsFd::as_fd),

@@ -34,7 +34,7 @@ use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::layout::{ConfineError, fail, make_subdirs};
-use crate::protocol::{
+use jail_wire::protocol::{
     Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Namespace, Report, Sandbox,
     TESTED_LANDLOCK_ABI,
 };
@@ -74,7 +74,7 @@ pub const STATUS_KEYS: &[&str] = &[
 /// The highest capability number this kernel knows, read once: the jail factory reads it
 /// before its first fork (`factory::warm_up`), so every jail inherits it instead of reading
 /// `/proc/sys` twice.
-pub(crate) fn last_cap() -> u32 {
+pub fn last_cap() -> u32 {
     static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *LAST.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
@@ -287,7 +287,7 @@ pub fn confine(
             Ok(listener) => {
                 seccomp_filters = f.filters();
                 if let Some(l) = listener {
-                    crate::seccomp::serve_notifications(l, f)
+                    jail_sys::seccomp::serve_notifications(l, f)
                         .map_err(|e| fail("seccomp", format!("audit listener: {e}")))?;
                 }
             }
@@ -345,7 +345,7 @@ pub fn confine(
 /// TCP Fast Open; a kernel without them is refused here, naming both ways out.
 fn egress_listener(
     sb: &Sandbox,
-    ns: &crate::protocol::NamespaceReport,
+    ns: &jail_wire::protocol::NamespaceReport,
 ) -> Result<Option<u16>, ConfineError> {
     if sb.network != NetworkMode::AllowList {
         return Ok(None);
@@ -361,9 +361,9 @@ fn egress_listener(
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail(step, e))?;
     let port = listener.local_addr().map_err(|e| fail(step, e))?.port();
     let tag = if own_namespace {
-        crate::protocol::EGRESS_LISTENER
+        jail_wire::protocol::EGRESS_LISTENER
     } else {
-        crate::protocol::EGRESS_LISTENER_SHARED
+        jail_wire::protocol::EGRESS_LISTENER_SHARED
     };
     hand_over(tag, Some(listener.as_fd())).map_err(|e| handing_over(step, "egress listener", e))?;
     Ok(Some(port))

@@ -17,7 +17,7 @@ use std::path::Path;
 use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::mount::{MountFlags, MoveMountFlags, UnmountFlags};
 
-use crate::protocol::{MounterCmd, MounterReply, recv_msg, send_msg};
+use jail_wire::protocol::{MounterCmd, MounterReply, recv_msg, send_msg};
 
 /// The layers' directory, beside `repo/`.
 const LAYERS: &str = ".cmp-warden-layers";
