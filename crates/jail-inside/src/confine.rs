@@ -35,8 +35,8 @@ use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::layout::{ConfineError, fail, make_subdirs};
 use jail_wire::protocol::{
-    Creds, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Namespace, Report, Sandbox,
-    TESTED_LANDLOCK_ABI,
+    Creds, Degraded, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Namespace, Reduced, Report,
+    Sandbox, TESTED_LANDLOCK_ABI,
 };
 
 /// A failed hand-over: the supervisor gone (its end closed) or something to report.
@@ -144,8 +144,9 @@ pub fn confine(
         .and_then(|()| std::fs::read_to_string("/proc/self/oom_score_adj"))
         .map(|v| v.trim().to_owned());
     if oom_score_adj.as_deref().ok() != Some("1000") {
-        degraded.push(format!(
-            "oom_score_adj: not raised to 1000 ({oom_score_adj:?}): a command filling the container's memory may take the server with it"
+        degraded.push(Degraded::new(
+            Reduced::OomScoreAdj,
+            format!("not raised to 1000 ({oom_score_adj:?}): a command filling the container's memory may take the server with it"),
         ));
     }
 
@@ -177,7 +178,10 @@ pub fn confine(
             "policy requires uniqueUid but no lease was given",
         ));
     } else {
-        degraded.push("uniqueUid: commands share the server's UID".to_owned());
+        degraded.push(Degraded::new(
+            Reduced::UniqueUid,
+            "commands share the server's UID",
+        ));
     }
 
     // 5. Every capability set, read back.
@@ -218,20 +222,26 @@ pub fn confine(
                 ),
             ));
         }
-        degraded.push(format!("namespaces: {:?}", namespaces.failed_lines()));
+        degraded.push(Degraded::new(
+            Reduced::Namespaces,
+            format!("{:?}", namespaces.failed_lines()),
+        ));
     }
     if namespaces.disk_bytes.is_none() {
-        degraded.push(
-            "disk: no private tmpfs (no mount namespace); spec.limits.diskBytes not enforced, only RLIMIT_FSIZE per file"
-                .to_owned(),
-        );
+        degraded.push(Degraded::new(
+            Reduced::Disk,
+            "no private tmpfs (no mount namespace); spec.limits.diskBytes not enforced, only RLIMIT_FSIZE per file",
+        ));
     }
     let bounding_cleared = (0..=last_cap()).all(|n| {
         !rustix::thread::capability_is_in_bounding_set(CapabilitySet::from_bits_retain(1u64 << n))
             .unwrap_or(true)
     });
     if !bounding_cleared {
-        degraded.push("bounding set kept (no CAP_SETPCAP); no_new_privs and empty permitted/ambient sets still prevent regaining capabilities".to_owned());
+        degraded.push(Degraded::new(
+            Reduced::BoundingSet,
+            "kept (no CAP_SETPCAP); no_new_privs and empty permitted/ambient sets still prevent regaining capabilities",
+        ));
     }
 
     // 7b. `network: allowList`: the egress listener, on the new namespace's loopback (the
@@ -272,11 +282,17 @@ pub fn confine(
         tcp_fence,
     )?;
     if ll.status == LandlockStatus::None {
-        degraded.push("landlock: not enforced by this kernel".to_owned());
+        degraded.push(Degraded::new(
+            Reduced::Landlock,
+            "not enforced by this kernel",
+        ));
     } else if ll.status == LandlockStatus::Partial {
-        degraded.push(format!(
-            "landlock: partially enforced (kernel ABI {:?} < tested {})",
-            ll.abi, TESTED_LANDLOCK_ABI as i32
+        degraded.push(Degraded::new(
+            Reduced::Landlock,
+            format!(
+                "partially enforced (kernel ABI {:?} < tested {})",
+                ll.abi, TESTED_LANDLOCK_ABI as i32
+            ),
         ));
     }
 
@@ -292,7 +308,7 @@ pub fn confine(
                 }
             }
             Err(e) if required(Protection::Seccomp) => return Err(fail("seccomp", e)),
-            Err(e) => degraded.push(format!("seccomp: {e}")),
+            Err(e) => degraded.push(Degraded::new(Reduced::Seccomp, e.to_string())),
         },
         None if required(Protection::Seccomp) => {
             return Err(fail(
@@ -300,7 +316,7 @@ pub fn confine(
                 "policy requires seccomp but no filter was given",
             ));
         }
-        None => degraded.push("seccomp: no filter".to_owned()),
+        None => degraded.push(Degraded::new(Reduced::Seccomp, "no filter")),
     }
 
     let ids = status_lines(&["Uid", "Gid"]);

@@ -33,7 +33,9 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 
 use confine::confine;
 use jail_sys::cancel::CancelToken;
-use jail_wire::protocol::{FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame};
+use jail_wire::protocol::{
+    Degraded, FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame,
+};
 use jail_wire::record::Limit;
 use jail_wire::spec::{ErrorKind, Task};
 use layout::{HOME_DIR, REPO_DIR, TMP_DIR};
@@ -143,7 +145,7 @@ pub fn jail_main() -> i32 {
         landlock = report.landlock.as_str(),
         seccomp_filters = report.seccomp_filters,
         namespaces = %report.namespaces.created_list(),
-        degraded = %report.degraded.join("; "),
+        degraded = %Degraded::joined(&report.degraded),
         us = t0.elapsed().as_micros() as u64,
         "confined"
     );

@@ -164,6 +164,74 @@ impl LandlockStatus {
 
 pub use policy::Namespace;
 
+/// Which protection a jail applied less of than asked (not required by the policy, so the jail
+/// went on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reduced {
+    /// `oom_score_adj` not raised to 1000.
+    OomScoreAdj,
+    /// No leased UID: commands share the server's.
+    UniqueUid,
+    /// A namespace could not be created.
+    Namespaces,
+    /// No private tmpfs: `diskBytes` not enforced.
+    Disk,
+    /// The capability bounding set could not be emptied.
+    BoundingSet,
+    /// Landlock missing or below the tested ABI.
+    Landlock,
+    /// No seccomp filter installed.
+    Seccomp,
+}
+
+impl Reduced {
+    /// Its name in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OomScoreAdj => "oom_score_adj",
+            Self::UniqueUid => "uniqueUid",
+            Self::Namespaces => "namespaces",
+            Self::Disk => "disk",
+            Self::BoundingSet => "bounding set",
+            Self::Landlock => "landlock",
+            Self::Seccomp => "seccomp",
+        }
+    }
+}
+
+/// A protection applied less than asked, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Degraded {
+    /// Which protection.
+    pub what: Reduced,
+    /// What was missing and what still holds.
+    pub why: String,
+}
+
+impl Degraded {
+    /// `what`, because `why`.
+    pub fn new(what: Reduced, why: impl Into<String>) -> Self {
+        Self {
+            what,
+            why: why.into(),
+        }
+    }
+
+    /// A report's list as one log field (`what: why; …`).
+    pub fn joined(list: &[Degraded]) -> String {
+        list.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+impl std::fmt::Display for Degraded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what.as_str(), self.why)
+    }
+}
+
 /// Something the namespaces step could not do, and for which namespace (none: a part of
 /// one, such as the private `/proc`, or a file of the named identity).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -299,7 +367,7 @@ pub struct Report {
     /// Installed seccomp filters (0 = none).
     pub seccomp_filters: usize,
     /// Protections that could not be applied but were not required.
-    pub degraded: Vec<String>,
+    pub degraded: Vec<Degraded>,
     /// The jail's own /proc/self/status lines that prove the above (Uid … Seccomp_filters).
     pub status: Vec<String>,
     /// Namespaces created for the request.
@@ -510,6 +578,21 @@ impl<R: Read> Read for FrameReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn degraded_protections_read_as_one_log_field_and_cross_the_pipe() {
+        let list = vec![
+            Degraded::new(Reduced::Landlock, "not enforced by this kernel"),
+            Degraded::new(Reduced::Seccomp, "no filter"),
+        ];
+        assert_eq!(
+            Degraded::joined(&list),
+            "landlock: not enforced by this kernel; seccomp: no filter"
+        );
+        let json = serde_json::to_string(&list).expect("json");
+        let back: Vec<Degraded> = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back, list);
+    }
 
     #[test]
     fn frames_round_trip_and_abort_is_an_error() {

@@ -906,7 +906,7 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        degraded = %r.degraded.join("; "),
+        degraded = %jail_wire::protocol::Degraded::joined(&r.degraded),
         landlock_denials = %e.denial_log.describe(),
         tree_cache = %e.tree_cache_phrase(),
         self_test = %r

@@ -22,7 +22,9 @@ use crate::factory::{Factory, JailProcess};
 use crate::{Executed, Runner};
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::KILL_GRACE;
-use jail_wire::protocol::{Creds, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame};
+use jail_wire::protocol::{
+    Creds, Degraded, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame,
+};
 use jail_wire::record::{Limit, Recorder};
 use jail_wire::spec::{ErrorKind, RequestError, RequestSpec};
 
@@ -405,7 +407,7 @@ impl Runner for Confined {
                 ..
             } => {
                 if !report.degraded.is_empty() {
-                    tracing::warn!(degraded = %report.degraded.join("; "), "request ran with reduced confinement");
+                    tracing::warn!(degraded = %Degraded::joined(&report.degraded), "request ran with reduced confinement");
                 }
                 Ok(Executed { outcome, memory })
             }
