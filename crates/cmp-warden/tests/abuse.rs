@@ -207,7 +207,7 @@ fn request_cgroups(first: u32) -> Vec<PathBuf> {
 fn abuse(mode: &str) -> ((i64, String), Bed) {
     let b = bed(&[]);
     let h = b.hostile(mode, "60s");
-    std::thread::sleep(Duration::from_millis(300));
+    b.s.wait_running(b.first, b.count, 1, || h.is_finished());
     b.honest(3);
     let err = h
         .join()
@@ -234,7 +234,7 @@ fn a_200_mib_stdout_flood_hits_the_output_budget_and_the_server_stays_small() {
     let b = bed(&[]);
     let before = peak_rss_kib(&b.s);
     let h = b.hostile("stdout", "60s");
-    std::thread::sleep(Duration::from_millis(300));
+    b.s.wait_running(b.first, b.count, 1, || h.is_finished());
     b.honest(3);
     let (code, msg) = h.join().expect("thread").expect_err("must fail");
     assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
@@ -817,6 +817,7 @@ fn stalled_streams_hold_no_jail_and_end_at_the_idle_timeout() {
     // Twenty clients that send metadata and then nothing for 30 s: once 604 jail processes
     // and every UID of the pool.
     let stalled: Vec<_> = (0..20).map(|_| slow_client(&b, r.path(), "30s")).collect();
+    // An observation window, not a stage: what is checked is that nothing happens in it.
     std::thread::sleep(Duration::from_millis(1000));
     let procs = b.s.leftover_processes(b.first, b.count);
     assert!(
@@ -920,7 +921,8 @@ fn more_slow_requests_than_uids_wait_their_turn_instead_of_failing() {
     // 20 requests that each hold a jail ~4 s (chunks 1 s apart), against 7 slots: they and an
     // honest request queue for a slot; none fails for want of a UID.
     let slow: Vec<_> = (0..20).map(|_| slow_client(&b, r.path(), "1s")).collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    // The honest request comes once they hold every slot.
+    b.s.wait_running(b.first, b.count, 7, || false);
     b.honest(1);
     for h in slow {
         let v = h

@@ -386,6 +386,7 @@ fn idle_connections_are_capped_and_one_with_a_request_open_is_kept() {
         |_| {},
     );
     // One request open (its command sleeps 2 s) before the flood.
+    let taken = g.logs().matches("\"msg\":\"jail taken\"").count();
     let busy = {
         let body = controller_body("busy", "{}");
         let req = format!(
@@ -396,7 +397,15 @@ fn idle_connections_are_capped_and_one_with_a_request_open_is_kept() {
         s.write_all(req.as_bytes()).expect("write");
         s
     };
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        common::wait_until(Duration::from_secs(15), || g
+            .logs()
+            .matches("\"msg\":\"jail taken\"")
+            .count()
+            > taken),
+        "the busy request never took a jail:\n{}",
+        g.logs()
+    );
     let mut idle: Vec<_> = (0..60)
         .map(|_| {
             let mut s = g.tls_stream();

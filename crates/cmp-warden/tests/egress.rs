@@ -473,7 +473,8 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
             &format!("ARGOCD_ENV_METRICS_PORT={metrics_port}"),
         ],
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Counted once the warm-up is over: its audit event written and the next spare ready.
+    s.wait_settled(1);
     let before = threads();
     let fds_before = fds();
     let v = go(
@@ -1235,7 +1236,7 @@ fn trickling_floods_through_three_proxies_leave_the_servers_threads_bounded() {
     )
     .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     assert!(v["manifests"][0].as_str().expect("m").contains("flood"));
-    std::thread::sleep(Duration::from_millis(500));
+    s.wait_settled(1);
     let idle = threads();
     let floods: Vec<_> = (0..3)
         .map(|_| {

@@ -36,6 +36,7 @@ fn assert_nothing_left(s: &Server, first: u32, count: u32) {
 }
 
 fn run_hang_and_honest(s: &Server, dir: &str) -> ((i64, String), Duration) {
+    let taken = s.jails_taken();
     let sock = s.sock.clone();
     let d = dir.to_owned();
     go_client();
@@ -60,7 +61,8 @@ fn run_hang_and_honest(s: &Server, dir: &str) -> ((i64, String), Duration) {
             t.elapsed(),
         )
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // The honest request once the hanging one holds its jail.
+    s.wait_logged("\"msg\":\"jail taken\"", taken + 1);
     let honest = go(s, "generate", &["-dir", dir]).expect("honest request");
     assert_eq!(
         honest["manifests"][0],
@@ -203,9 +205,11 @@ fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed()
             parse_client_output(&out).expect_err("a bomb must fail")
         })
     };
+    let taken = s.jails_taken();
     let mem = bomb("bomb-memory");
     let fork = bomb("bomb-fork");
-    std::thread::sleep(Duration::from_millis(500));
+    // The honest requests once both bombs hold their jails.
+    s.wait_logged("\"msg\":\"jail taken\"", taken + 2);
     for _ in 0..3 {
         let v = go(&s, "generate", &["-dir", &dir]).expect("honest request beside the bombs");
         assert_eq!(

@@ -431,27 +431,39 @@ fn plaintext_tcp_needs_insecure_and_grpcio_speaks_tls() {
     );
     let addr = tcp_addr(&srv);
     assert!(srv.logs().contains("PLAINTEXT TCP"));
-    let mut silent: Vec<_> = (0..10)
+    let silent: Vec<_> = (0..10)
         .map(|_| std::net::TcpStream::connect(&addr).expect("connect"))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let mut closed = 0;
-    for c in &mut silent {
+    for c in &silent {
         c.set_read_timeout(Some(Duration::from_millis(5)))
             .expect("timeout");
-        let mut b = [0u8; 64];
-        // The server's HTTP/2 settings may come first; a closed one ends in EOF.
-        closed += usize::from(loop {
-            match std::io::Read::read(c, &mut b) {
-                Ok(0) => break true,
-                Ok(_) => continue,
-                Err(e) => {
-                    break e.kind() != std::io::ErrorKind::WouldBlock
-                        && e.kind() != std::io::ErrorKind::TimedOut;
-                }
-            }
-        });
     }
+    // A closed one ends in EOF (the server's HTTP/2 settings may come first); once closed it
+    // stays closed, so counting again is checking sooner, not counting twice.
+    let closed_now = || {
+        silent
+            .iter()
+            .filter(|c| {
+                let mut b = [0u8; 64];
+                loop {
+                    match std::io::Read::read(&mut &**c, &mut b) {
+                        Ok(0) => break true,
+                        Ok(_) => continue,
+                        Err(e) => {
+                            break e.kind() != std::io::ErrorKind::WouldBlock
+                                && e.kind() != std::io::ErrorKind::TimedOut;
+                        }
+                    }
+                }
+            })
+            .count()
+    };
+    let mut closed = 0;
+    // Checked as soon as it holds; well inside the idle timeout, so the cap closed them.
+    common::wait_until(Duration::from_secs(3), || {
+        closed = closed_now();
+        closed >= 6
+    });
     assert!(
         closed >= 6,
         "{closed} of 10 silent plaintext connections closed at the cap of 4"
@@ -508,23 +520,29 @@ fn silent_sockets_on_the_tls_port_do_not_starve_an_honest_call() {
     let addr = tcp_addr(&srv);
     // Built before the clock of the silent sockets starts.
     common::go_client();
-    let mut silent: Vec<std::net::TcpStream> = (0..600)
+    let silent: Vec<std::net::TcpStream> = (0..600)
         .map(|_| std::net::TcpStream::connect(&addr).expect("connect"))
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    for c in &silent {
+        c.set_nonblocking(true).expect("nonblocking");
+    }
+    // The oldest silent sockets are dropped for newer connections: closed, not left open.
+    // Closed reads 0 at once; open would block.
+    let closed_now = || {
+        silent
+            .iter()
+            .filter(|c| matches!(std::io::Read::read(&mut &**c, &mut [0u8; 1]), Ok(0)))
+            .count()
+    };
+    let mut closed = 0;
+    // The honest call comes once the server holds as many as it keeps.
+    common::wait_until(Duration::from_secs(10), || {
+        closed = closed_now();
+        closed >= 600 - 256
+    });
     let v = go_tcp(&addr, "check", &["-tls-ca", s(&k.ca), "-timeout", "5s"])
         .unwrap_or_else(|e| panic!("the honest call was starved: {e:?}\n{}", srv.logs()));
     assert_eq!(v["isDiscoveryConfigured"], false, "{v}");
-    // The oldest silent sockets were dropped for newer connections: closed, not left open.
-    let mut closed = 0;
-    for c in &mut silent {
-        // Closed reads 0 at once; open would block.
-        c.set_nonblocking(true).expect("nonblocking");
-        let mut b = [0u8; 1];
-        if matches!(std::io::Read::read(c, &mut b), Ok(0)) {
-            closed += 1;
-        }
-    }
     assert!(
         closed >= 600 - 256,
         "only {closed} silent sockets were closed"

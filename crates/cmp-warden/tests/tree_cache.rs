@@ -488,7 +488,6 @@ fn a_request_never_waits_on_a_stalled_fill_of_its_archive() {
         assert!(Instant::now() < until, "no fill began:\n{}", s.logs());
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(300));
     let v = go(&s, "generate", &["-dir", dir, "-timeout", "4s"]).unwrap_or_else(|e| {
         panic!(
             "the honest request waited on the stalled one: {e:?}\n{}",

@@ -175,6 +175,24 @@ impl Server {
         }
     }
 
+    /// Wait (up to 15 s) until `n` requests are audited and a spare jail is ready: the
+    /// server idle again, for a test that counts its threads or descriptors.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn wait_settled(&self, n: usize) {
+        assert!(
+            wait_until(Duration::from_secs(15), || self.audit_events().len() >= n
+                && !self.idle_jails().is_empty()),
+            "never settled after {n} requests:\n{}",
+            self.logs()
+        );
+    }
+
+    /// How many jails requests (and the start-up probe) have taken so far.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn jails_taken(&self) -> usize {
+        self.logs().matches("\"msg\":\"jail taken\"").count()
+    }
+
     /// The `treeCache` of each audit event in the log (null where the event has none), once
     /// there are at least `n` events (an event follows its response).
     /// The PID of the tree cache keeper started last (from its log line).
@@ -297,6 +315,27 @@ impl Server {
     /// Processes in the UID range `first..first+count` that belong to no idle jail. A spare's
     /// UID is leased after the previous holder was reclaimed with nothing left (else it is
     /// quarantined, never leased again), so its processes are the spare's own.
+    /// The UIDs of `first..first+count` that requests (not idle spares) hold processes under.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn busy_uids(&self, first: u32, count: u32) -> std::collections::BTreeSet<u32> {
+        self.leftover_processes(first, count)
+            .into_iter()
+            .filter_map(jail::proc_uid)
+            .collect()
+    }
+
+    /// Wait (up to 20 s) until `n` requests hold a jail of `first..first+count`, or `done`
+    /// says they ended first: a test that acts beside a running request waits for it.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn wait_running(&self, first: u32, count: u32, n: usize, done: impl Fn() -> bool) {
+        assert!(
+            wait_until(Duration::from_secs(20), || done()
+                || self.busy_uids(first, count).len() >= n),
+            "{n} requests never ran:\n{}",
+            self.logs()
+        );
+    }
+
     pub fn leftover_processes(&self, first: u32, count: u32) -> Vec<i32> {
         let idle: Vec<u32> = self.idle_jails().iter().filter_map(|j| j.uid).collect();
         jail::processes_in_range(Path::new("/proc"), first, count)
