@@ -17,6 +17,8 @@ def targets(res):
         _e2e_targets(res["e2e"], out)
     if "cache" in res:
         _cache_targets(res["cache"], out)
+    if "versus" in res:
+        _versus_targets(res["versus"], out)
     return [{"target": t, "measured": m, "met": bool(ok)} for t, m, ok in out]
 
 
@@ -76,6 +78,22 @@ def _cache_targets(c, out):
                 m["ratio"] <= 0.2))
 
 
+def _versus_targets(v, out):
+    """Issue 34: over the floor, against Argo CD's own server and against it with bwrap."""
+    if not v.get("upstream"):
+        out.append(("against Argo CD's own cmp-server (issue 34)", "not measured: " + v["not_measured"], False))
+        return
+    for other, limit, mode in (("upstream", 0.5, "cold"), ("upstream+bwrap", 0.5, "cold"),
+                               ("upstream", 0.15, "repeated")):
+        cells = [c for c in v["cells"] if c["mode"] == mode and other in c["ratio_over_floor"]]
+        if not cells:
+            continue
+        worst = max(cells, key=lambda c: c["ratio_over_floor"][other])
+        r = worst["ratio_over_floor"][other]
+        out.append((f"{mode} calls over the floor ≤ {limit}× {other}, every size and concurrency",
+                    f"worst {r:.2f}× ({worst['files']:,} files × {worst['concurrency']})", r <= limit))
+
+
 def _ratio(a, b):
     return f"{a / b:.2f}" if a is not None and b else "—"
 
@@ -100,9 +118,45 @@ def markdown(res, plot_rel):
         _egress_md(res["egress"], L)
     if "cache" in res:
         _cache_md(res["cache"], L)
+    if "versus" in res:
+        _versus_md(res["versus"], L)
     if plot_rel:
         L += [f"![latency vs repo size and vs concurrency]({plot_rel})", ""]
     return "\n".join(L)
+
+
+def _versus_md(v, L):
+    L += ["", "### Against what users would otherwise run, over the floor (issue 34)", "",
+          "Client-side p50 of each server, made as the repo-server makes calls (a new connection, the "
+          "repository packed, 1 KiB chunks); over floor = p50 − the floor server's p50 in the same cell "
+          "(it receives and checks the stream, nothing else). Ratio: cmp-warden's time over the floor ÷ "
+          "the other's. Every server ran in ABBA order in each cell."
+          + ("" if v.get("upstream") else f" Not measured: {v['not_measured']}."), "",
+          "| calls | files × concurrency | floor | " + " | ".join(_vs_names(v)) + " | ratio |",
+          "| --- | --- | --- | " + " | ".join("---" for _ in _vs_names(v)) + " | --- |"]
+    for c in v["cells"]:
+        L.append(_vs_row(c["mode"], c, v))
+    L += ["", "Throughput and tail, cold, with `--max-in-flight` (calls per second, p99):", "",
+          "| files × concurrency | " + " | ".join(["floor", *_vs_names(v)]) + " |",
+          "| --- | " + " | ".join("---" for _ in ["floor", *_vs_names(v)]) + " |"]
+    for c in v["throughput"]:
+        s = c["servers"]
+        L.append(f"| {c['files']:,} × {c['concurrency']} | "
+                 + " | ".join(f"{s[n]['per_s']}/s, p99 {s[n]['p99_ms']:.0f} ms" for n in ["floor", *_vs_names(v)]) + " |")
+    h = v.get("server_hwm_kib", {})
+    L += ["", "cmp-warden server peak RSS (VmHWM): " + ", ".join(f"{k} {kib / 1024:.0f} MiB" for k, kib in h.items()), ""]
+
+
+def _vs_names(v):
+    return (["upstream", "upstream+bwrap"] if v.get("upstream") else []) + ["cmp-warden"]
+
+
+def _vs_row(mode, c, v):
+    s = c["servers"]
+    cols = [f"{s[n]['p50_ms']:.1f} ms (+{s[n]['over_floor_ms']:.1f})" for n in _vs_names(v)]
+    ratio = ", ".join(f"{r:.2f}× {n}" for n, r in c["ratio_over_floor"].items()) or "—"
+    return (f"| {mode} | {c['files']:,} × {c['concurrency']} | {s['floor']['p50_ms']:.1f} ms | "
+            + " | ".join(cols) + f" | {ratio} |")
 
 
 def _egress_md(g, L):
@@ -302,6 +356,12 @@ def problems(res):
         q = e.get("queue")
         if q and q["failures"]:
             out.append(f"e2e queue: {q['failures']} failed request(s) against --max-in-flight {q['max_in_flight']}")
+    v = res.get("versus")
+    if v:
+        for c in v["cells"] + v["throughput"]:
+            for name, s in c["servers"].items():
+                if not s["p50_ms"] > 0:
+                    out.append(f"versus {c['files']} × {c['concurrency']}: {name} p50 = {s['p50_ms']}")
     c = res.get("cache")
     if c:
         for r in c["sizes"]:

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build the grpc-go interop client from Debian's packages (GOPATH mode, no module proxy).
-# Usage: tests/interop/build-go-client.sh OUT_BINARY
+# Build the grpc-go interop client (or, named second, another program of go/src that uses its
+# generated code, e.g. cmpfloor) from Debian's packages (GOPATH mode, no module proxy).
+# Usage: tests/interop/build-go-client.sh OUT_BINARY [PROGRAM]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=$1
+program=${2:-cmpclient}
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 cp -r "$here/go/src" "$build/src"
@@ -15,5 +17,5 @@ protoc -I "$here/../../proto" -I /usr/include \
   --go_out="paths=source_relative,$map:$build/src/cmpclient/repositorypb" repository.proto
 protoc -I "$here/../../proto" -I /usr/include \
   --go_out="plugins=grpc,paths=source_relative,$map:$build/src/cmpclient/pluginpb" plugin.proto
-cd "$build/src/cmpclient"
+cd "$build/src/$program"
 GO111MODULE=off GOPATH="$build:/usr/share/gocode" GOCACHE="$build/cache" go build -o "$out" .

@@ -41,7 +41,9 @@ type envList []string
 func (e *envList) String() string     { return strings.Join(*e, ",") }
 func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 
-func tgz(root string, w io.Writer, exclude []string) error {
+// tgz packs root as the repo-server does; a non-nil nonce adds one more file holding it (the
+// benchmark's "a new archive every request").
+func tgz(root string, w io.Writer, exclude []string, nonce []byte) error {
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
 	files := 0
@@ -98,6 +100,15 @@ func tgz(root string, w io.Writer, exclude []string) error {
 	if files == 0 {
 		return fmt.Errorf("no files to send(%s)", root)
 	}
+	if nonce != nil {
+		hdr := &tar.Header{Name: ".bench-nonce", Mode: 0o644, Size: int64(len(nonce)), Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if _, err := tw.Write(nonce); err != nil {
+			return err
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
@@ -136,6 +147,9 @@ func main() {
 	tlsKey := flag.String("tls-key", "", "key of -tls-cert")
 	token := flag.String("token", "", "bearer token sent as authorization metadata")
 	traceparent := flag.String("traceparent", "", "W3C traceparent sent as metadata (the caller's span)")
+	requests := flag.Int("requests", 0, "load: this many generate calls, each as the repo-server makes one (JSON of their times)")
+	concurrency := flag.Int("concurrency", 1, "load: calls at once")
+	vary := flag.Bool("vary", false, "load: a new archive every call (one more small file)")
 	flag.Parse()
 
 	opts := []grpc.DialOption{
@@ -175,6 +189,10 @@ func main() {
 	if *authority != "" {
 		opts = append(opts, grpc.WithAuthority(*authority))
 	}
+	if *requests > 0 {
+		load(target, opts, *dir, *requests, *concurrency, *vary, *chunk, *timeout)
+		return
+	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
 	conn, err := grpc.DialContext(dctx, target, opts...)
@@ -204,7 +222,7 @@ func main() {
 			data, err = os.ReadFile(*tgzFile)
 		} else {
 			var buf strings.Builder
-			err = tgz(*dir, &buf, exclude)
+			err = tgz(*dir, &buf, exclude, nil)
 			data = []byte(buf.String())
 		}
 		if err != nil {
@@ -303,4 +321,89 @@ func main() {
 		os.Exit(2)
 	}
 	fmt.Println(out)
+}
+
+// load runs GenerateManifest n times, c at once, each as the repo-server makes one: a new
+// connection, the repository packed, streamed in chunks, the reply awaited. It prints one JSON
+// object: each successful call's milliseconds (packing included), the errors, the wall time.
+func load(target string, opts []grpc.DialOption, dir string, n, c int, vary bool, chunk int, timeout time.Duration) {
+	type result struct {
+		ms  float64
+		err error
+	}
+	jobs := make(chan int)
+	results := make(chan result)
+	for w := 0; w < c; w++ {
+		go func() {
+			for i := range jobs {
+				start := time.Now()
+				err := generateOnce(target, opts, dir, i, vary, chunk, timeout)
+				results <- result{float64(time.Since(start).Microseconds()) / 1000, err}
+			}
+		}()
+	}
+	go func() {
+		for i := 0; i < n; i++ {
+			jobs <- i
+		}
+		close(jobs)
+	}()
+	ms, errs := []float64{}, []string{}
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		r := <-results
+		if r.err != nil {
+			errs = append(errs, r.err.Error())
+		} else {
+			ms = append(ms, r.ms)
+		}
+	}
+	out, _ := json.Marshal(map[string]interface{}{"ms": ms, "errors": errs, "wallS": time.Since(t0).Seconds()})
+	fmt.Println(string(out))
+}
+
+func generateOnce(target string, opts []grpc.DialOption, dir string, i int, vary bool, chunk int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := grpc.DialContext(ctx, target, opts...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var nonce []byte
+	if vary {
+		nonce = []byte(fmt.Sprintf("%d-%d-%d\n", os.Getpid(), time.Now().UnixNano(), i))
+	}
+	var buf strings.Builder
+	if err := tgz(dir, &buf, nil, nonce); err != nil {
+		return err
+	}
+	data := []byte(buf.String())
+	sum := sha256.Sum256(data)
+	s, err := pb.NewConfigManagementPluginServiceClient(conn).GenerateManifest(ctx)
+	if err != nil {
+		return err
+	}
+	meta := &pb.ManifestRequestMetadata{AppName: filepath.Base(dir), AppRelPath: ".",
+		Checksum: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	if err := s.Send(&pb.AppStreamRequest{Request: &pb.AppStreamRequest_Metadata{Metadata: meta}}); err != nil {
+		return err
+	}
+	for off := 0; off < len(data); off += chunk {
+		end := off + chunk
+		if end > len(data) {
+			end = len(data)
+		}
+		if err := s.Send(&pb.AppStreamRequest{Request: &pb.AppStreamRequest_File{File: &pb.File{Chunk: data[off:end]}}}); err != nil {
+			break // the server answered early; CloseAndRecv reports it
+		}
+	}
+	resp, err := s.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	if len(resp.Manifests) == 0 {
+		return fmt.Errorf("no manifests")
+	}
+	return nil
 }
