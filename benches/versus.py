@@ -34,7 +34,7 @@ PLUGIN = ("apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetad
 CAT = "[cat, manifest.yaml]"
 # bwrap needs the app directory writable and current; `sh` only to name it.
 BWRAP = ("[sh, -c, 'exec bwrap --ro-bind / / --bind \"$PWD\" \"$PWD\" --chdir \"$PWD\" "
-         "--dev /dev --unshare-all --die-with-parent cat manifest.yaml']")
+         "--unshare-all --die-with-parent cat manifest.yaml']")
 
 
 def go_tool(work, program):
