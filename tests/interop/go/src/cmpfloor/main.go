@@ -2,7 +2,7 @@
 // GenerateManifest. It receives the stream on a unix socket as Argo CD's cmp-server does,
 // checks the archive's SHA-256 against the metadata, and answers one fixed manifest; it
 // extracts nothing and runs nothing. What a real server costs above it is what the server
-// itself adds (benches/versus.py).
+// itself adds (benches/versus.py). It serves GenerateManifest only.
 package main
 
 import (
@@ -15,11 +15,9 @@ import (
 	"net"
 	"os"
 
-	"context"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	pb "cmpclient/pluginpb"
 )
@@ -63,10 +61,6 @@ func (floor) GenerateManifest(s pb.ConfigManagementPluginService_GenerateManifes
 		return err
 	}
 	return s.SendAndClose(&pb.ManifestResponse{Manifests: []string{manifest}})
-}
-
-func (floor) CheckPluginConfiguration(context.Context, *emptypb.Empty) (*pb.CheckPluginConfigurationResponse, error) {
-	return &pb.CheckPluginConfigurationResponse{}, nil
 }
 
 func main() {
