@@ -381,6 +381,47 @@ fn check_plugin_configuration() {
 }
 
 #[test]
+fn extracted_modes_are_the_archives_and_commands_keep_a_private_umask() {
+    // The extraction writes with a clear umask (no fchmod per entry) and gives the jail's 077
+    // back before any command runs: both show in the modes a command sees and makes.
+    let r = repo(&[
+        ("a.txt", "a\n"),
+        ("d/e/b.txt", "b\n"),
+        ("run.sh", "#!/bin/sh\n"),
+    ]);
+    std::fs::set_permissions(
+        r.path().join("run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let spec = "  preserveFileMode: true\n  generate:\n    command: [sh, -c]\n    args: ['mkdir made; touch made/f; echo \"modes: $(stat -c %n=%a d d/e a.txt d/e/b.txt run.sh made made/f | tr \"\\\\n\" \" \")\"']\n";
+    // Both writers: the tree cache's filler (the default policy) and the request's jail.
+    const CACHE_OFF: &str = "cache: {enabled: false, bytes: 512Mi}";
+    for cache in [true, false] {
+        let edits = match (cache, tree_cache_under_test()) {
+            (true, false) => vec![(CACHE_OFF, TREE_CACHE_ON)],
+            (false, true) => vec![(TREE_CACHE_ON, CACHE_OFF)],
+            _ => vec![],
+        };
+        let pol = tempfile::tempdir().expect("tmp");
+        let pol_file = pol.path().join("policy.yaml");
+        write_policy(&pol_file, &edits);
+        let s = Server::start(
+            &plugin(spec),
+            &["--policy", pol_file.to_str().expect("utf8")],
+        );
+        let v = go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("generate");
+        assert_eq!(
+            v["manifests"],
+            json!([
+                r#"{"modes":"d=755 d/e=755 a.txt=644 d/e/b.txt=644 run.sh=755 made=700 made/f=600"}"#
+            ]),
+            "cache enabled: {cache}"
+        );
+    }
+}
+
+#[test]
 fn environment_and_files_reach_commands() {
     // Argo's e2e: ARGOCD_ENV_EMPTY must be set though empty; request env overrides the sidecar's;
     // symlinks to sibling dirs work; preserveFileMode keeps scripts executable.

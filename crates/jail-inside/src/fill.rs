@@ -121,9 +121,12 @@ fn landlock_staging_only(staging: BorrowedFd<'_>) -> Result<(), String> {
 
 fn extract(staging: OwnedFd, options: &archive::Options) -> Result<FillReply, (ErrorKind, String)> {
     let fail = |f: Failure| (f.kind(), f.to_string());
+    // The filler's umask stays clear: modes exact at creation, no fchmod per entry.
+    rustix::process::umask(rustix::fs::Mode::empty());
     let mut writer = DirWriter::new(staging, Resolver::Auto)
         .map_err(|e| fail(Failure::Workdir(e)))?
-        .map_err(|r| fail(Failure::Archive(ExtractError::new(r))))?;
+        .map_err(|r| fail(Failure::Archive(ExtractError::new(r))))?
+        .umask_cleared();
     let stdin = std::io::stdin();
     let mut frames = FrameReader::new(stdin.lock());
     match archive::extract(&mut frames, &mut writer, options) {

@@ -6,6 +6,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use rustix::fs::Mode;
+
 use archive::{DirWriter, ExtractError, Resolver};
 use plugin::{glob, params, split_manifests_within};
 
@@ -96,12 +98,18 @@ pub(crate) fn extract(req: &Request, input: impl Read) -> Result<(), Failure> {
     let root = DirWriter::open_root(&req.tree).map_err(Failure::Workdir)?;
     let mut writer = DirWriter::new(root, Resolver::Auto)
         .map_err(Failure::Workdir)?
-        .map_err(|r| Failure::Archive(ExtractError::new(r)))?;
+        .map_err(|r| Failure::Archive(ExtractError::new(r)))?
+        .umask_cleared();
     let mut opts = req.task.archive.clone();
     opts.preserve_file_mode = req.task.config.spec.preserve_file_mode;
     let started_unix_nanos = jail_wire::record::unix_nanos();
     let started = Instant::now();
-    let summary = archive::extract(input, &mut writer, &opts)?;
+    // A clear umask while the archive is written (modes exact at creation, no fchmod per
+    // entry); the commands get the jail's 077 back.
+    let jail_umask = rustix::process::umask(Mode::empty());
+    let extracted = archive::extract(input, &mut writer, &opts);
+    rustix::process::umask(jail_umask);
+    let summary = extracted?;
     jail_wire::record::update(&req.record, |r| {
         r.archive = Some(jail_wire::record::ArchiveRecord {
             entries: summary.entries,

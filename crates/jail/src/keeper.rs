@@ -314,8 +314,6 @@ impl Keeper {
                                 std::process::exit(1);
                             }
                         }
-                        // The umask must not take the modes the extractor sets.
-                        rustix::process::umask(Mode::empty());
                         jail_inside::fill_main(&options, limits)
                     }
                     Forked::Parent(pid) => {
