@@ -704,7 +704,17 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
             ("wallSeconds: 120", "wallSeconds: 2"),
         ])
         .collect();
-    let b = bed_with(&limits, &["--max-in-flight", "1", "--max-queued", "1"]);
+    let b = bed_with(
+        &limits,
+        &[
+            "--max-in-flight",
+            "1",
+            "--max-queued",
+            "1",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
+    );
     let dir = b.dir();
     // Holds the slot ~3 s, past the queued one's 2 s archive clock.
     let running = generate_in_background(
@@ -731,6 +741,11 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
         "{msg}"
     );
     assert!(t.elapsed() < Duration::from_secs(2), "refused at once");
+    // Counted where an alert reads it (deploy/monitoring).
+    assert!(
+        b.s.metrics()
+            .contains("\ncmp_warden_admission_refusals_total 1\n")
+    );
     running
         .join()
         .expect("thread")

@@ -112,7 +112,15 @@ fn server_for(spec: &str, pol: &std::path::Path, edits: &[(&str, &str)], extra: 
 /// A server (default policy, in `dir`) whose cache holds the tree of `FILES`: the repository
 /// and the listing its filling request saw.
 fn with_a_filled_tree(dir: &std::path::Path) -> (Server, tempfile::TempDir, Vec<String>) {
-    let s = server(&dir.join("policy.yaml"), &[], &[]);
+    with_a_filled_tree_and(dir, &[])
+}
+
+/// [`with_a_filled_tree`], the server started with `extra` flags.
+fn with_a_filled_tree_and(
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (Server, tempfile::TempDir, Vec<String>) {
+    let s = server(&dir.join("policy.yaml"), &[], extra);
     let r = repo(FILES);
     let seen =
         listing(&go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("fill"));
@@ -403,13 +411,22 @@ fn kill_the_keeper(s: &Server) {
 fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
     needs_root!(NEEDS_ROOT);
     let t = tempfile::tempdir().expect("tmp");
-    let (s, r, first) = with_a_filled_tree(t.path());
+    let (s, r, first) = with_a_filled_tree_and(t.path(), &["--metrics-address", "127.0.0.1:0"]);
     let dir = r.path().to_str().expect("utf8");
+    assert!(
+        s.metrics()
+            .contains("\ncmp_warden_tree_cache_in_service 1\n")
+    );
     kill_the_keeper(&s);
     for _ in 0..2 {
         let again = listing(&go(&s, "generate", &["-dir", dir]).expect("answered"));
         assert_eq!(again, first);
     }
+    // What an alert reads (deploy/monitoring): out of service until a new keeper runs.
+    assert!(
+        s.metrics()
+            .contains("\ncmp_warden_tree_cache_in_service 0\n")
+    );
     let logs = s.logs();
     assert!(
         logs.contains("the tree could not be lent; this request extracts in its own jail"),
@@ -684,19 +701,7 @@ fn the_budget_evicts_least_recently_used_trees() {
     assert!(listing(&v).iter().any(|l| l.starts_with("./n.txt")));
     let uses = s.tree_cache_uses(4);
     assert_eq!(uses, ["filled", "filled", "filled", "filled"], "{uses:?}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let metrics = loop {
-        if let Some(a) = s.logs().lines().find_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["msg"].as_str()?.starts_with("metrics on"))
-                .then(|| v["address"].as_str().map(str::to_owned))?
-        }) {
-            break a;
-        }
-        assert!(Instant::now() < deadline, "metrics address never logged");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let body = http_get(&metrics, "/metrics");
+    let body = s.metrics();
     let evictions = body
         .lines()
         .find_map(|l| l.strip_prefix("cmp_warden_tree_cache_evictions_total "))
@@ -707,16 +712,6 @@ fn the_budget_evicts_least_recently_used_trees() {
         body.contains("cmp_warden_tree_cache_requests_total{result=\"filled\"} 4"),
         "{body}"
     );
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).expect("connect");
-    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .expect("write");
-    let mut body = String::new();
-    c.read_to_string(&mut body).expect("read");
-    body
 }
 
 /// An archive the client states smaller than `spec.cache.minArchiveBytes` extracts in its

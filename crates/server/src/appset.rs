@@ -237,6 +237,7 @@ impl AppSetService {
                 .collect(),
             egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
             tree_cache: None,
+            busy: event.limit == Some(Limit::Concurrency),
         });
         if refused {
             self.audit.emit_refused(&event);

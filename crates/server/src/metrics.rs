@@ -35,12 +35,13 @@ pub struct Metrics {
     active: AtomicI64,
     /// (in use, capacity) of the UID pool, read at scrape time.
     pool: Mutex<Option<PoolSource>>,
-    /// The tree cache's (bytes, trees, evictions), read at scrape time (only a server whose
-    /// cache runs sets it).
+    /// The tree cache's figures, read at scrape time (only a server whose cache runs sets it).
     cache: Mutex<Option<CacheSource>>,
+    /// Requests refused for want of a slot.
+    refused_busy: AtomicU64,
 }
 
-type CacheFn = dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync;
+type CacheFn = dyn Fn() -> Option<jail::supervisor::CacheStats> + Send + Sync;
 
 struct CacheSource(Box<CacheFn>);
 
@@ -87,6 +88,9 @@ pub struct Finished<'a> {
     pub egress: Vec<&'a str>,
     /// Where the tree came from (`hit`, `filled`, `uncached`), when the cache runs.
     pub tree_cache: Option<&'a str>,
+    /// Refused for want of a slot: `--max-in-flight` running and `--max-queued` waiting, or
+    /// its deadline passed while it waited.
+    pub busy: bool,
 }
 
 /// Keeps a request in `cmp_warden_active_requests` while alive.
@@ -100,10 +104,10 @@ impl Drop for ActiveGuard {
 }
 
 impl Metrics {
-    /// Report the tree cache's (bytes, trees, evictions) through `f` at each scrape.
+    /// Report the tree cache's figures through `f` at each scrape.
     pub fn set_cache_source(
         &self,
-        f: impl Fn() -> Option<(u64, u64, u64)> + Send + Sync + 'static,
+        f: impl Fn() -> Option<jail::supervisor::CacheStats> + Send + Sync + 'static,
     ) {
         *lock(&self.cache) = Some(CacheSource(Box::new(f)));
     }
@@ -158,6 +162,9 @@ impl Metrics {
         }
         if let Some(t) = f.tree_cache {
             *lock(&self.tree_cache).entry(t.to_owned()).or_default() += 1;
+        }
+        if f.busy {
+            self.refused_busy.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -248,7 +255,7 @@ impl Metrics {
                 .iter()
                 .map(|(d, n)| (format!("decision=\"{d}\""), *n)),
         );
-        if let Some((bytes, trees, evictions)) = lock(&self.cache).as_ref().and_then(|s| (s.0)()) {
+        if let Some(c) = lock(&self.cache).as_ref().and_then(|s| (s.0)()) {
             o.family(
                 "cmp_warden_tree_cache_requests_total",
                 "counter",
@@ -261,21 +268,33 @@ impl Metrics {
                 "cmp_warden_tree_cache_bytes",
                 "gauge",
                 "Bytes of sealed trees in the cache (spec.cache.bytes bounds it).",
-                bytes,
+                c.bytes,
             );
             o.one(
                 "cmp_warden_tree_cache_trees",
                 "gauge",
                 "Sealed trees in the cache.",
-                trees,
+                c.trees,
             );
             o.one(
                 "cmp_warden_tree_cache_evictions_total",
                 "counter",
                 "Trees removed to stay within spec.cache.bytes (least recently used, never one in use).",
-                evictions,
+                c.evictions,
+            );
+            o.one(
+                "cmp_warden_tree_cache_in_service",
+                "gauge",
+                "1 while the tree cache serves; 0 from TREE CACHE OUT OF SERVICE until a new keeper runs (requests extract in their own jails meanwhile).",
+                u64::from(c.in_service),
             );
         }
+        o.one(
+            "cmp_warden_admission_refusals_total",
+            "counter",
+            "Requests refused for want of a slot (--max-in-flight running, --max-queued waiting, or the deadline passed in the queue).",
+            self.refused_busy.load(Ordering::Relaxed),
+        );
         o.one(
             "cmp_warden_active_requests",
             "gauge",
@@ -536,6 +555,13 @@ mod tests {
             seccomp: vec![("bpf", SeccompAction::Audited.as_str(), 1)],
             ..Default::default()
         });
+        m.finished(&Finished {
+            rpc: jail::Operation::Generate.rpc_name(),
+            code: "ResourceExhausted",
+            duration: Duration::from_millis(1),
+            busy: true,
+            ..Default::default()
+        });
         m.set_pool_source(|| Some((2, 16)));
         assert_eq!(m.render(), PINNED, "the metrics exposition changed");
     }
@@ -543,25 +569,26 @@ mod tests {
     const PINNED: &str = r#"# HELP cmp_warden_requests_total Requests by RPC and gRPC code.
 # TYPE cmp_warden_requests_total counter
 cmp_warden_requests_total{rpc="GenerateManifest",code="OK"} 1
+cmp_warden_requests_total{rpc="GenerateManifest",code="ResourceExhausted"} 1
 cmp_warden_requests_total{rpc="GetParametersAnnouncement",code="InvalidArgument"} 1
 cmp_warden_requests_total{rpc="MatchRepository",code="ResourceExhausted"} 1
 # HELP cmp_warden_request_duration_seconds Request duration by RPC.
 # TYPE cmp_warden_request_duration_seconds histogram
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.05"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.1"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.25"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.5"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="1"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="2.5"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="5"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="10"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="30"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="60"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="120"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="300"} 1
-cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="+Inf"} 1
-cmp_warden_request_duration_seconds_sum{rpc="GenerateManifest"} 0.04
-cmp_warden_request_duration_seconds_count{rpc="GenerateManifest"} 1
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.05"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.1"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.25"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.5"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="1"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="2.5"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="5"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="10"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="30"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="60"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="120"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="300"} 2
+cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="+Inf"} 2
+cmp_warden_request_duration_seconds_sum{rpc="GenerateManifest"} 0.041
+cmp_warden_request_duration_seconds_count{rpc="GenerateManifest"} 2
 cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="0.05"} 1
 cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="0.1"} 1
 cmp_warden_request_duration_seconds_bucket{rpc="GetParametersAnnouncement",le="0.25"} 1
@@ -612,6 +639,9 @@ cmp_warden_seccomp_events_total{syscall="unshare",action="denied"} 3
 # TYPE cmp_warden_egress_connections_total counter
 cmp_warden_egress_connections_total{decision="allowed"} 1
 cmp_warden_egress_connections_total{decision="denied"} 2
+# HELP cmp_warden_admission_refusals_total Requests refused for want of a slot (--max-in-flight running, --max-queued waiting, or the deadline passed in the queue).
+# TYPE cmp_warden_admission_refusals_total counter
+cmp_warden_admission_refusals_total 1
 # HELP cmp_warden_active_requests Requests in flight.
 # TYPE cmp_warden_active_requests gauge
 cmp_warden_active_requests 0

@@ -255,6 +255,7 @@ impl CmpService {
                 .collect(),
             egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
             tree_cache: event.tree_cache.map(jail::record::TreeCacheUse::as_str),
+            busy: limit == Some(Limit::Concurrency),
         });
         if limit == Some(Limit::Authentication) {
             self.cfg.audit.emit_refused(&event);
@@ -321,11 +322,13 @@ impl CmpService {
         // 3. A slot. Nothing is read meanwhile (flow control holds the client back), so the
         // wait does not count against the archive's wall clock.
         let queued = Instant::now();
-        let slot = self
-            .admission
-            .admit(deadline)
-            .await
-            .map_err(|e| e.to_status())?;
+        let slot = match self.admission.admit(deadline).await {
+            Ok(s) => s,
+            Err(e) => {
+                ctx.limit = Some(Limit::Concurrency);
+                return Err(e.to_status());
+            }
+        };
         clock.archive_by += queued.elapsed();
         // Holding a slot (a jail, a UID) now: a pause is tolerated only briefly, or stalled
         // streams would keep every slot until the archive's wall clock and starve honest

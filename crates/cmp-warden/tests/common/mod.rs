@@ -193,8 +193,31 @@ impl Server {
         self.logs().matches("\"msg\":\"jail taken\"").count()
     }
 
-    /// The `treeCache` of each audit event in the log (null where the event has none), once
-    /// there are at least `n` events (an event follows its response).
+    /// `GET /metrics` of a server started with `--metrics-address` (the address it logged).
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let addr = loop {
+            if let Some(a) = self.logs().lines().find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                (v["msg"].as_str()?.starts_with("metrics on"))
+                    .then(|| v["address"].as_str().map(str::to_owned))?
+            }) {
+                break a;
+            }
+            assert!(Instant::now() < deadline, "metrics address never logged");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut c = std::net::TcpStream::connect(&addr).expect("connect metrics");
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("write");
+        let mut s = String::new();
+        c.read_to_string(&mut s).expect("read");
+        assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
+        s.split_once("\r\n\r\n").expect("body").1.to_owned()
+    }
+
     /// The PID of the tree cache keeper started last (from its log line).
     #[allow(dead_code)] // not every test binary uses it
     pub fn keeper_pid(&self) -> u64 {
@@ -208,6 +231,8 @@ impl Server {
             .expect("keeper pid logged")
     }
 
+    /// The `treeCache` of each audit event in the log (null where the event has none), once
+    /// there are at least `n` events (an event follows its response).
     pub fn tree_cache_uses(&self, n: usize) -> Vec<serde_json::Value> {
         let uses = || -> Vec<serde_json::Value> {
             self.audit_events()

@@ -108,6 +108,8 @@ pub struct CacheStats {
     pub bytes: u64,
     /// Sealed trees.
     pub trees: u64,
+    /// Serving (false from `TREE CACHE OUT OF SERVICE` until a new keeper runs).
+    pub in_service: bool,
 }
 
 #[derive(Debug)]
@@ -684,6 +686,7 @@ impl TreeCache {
         let st = lock(&self.state);
         let mut s = st.stats;
         s.bytes = st.used;
+        s.in_service = st.broken.is_none();
         s.trees = st
             .entries
             .values()

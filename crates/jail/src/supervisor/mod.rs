@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use policy::{Policy, Protection};
 
+pub use cache::CacheStats;
 pub use cgroup::{CgroupLimits, Layout, Readback};
 pub use jail_sys::seccomp::SeccompError;
 pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;
@@ -581,7 +582,7 @@ impl Supervisor {
     }
 
     /// The tree cache's counters (`None` when it does not run).
-    pub fn tree_cache_stats(&self) -> Option<cache::CacheStats> {
+    pub fn tree_cache_stats(&self) -> Option<CacheStats> {
         self.runner.cache_stats()
     }
 
@@ -596,10 +597,10 @@ impl Supervisor {
         move || r.pool_usage()
     }
 
-    /// A closure reporting the tree cache's (bytes, trees, evictions) (for the metrics).
-    pub fn cache_gauge(&self) -> impl Fn() -> Option<(u64, u64, u64)> + Send + Sync + 'static {
+    /// A closure reporting the tree cache's figures (for the metrics).
+    pub fn cache_gauge(&self) -> impl Fn() -> Option<CacheStats> + Send + Sync + 'static {
         let r = self.runner.clone();
-        move || r.cache_stats().map(|s| (s.bytes, s.trees, s.evictions))
+        move || r.cache_stats()
     }
 
     /// Retire the spare jail and reclaim it; a one-shot run also removes its work root (what a
