@@ -783,3 +783,99 @@ fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
     let trace_ids: Vec<&str> = ev.iter().filter_map(|e| e["traceId"].as_str()).collect();
     assert_eq!(trace_ids, [ok_trace, fail_trace], "{ev:#?}");
 }
+
+/// The monitoring kit (deploy/monitoring): promtool accepts the PrometheusRule's rules and its
+/// unit tests (each alert fires on the series that should fire it), and every metric the rules
+/// and the Grafana dashboard name is one a running server exports.
+#[test]
+fn the_monitoring_kit_names_only_exported_metrics_and_its_alerts_fire() {
+    needs_root!(NEEDS_ROOT);
+    let kit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/monitoring");
+    let rule = std::fs::read_to_string(kit.join("prometheusrule.yaml")).expect("rule");
+    let dashboard = std::fs::read_to_string(kit.join("grafana-dashboard.json")).expect("dashboard");
+    let _: Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    // The PrometheusRule's spec is a Prometheus rules file, indented by two.
+    let (_, spec) = rule.split_once("\nspec:\n").expect("spec");
+    let t = tempfile::tempdir().expect("tmp");
+    let rules: String = spec
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+        .collect();
+    std::fs::write(t.path().join("rules.yaml"), rules).expect("write");
+    std::fs::copy(kit.join("tests.yaml"), t.path().join("tests.yaml")).expect("copy");
+    for args in [
+        &["check", "rules", "rules.yaml"][..],
+        &["test", "rules", "tests.yaml"],
+    ] {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(t.path())
+            .output()
+            .expect("promtool (Debian's prometheus package; scripts/setup installs it)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // What a server with the default policy exports, after one request.
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(&pol_file, &[]);
+    let s = Server::start(
+        &plugin(SPEC),
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-env",
+            "ARGOCD_ENV_MODE=ok",
+        ],
+    )
+    .expect("honest request");
+    let body = s.metrics();
+    let mut exported = std::collections::BTreeSet::new();
+    for l in body.lines() {
+        let Some(rest) = l.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').expect("TYPE line");
+        exported.insert(name.to_owned());
+        if kind == "histogram" {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                exported.insert(format!("{name}{suffix}"));
+            }
+        }
+    }
+    let mut named = std::collections::BTreeSet::new();
+    for text in [&rule, &dashboard] {
+        for (i, _) in text.match_indices(['c', 'p']) {
+            let rest = &text[i..];
+            if !(rest.starts_with("cmp_warden_") || rest.starts_with("process_")) {
+                continue;
+            }
+            if i > 0 && text[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            named.insert(rest[..end].to_owned());
+        }
+    }
+    assert!(named.len() >= 15, "{named:?}");
+    let missing: Vec<_> = named.difference(&exported).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}\n{body}");
+}
