@@ -10,9 +10,19 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// The version, the commit it was built from and that commit's date (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CMP_WARDEN_COMMIT"),
+    ", ",
+    env!("CMP_WARDEN_COMMIT_DATE"),
+    ")"
+);
+
 /// A confined, wire-compatible replacement for Argo CD's argocd-cmp-server.
 #[derive(Debug, Parser)]
-#[command(name = "cmp-warden", version, about)]
+#[command(name = "cmp-warden", version = VERSION, about)]
 struct Cli {
     /// Log level, as logrus names them: trace, debug, info, warn (warning), error, fatal, panic
     /// [default: info for serve, warn otherwise].

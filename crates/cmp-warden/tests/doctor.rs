@@ -95,6 +95,7 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
     assert!(v["refusal"].is_null());
     assert_eq!(v["policy"], "default");
     assert_eq!(v["policySha256"].as_str().map(str::len), Some(64));
+    assert_eq!(v["commit"].as_str(), Some(head_commit().0.as_str()));
     assert_eq!(v["privilegeModel"], "minimalCapsRoot");
     assert_eq!(v["euid"], 0);
     let kept: Vec<&str> = v["capabilitiesKept"]
@@ -304,4 +305,69 @@ fn serve_logs_the_same_report_once_at_start_up() {
         "{sock:#}"
     );
     assert!(s.stop().success());
+}
+
+/// The checkout's HEAD as build.rs names it: (12-hex commit, its committer date).
+fn head_commit() -> (String, String) {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_owned()
+    };
+    (
+        git(&["rev-parse", "--short=12", "HEAD"]),
+        git(&["show", "-s", "--format=%cs", "HEAD"]),
+    )
+}
+
+/// `--version` names the commit the binary was built from and that commit's date (not the
+/// build's, so two builds of one commit are the same bytes), as doctor's `commit` does.
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let (commit, date) = head_commit();
+    for flag in ["--version", "-V"] {
+        let out = std::process::Command::new(bin())
+            .arg(flag)
+            .output()
+            .expect("run");
+        assert!(out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!(
+                "cmp-warden {} (commit {commit}, {date})\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+}
+
+/// One version for the binary, the Helm chart (its version and appVersion, which is the image
+/// tag the chart deploys by default) and CHANGELOG.md.
+#[test]
+fn one_version_names_the_binary_the_chart_and_the_changelog() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let v = env!("CARGO_PKG_VERSION");
+    let chart = std::fs::read_to_string(root.join("deploy/helm/cmp-warden/Chart.yaml"))
+        .expect("Chart.yaml");
+    let field = |name: &str| {
+        chart
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|s| s.trim().trim_matches('"').to_owned())
+            .unwrap_or_else(|| panic!("{name} in Chart.yaml"))
+    };
+    assert_eq!(field("version:"), v);
+    assert_eq!(field("appVersion:"), v);
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).expect("CHANGELOG.md");
+    assert!(
+        changelog.lines().any(|l| l == format!("## {v}")),
+        "CHANGELOG.md has no `## {v}` section"
+    );
 }

@@ -217,7 +217,12 @@ struct Prepared {
 /// 5. the doctor report logged ([`report`]);
 /// 6. the audit sink, the metrics listener, admission within the UID range, the service.
 fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "cmp-warden starting");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = env!("CMP_WARDEN_COMMIT"),
+        commit_date = env!("CMP_WARDEN_COMMIT_DATE"),
+        "cmp-warden starting"
+    );
     super::flags::argo_only_variables();
     let tracer = otlp_exporter(&a)?;
     let policy = super::flags::load_policy(a.policy.as_deref())?;

@@ -82,6 +82,7 @@ pub(super) fn assemble_as(
     DoctorReport {
         schema: SCHEMA,
         version: env!("CARGO_PKG_VERSION"),
+        commit: env!("CMP_WARDEN_COMMIT"),
         policy: policy.name.clone(),
         policy_sha256: policy.sha256.clone(),
         privilege_model: held.model,

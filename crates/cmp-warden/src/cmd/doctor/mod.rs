@@ -101,6 +101,8 @@ pub struct DoctorReport {
     pub schema: &'static str,
     /// cmp-warden's version.
     pub version: &'static str,
+    /// The commit it was built from (`unknown` for a build without git).
+    pub commit: &'static str,
     /// Policy name.
     pub policy: String,
     /// SHA-256 of the policy text.
