@@ -310,7 +310,7 @@ fn serve_logs_the_same_report_once_at_start_up() {
 /// The checkout's HEAD as build.rs names it: (12-hex commit, its committer date).
 fn head_commit() -> (String, String) {
     let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
+        let out = Command::new("git")
             .args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
@@ -333,10 +333,7 @@ fn head_commit() -> (String, String) {
 fn the_version_names_the_commit_it_was_built_from() {
     let (commit, date) = head_commit();
     for flag in ["--version", "-V"] {
-        let out = std::process::Command::new(bin())
-            .arg(flag)
-            .output()
-            .expect("run");
+        let out = Command::new(bin()).arg(flag).output().expect("run");
         assert!(out.status.success());
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
@@ -352,7 +349,7 @@ fn the_version_names_the_commit_it_was_built_from() {
 /// tag the chart deploys by default) and CHANGELOG.md.
 #[test]
 fn one_version_names_the_binary_the_chart_and_the_changelog() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let v = env!("CARGO_PKG_VERSION");
     let chart = std::fs::read_to_string(root.join("deploy/helm/cmp-warden/Chart.yaml"))
         .expect("Chart.yaml");
