@@ -33,6 +33,7 @@ const SPEC: &str = r#"  init:
           oom) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;
           unshare) unshare -U true || exit 1 ;;
           landlock) cat /var/lib/cmp-warden-tests/landlock/notes.txt || exit 1 ;;
+          podread) cat /var/lib/cmp-warden-tests/pod-landlock/notes.txt || exit 1 ;;
           flood) /usr/bin/python3 -c 'import ctypes; u = ctypes.CDLL(None, use_errno=True).unshare; print(sum(u(0x10000000) == -1 for _ in range(5000)))' > flood.txt ;;
         esac
         cat cm.yaml
@@ -416,6 +417,104 @@ fn audit_mode_lets_a_plugin_enforce_mode_breaks_run_and_records_each_would_be_de
         "{}",
         s.logs()
     );
+}
+
+/// A world-readable file outside every `spec.filesystem` rule, which only Landlock refuses.
+fn outside_the_rules(dir: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, "not for plugins\n").expect("write");
+    for p in [dir.parent().expect("parent"), dir] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    file
+}
+
+/// As in a pod (no kernel audit reader: the server runs without `CAP_AUDIT_READ`, which a
+/// sidecar never has), a file Landlock refused is named from the command's own
+/// error with the field that allows it; `policy suggest` proposes exactly that path, and under
+/// the suggested policy the same request renders.
+#[test]
+fn without_kernel_audit_a_refused_file_is_named_from_the_error_and_suggest_proposes_it() {
+    needs_root!(NEEDS_ROOT);
+    let secret = outside_the_rules("/var/lib/cmp-warden-tests/pod-landlock");
+    let pol = tempfile::tempdir().expect("tmp");
+    let file = pol.path().join("policy.yaml");
+    write_policy(&file, &[]);
+    let log = pol.path().join("audit.jsonl");
+    let args = [
+        "--policy",
+        file.to_str().expect("utf8"),
+        "--audit-log",
+        log.to_str().expect("utf8"),
+    ];
+    let s = Server::start_under(
+        &["setpriv", "--bounding-set", "-audit_read"],
+        &plugin(SPEC),
+        &args,
+        &[],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let d = r.path().to_str().expect("utf8");
+    let reads = [
+        "-dir",
+        d,
+        "-env",
+        "ARGOCD_ENV_MODE=podread",
+        "-app",
+        "reads",
+    ];
+    let (code, msg) = go(&s, "generate", &reads).expect_err("Landlock refuses the read");
+    assert!(
+        s.logs().contains("the kernel audit log's read group"),
+        "no audit reader, as in a pod: {}",
+        s.logs()
+    );
+    assert_eq!(code, UNKNOWN, "{msg}");
+    let path = secret.to_str().expect("utf8");
+    assert!(msg.contains(&format!("{path}: Permission denied")), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "(the sandbox refused: fs (named in the command's error) on {path} (Landlock; spec.filesystem.readOnly"
+        )),
+        "{msg}"
+    );
+    go(&s, "generate", &["-dir", d, "-app", "plain"]).expect("an honest request renders");
+    let ev = events(&log, 2);
+    let denials = &ev.iter().find(|e| e["app"] == "reads").expect("event")["landlockDenials"];
+    assert_eq!(denials[0]["object"], path, "{denials}");
+    drop(s);
+
+    let out = pol.path().join("suggested");
+    let st = std::process::Command::new(bin())
+        .args(["policy", "suggest", "--audit-log"])
+        .arg(&log)
+        .args(["--policy", file.to_str().expect("utf8"), "--out"])
+        .arg(&out)
+        .output()
+        .expect("suggest");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&st.stderr).contains(&format!(
+            "filesystem.readOnly: added {path} (refused to commands in 1 request(s))"
+        )),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let suggested = out.join("policy.yaml");
+    let again = Server::start(
+        &plugin(SPEC),
+        &["--policy", suggested.to_str().expect("utf8")],
+    );
+    let v = go(&again, "generate", &reads).expect("renders under the suggested policy");
+    assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1), "{v}");
 }
 
 #[test]

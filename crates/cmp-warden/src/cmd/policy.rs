@@ -101,6 +101,10 @@ struct Observed {
     /// Server variables withheld from commands that failed (from the audit events'
     /// `withheldEnv`, or the server's start-up log line when the whole log is given).
     withheld: std::collections::BTreeSet<String>,
+    /// Paths Landlock refused (the kernel's records, or the paths a failed command's error
+    /// named outside every `spec.filesystem` rule): whether a write was refused, and in how
+    /// many requests.
+    files: std::collections::BTreeMap<String, (bool, u64)>,
 }
 
 fn observe(text: &str) -> Observed {
@@ -146,6 +150,23 @@ fn observe(text: &str) -> Observed {
             *o.egress.entry((host, port)).or_default() |= internal;
         }
         o.requests += 1;
+        for d in e["landlockDenials"].as_array().into_iter().flatten() {
+            let (Some(blockers), Some(path)) = (d["blockers"].as_str(), d["object"].as_str())
+            else {
+                continue;
+            };
+            // File accesses a policy field allows (not signals, sockets or ports).
+            if !blockers.starts_with("fs") || d["allowedBy"].is_null() || !path.starts_with('/') {
+                continue;
+            }
+            // The kernel names the access; an error's path is proposed for reading.
+            let write = blockers.split(',').any(|b| {
+                b.starts_with("fs.") && !matches!(b, "fs.read_file" | "fs.read_dir" | "fs.execute")
+            });
+            let ent = o.files.entry(path.to_owned()).or_default();
+            ent.0 |= write;
+            ent.1 += 1;
+        }
         for d in e["seccompAudit"].as_array().into_iter().flatten() {
             let name = d["syscall"].as_str().unwrap_or("?").to_owned();
             let ent = o
@@ -216,6 +237,7 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
     let mut denied = o.denied.clone();
     suggest_network(&mut p, &o, &mut denied, &mut notes)?;
     suggest_env(&mut p, &o, &mut notes);
+    suggest_files(&mut p, &o, &mut notes);
     allow_denied_calls(&mut profile, &denied, &mut notes);
     p.seccomp_mode = SeccompMode::Enforce;
     notes.push("seccomp: mode enforce".into());
@@ -331,6 +353,30 @@ fn suggest_env(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
             new_names.join(", ")
         ));
         p.env_pass.extend(new_names);
+    }
+}
+
+/// `spec.filesystem`: each path Landlock refused, exactly (not a directory above it), in
+/// `readWrite` when a write was refused and in `readOnly` otherwise; never one a rule already
+/// covers for that access.
+fn suggest_files(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
+    for (path, (write, requests)) in &o.files {
+        let path = PathBuf::from(path);
+        let covered = |rules: &[PathBuf]| rules.iter().any(|r| path.starts_with(r));
+        if covered(&p.read_write) || (!write && covered(&p.read_only)) {
+            continue;
+        }
+        let (rules, field) = if *write {
+            (&mut p.read_write, "filesystem.readWrite")
+        } else {
+            (&mut p.read_only, "filesystem.readOnly")
+        };
+        notes.push(format!(
+            "{field}: added {} (refused to commands in {requests} request(s)). REVIEW: every command of every request may then {} it; list a directory instead only if the plugin needs all of it.",
+            path.display(),
+            if *write { "write" } else { "read" }
+        ));
+        rules.push(path);
     }
 }
 

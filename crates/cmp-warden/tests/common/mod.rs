@@ -90,6 +90,17 @@ impl Server {
     }
 
     pub fn start_env(plugin_yaml: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::start_under(&[], plugin_yaml, args, env)
+    }
+
+    /// [`Server::start_env`], the server run by `prefix` (a program that execs its arguments,
+    /// e.g. `unshare --net`: the server keeps the child's PID).
+    pub fn start_under(
+        prefix: &[&str],
+        plugin_yaml: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("cmpw-srv")
             .tempdir()
@@ -111,7 +122,12 @@ impl Server {
         }
         let log = dir.path().join("server.log");
         let logf = std::fs::File::create(&log).expect("log");
-        let child = Command::new(bin())
+        let (program, before) = match prefix.split_first() {
+            Some((p, rest)) => (*p, [rest, &[bin()]].concat()),
+            None => (bin(), Vec::new()),
+        };
+        let child = Command::new(program)
+            .args(before)
             .args(["--loglevel", "debug", "--config-dir-path"])
             .arg(&cfg)
             .args(&args)

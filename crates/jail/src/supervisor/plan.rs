@@ -3,7 +3,7 @@
 //! namespaces, Landlock paths, seccomp filter, output and time budgets from here, and nowhere
 //! else reads those policy fields; the flags that override a policy value are applied here too.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use plugin::PluginConfig;
@@ -173,6 +173,15 @@ impl Plan {
     /// The policy's network mode.
     pub fn network(&self) -> NetworkMode {
         self.sandbox.network
+    }
+
+    /// The paths `spec.filesystem` opens to commands (read-only and read-write).
+    pub fn file_rules(&self) -> impl Iterator<Item = &Path> + Clone {
+        self.sandbox
+            .read_only
+            .iter()
+            .chain(&self.sandbox.read_write)
+            .map(PathBuf::as_path)
     }
 
     /// A proxy for one request (`network: allowList`), not yet serving; with the git
@@ -376,7 +385,7 @@ mod tests {
             plan.egress_proxy(Some(&spec.task))
                 .expect("a proxy under allowList")
                 .askpass()
-                .map(std::path::Path::to_path_buf)
+                .map(Path::to_path_buf)
         };
         assert_eq!(
             relayed(&creds, "/ask/sock"),

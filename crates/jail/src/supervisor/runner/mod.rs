@@ -143,6 +143,7 @@ fn internal(message: impl Into<String>) -> RequestError {
 }
 
 mod feed;
+mod file_denials;
 mod finish;
 mod reply;
 mod request;

@@ -1,6 +1,7 @@
 //! One request in its jail, step by step (docs/supervisor.md, "Per request").
 
 use super::*;
+use jail_wire::protocol::LandlockStatus;
 
 /// Who a taken jail is, for the audit record: its identity, its cgroup and its name.
 #[derive(Clone)]
@@ -328,23 +329,34 @@ impl Inner {
         }
     }
 
-    /// Step 9: what Landlock refused the request's commands, if the kernel told us: a failed
-    /// request waits for the records (they arrive a few milliseconds after the denial) to
-    /// say why it failed; a successful one takes those already there, for the audit event.
+    /// Step 9: what Landlock refused the request's commands. The kernel's records when it
+    /// gives them: a failed request waits for them (they arrive a few milliseconds after the
+    /// denial) to say why it failed; a successful one takes those already there, for the
+    /// audit event. A failed request with none (no audit reader in a pod, audit off) gets
+    /// the paths its error names as refused that no `spec.filesystem` rule covers
+    /// ([`file_denials::inferred`]), when its jail was under Landlock.
     fn landlock_denials(
         &self,
         denial_log: Option<(&super::super::landlock_log::LandlockLog, u32)>,
         reply: &Reply,
         record: &Recorder,
     ) {
-        let Some((log, uid)) = denial_log else {
-            return;
+        let mut denied = match (denial_log, reply) {
+            (Some((log, uid)), Reply::Err { .. }) => log.take(uid, LANDLOCK_LOG_WAIT),
+            (Some((log, uid)), Reply::Ok { .. }) => log.take(uid, Duration::ZERO),
+            (None, _) => Vec::new(),
         };
-        let wait = match reply {
-            Reply::Err { .. } => LANDLOCK_LOG_WAIT,
-            Reply::Ok { .. } => Duration::ZERO,
-        };
-        let denied = log.take(uid, wait);
+        if let Reply::Err {
+            message,
+            report: Some(report),
+            ..
+        } = reply
+            && denied.is_empty()
+            && report.landlock != LandlockStatus::None
+        {
+            let own = [self.cfg.work_root.as_path(), Path::new("/tmp")];
+            denied = file_denials::inferred(message, self.cfg.plan.file_rules(), &own);
+        }
         if !denied.is_empty() {
             jail_wire::record::update(record, |r| r.landlock_denials = denied);
         }
