@@ -883,6 +883,59 @@ fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
     assert_eq!(trace_ids, [ok_trace, fail_trace], "{ev:#?}");
 }
 
+/// The SDKs' standard environment alone (as the OpenTelemetry Operator injects it, no
+/// `--otlp-*` flag): spans reach the collector it names, with its service name, resource
+/// attributes and headers.
+#[test]
+fn the_otel_environment_alone_exports_spans() {
+    needs_root!(NEEDS_ROOT);
+    let collector = otlp::Collector::start();
+    let endpoint = format!("http://127.0.0.1:{}", collector.port);
+    let s = Server::start_env(
+        &plugin(SPEC),
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "cmp-from-env"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=staging,team=a%2Cb",
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=env%20team"),
+        ],
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let trace = "6e0c63257de34c92bf9efcd03927272e";
+    go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-env",
+            "ARGOCD_ENV_MODE=ok",
+            "-traceparent",
+            &format!("00-{trace}-00f067aa0ba902b7-01"),
+        ],
+    )
+    .expect("honest request");
+    let spans = collector.trace(trace);
+    let root = spans
+        .iter()
+        .find(|s| s["kind"] == 2)
+        .unwrap_or_else(|| panic!("no server span: {spans:#?}"));
+    assert_eq!(root["resource"]["service.name"], "cmp-from-env", "{root}");
+    assert_eq!(root["resource"]["deployment.environment"], "staging");
+    assert_eq!(root["resource"]["team"], "a,b");
+    assert_eq!(root["metadata"]["x-tenant"], "env team");
+    assert!(
+        s.logs()
+            .contains("\"from\":\"OTEL_EXPORTER_OTLP_ENDPOINT\""),
+        "{}",
+        s.logs()
+    );
+}
+
 /// The monitoring kit (deploy/monitoring): promtool accepts the PrometheusRule's rules and its
 /// unit tests (each alert fires on the series that should fire it), and every metric the rules
 /// and the Grafana dashboard name is one a running server exports.

@@ -99,7 +99,7 @@ fn split_lenient<T>(
     (good, bad)
 }
 
-fn header(p: &str) -> Result<(String, String), crate::OtlpError> {
+pub(crate) fn header(p: &str) -> Result<(String, String), crate::OtlpError> {
     let (k, v) = p
         .split_once('=')
         .ok_or_else(|| crate::OtlpError::Header(p.to_owned()))?;

@@ -5,10 +5,12 @@
 #![forbid(unsafe_code)]
 
 mod context;
+mod env;
 mod export;
 mod span;
 
 pub use context::{Parent, Sampler, SpanId, TraceId};
+pub use env::OtelEnv;
 pub use export::{
     ExportTask, Exporter, ExporterConfig, ExporterStats, parse_attrs, parse_attrs_lenient,
     parse_headers, parse_headers_lenient,

@@ -92,14 +92,10 @@ pub struct ServeArgs {
     /// warned about and skipped).
     #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_ATTRS", action = clap::ArgAction::Append)]
     otlp_attrs: Vec<String>,
-    /// Share of new traces exported (0 to 1); a caller's sampling decision is always followed.
-    #[arg(
-        long,
-        env = "ARGOCD_CMP_SERVER_OTLP_SAMPLE_RATIO",
-        default_value_t = 1.0,
-        value_parser = parse_ratio
-    )]
-    otlp_sample_ratio: f64,
+    /// Share of new traces exported (0 to 1); a caller's sampling decision is always followed
+    /// [default: OTEL_TRACES_SAMPLER's, else 1].
+    #[arg(long, env = "ARGOCD_CMP_SERVER_OTLP_SAMPLE_RATIO", value_parser = parse_ratio)]
+    otlp_sample_ratio: Option<f64>,
     /// Seconds a request's stream may pause between two messages before it is ended.
     #[arg(long, env = "CMP_WARDEN_STREAM_IDLE_TIMEOUT", default_value_t = 30)]
     stream_idle_timeout: u64,
@@ -450,40 +446,75 @@ fn report(
 
 /// `--otlp-*` → the exporter (started with the runtime), as argocd-cmp-server configures
 /// its tracer: service name `argocd-cmp-server` (dashboards keep working), plus our version
-/// and the operator's attributes.
+/// and the operator's attributes. The SDKs' standard `OTEL_*` variables are read beneath the
+/// flags (`otlp::OtelEnv`): an endpoint alone turns export on, and a flag wins over them.
 pub fn otlp_exporter(
     a: &ServeArgs,
 ) -> anyhow::Result<Option<(Arc<otlp::Exporter>, otlp::ExportTask)>> {
-    let Some(address) = a.otlp_address.as_deref().filter(|a| !a.is_empty()) else {
-        return Ok(None);
+    let env = otlp::OtelEnv::from_vars(|k| std::env::var(k).ok());
+    for entry in &env.ignored {
+        tracing::warn!(entry = %entry, "OpenTelemetry environment: malformed or unsupported; left out");
+    }
+    let flag = a.otlp_address.as_deref().filter(|a| !a.is_empty());
+    let (address, insecure) = match (flag, &env.endpoint) {
+        (Some(address), _) => (address.to_owned(), a.otlp_insecure),
+        (None, Some((address, insecure))) => (address.clone(), *insecure),
+        (None, None) => return Ok(None),
     };
+    if env.disabled {
+        tracing::info!("OTEL_SDK_DISABLED=true: no spans are exported");
+        return Ok(None);
+    }
+    // Later entries win: the default, then the environment, then the flags.
+    let service_name = env
+        .service_name
+        .clone()
+        .unwrap_or_else(|| "argocd-cmp-server".into());
     let mut resource: Vec<(String, otlp::Value)> = vec![
-        ("service.name".into(), "argocd-cmp-server".into()),
         ("service.version".into(), env!("CARGO_PKG_VERSION").into()),
         ("telemetry.sdk.name".into(), "cmp-warden".into()),
     ];
+    resource.extend(env.resource.iter().cloned());
     // As Argo CD: a malformed attribute or header is warned about and left out.
     let (attrs, bad) = otlp::parse_attrs_lenient(&a.otlp_attrs.join(","));
     for b in bad {
         tracing::warn!(attr = %b, "--otlp-attrs: not key:value; left out");
     }
     resource.extend(attrs);
-    let (headers, bad) = otlp::parse_headers_lenient(&a.otlp_headers.join(","));
+    // OTEL_SERVICE_NAME wins over a `service.name` attribute (the SDKs' rule).
+    if env.service_name.is_some() || !resource.iter().any(|(k, _)| k == "service.name") {
+        resource.push(("service.name".into(), service_name.into()));
+    }
+    let mut keep = std::collections::HashSet::new();
+    let mut resource: Vec<_> = resource
+        .into_iter()
+        .rev()
+        .filter(|(k, _)| keep.insert(k.clone()))
+        .collect();
+    resource.reverse();
+    let (flag_headers, bad) = otlp::parse_headers_lenient(&a.otlp_headers.join(","));
     for b in bad {
         tracing::warn!(header = %b, "--otlp-headers: not a valid key=value; left out");
     }
+    let headers: Vec<_> = env.headers.iter().cloned().chain(flag_headers).collect();
+    let sample_ratio = a.otlp_sample_ratio.or(env.sample_ratio).unwrap_or(1.0);
     let (exporter, task) = otlp::Exporter::new(otlp::ExporterConfig {
-        address: address.to_owned(),
-        insecure: a.otlp_insecure,
+        address,
+        insecure,
         headers,
         resource,
         scope: ("cmp-warden".into(), env!("CARGO_PKG_VERSION").into()),
-        sample_ratio: a.otlp_sample_ratio,
+        sample_ratio,
     })?;
     tracing::info!(
         endpoint = exporter.endpoint(),
-        tls = !a.otlp_insecure,
-        sample_ratio = a.otlp_sample_ratio,
+        tls = !insecure,
+        sample_ratio,
+        from = if flag.is_some() {
+            "--otlp-address"
+        } else {
+            "OTEL_EXPORTER_OTLP_ENDPOINT"
+        },
         "OpenTelemetry: exporting each request's spans (joined to the caller's traceparent)"
     );
     Ok(Some((Arc::new(exporter), task)))
