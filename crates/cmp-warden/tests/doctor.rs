@@ -368,3 +368,75 @@ fn one_version_names_the_binary_the_chart_and_the_changelog() {
         "CHANGELOG.md has no `## {v}` section"
     );
 }
+
+/// `scripts/sbom`: every crate the static binary links (cargo's own tree of normal
+/// dependencies for the musl target), each registry crate with Cargo.lock's SHA-256, and the
+/// same bytes twice (the commit's date, not the clock).
+#[test]
+fn the_sbom_lists_every_crate_the_static_binary_links() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let run = || {
+        let out = Command::new(root.join("scripts/sbom"))
+            .current_dir(&root)
+            .output()
+            .expect("scripts/sbom");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let first = run();
+    assert_eq!(first, run(), "the SBOM is not reproducible");
+    let bom: Value = serde_json::from_slice(&first).expect("JSON");
+    assert_eq!(bom["bomFormat"], "CycloneDX");
+    assert_eq!(bom["specVersion"], "1.5");
+    let (commit, _) = head_commit();
+    assert!(
+        bom["metadata"]["component"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(&commit[..12])),
+        "{}",
+        bom["metadata"]
+    );
+    let listed: std::collections::BTreeSet<String> = bom["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .map(|c| {
+            let name = c["name"].as_str().expect("name");
+            if !name.starts_with("cmp-warden") {
+                let sha = c["hashes"][0]["content"].as_str().unwrap_or_default();
+                assert_eq!(sha.len(), 64, "{c}");
+            }
+            format!("{name} v{}", c["version"].as_str().expect("version"))
+        })
+        .collect();
+    let tree = Command::new("cargo")
+        .args([
+            "tree",
+            "--locked",
+            "-e",
+            "normal",
+            "-p",
+            "cmp-warden",
+            "--target",
+            "x86_64-unknown-linux-musl",
+            "--prefix",
+            "none",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("cargo tree");
+    assert!(tree.status.success());
+    let linked: std::collections::BTreeSet<String> = String::from_utf8_lossy(&tree.stdout)
+        .lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            format!("{} {}", w.next().unwrap_or(""), w.next().unwrap_or(""))
+        })
+        .filter(|l| !l.starts_with("cmp-warden v") && l.trim() != "")
+        .collect();
+    assert_eq!(listed, linked);
+}
