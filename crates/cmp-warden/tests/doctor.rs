@@ -346,7 +346,8 @@ fn the_version_names_the_commit_it_was_built_from() {
 }
 
 /// One version for the binary, the Helm chart (its version and appVersion, which is the image
-/// tag the chart deploys by default) and CHANGELOG.md.
+/// tag the chart deploys by default), the image every manifest of deploy/ names, and
+/// CHANGELOG.md.
 #[test]
 fn one_version_names_the_binary_the_chart_and_the_changelog() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -362,6 +363,28 @@ fn one_version_names_the_binary_the_chart_and_the_changelog() {
     };
     assert_eq!(field("version:"), v);
     assert_eq!(field("appVersion:"), v);
+    let mut images = 0;
+    for dir in [
+        "deploy/components/cmp-warden",
+        "deploy/services/cmp",
+        "deploy/services/appset",
+        "deploy/helm",
+    ] {
+        for f in std::fs::read_dir(root.join(dir))
+            .expect("deploy dir")
+            .flatten()
+        {
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            for tag in text
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("image: cmp-warden:"))
+            {
+                assert_eq!(tag, v, "{}", f.path().display());
+                images += 1;
+            }
+        }
+    }
+    assert!(images >= 5, "{images} images found in deploy/");
     let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).expect("CHANGELOG.md");
     assert!(
         changelog.lines().any(|l| l == format!("## {v}")),
