@@ -270,6 +270,47 @@ def cmd_helm(values_path, rendered_path, components, *configmap_paths):
     print(f"ok    {values_path}: the kustomize build's sidecars ({', '.join(sorted(names))}), ConfigMaps the chart renders, pod passes PSS baseline")
 
 
+def cmd_compose(composed_path, operator_path, ours_path, rendered_path):
+    """deploy/helm/argo-values: COMPOSED (its output for the operator's values OPERATOR) keeps
+    every one of the operator's settings, with their containers, init containers and volumes
+    first and unchanged; adds exactly the sidecar and volumes of OURS (deploy/helm/values.yaml)
+    with CAP_CHOWN and --socket-owner 0:999 instead of a pod-wide fsGroup; and the repo-server
+    pod of RENDERED with them passes PSS baseline."""
+    composed = yaml.safe_load(open(composed_path))
+    operator = yaml.safe_load(open(operator_path))
+    ours = yaml.safe_load(open(ours_path))["repoServer"]
+    failed = []
+    if {k: v for k, v in composed.items() if k != "repoServer"} != {k: v for k, v in operator.items() if k != "repoServer"}:
+        failed.append("settings outside repoServer changed (a global.securityContext would reach every Argo CD pod)")
+    rs, op = composed["repoServer"], operator.get("repoServer", {})
+    for k in set(op) - {"extraContainers", "volumes"}:
+        if rs.get(k) != op[k]:
+            failed.append(f"repoServer.{k} changed")
+    sidecar = copy.deepcopy(ours["extraContainers"][0])
+    sidecar["securityContext"]["capabilities"]["add"].append("CHOWN")
+    sidecar["args"] += ["--socket-owner", "0:999"]
+    if rs["extraContainers"] != op.get("extraContainers", []) + [sidecar]:
+        failed.append("extraContainers are not the operator's, then cmp-warden's (with CHOWN and --socket-owner 0:999)")
+    if rs["volumes"] != op.get("volumes", []) + ours["volumes"]:
+        failed.append("volumes are not the operator's, then cmp-warden's")
+    docs = [d for d in yaml.safe_load_all(open(rendered_path)) if d]
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    spec = copy.deepcopy(pod)
+    names = {c["name"] for c in rs["extraContainers"]}
+    spec["containers"] = [c for c in spec["containers"] if c["name"] not in names] + rs["extraContainers"]
+    spec["initContainers"] = rs.get("initContainers", [])
+    vnames = {v["name"] for v in rs["volumes"]}
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in vnames] + rs["volumes"]
+    spec.pop("securityContext", None)
+    failed += baseline(spec)
+    if failed:
+        print(f"FAIL  {composed_path}:")
+        for f in failed:
+            print(f"        - {f}")
+        sys.exit(1)
+    print(f"ok    deploy/helm/argo-values: {operator_path.split('/')[-1]} kept ({', '.join(c['name'] for c in op.get('extraContainers', []))} and their volumes), cmp-warden added, no pod-wide fsGroup, pod passes PSS baseline")
+
+
 def cmd_selftest():
     good = {"containers": [{"name": "a", "securityContext": {
         "runAsNonRoot": True, "allowPrivilegeEscalation": False,
@@ -372,4 +413,4 @@ def cmd_upstream(root, version):
 
 if __name__ == "__main__":
     {"rendered": cmd_rendered, "helm": cmd_helm, "selftest": cmd_selftest,
-     "netpol": cmd_netpol, "upstream": cmd_upstream}[sys.argv[1]](*sys.argv[2:])
+     "netpol": cmd_netpol, "upstream": cmd_upstream, "compose": cmd_compose}[sys.argv[1]](*sys.argv[2:])

@@ -315,6 +315,52 @@ fn check_as_uid(s: &Server, uid: u32) -> std::process::Output {
         .expect("setpriv")
 }
 
+/// The sidecar deploy/helm/argo-values writes (no pod-wide fsGroup): root with only SETUID,
+/// SETGID, SETPCAP and CHOWN, `--socket-mode 0660 --socket-owner 0:999`. The socket is
+/// root:999 0660 (uid 999 served, uid 4242 not), and CHOWN is gone before any request: the
+/// supervisor keeps SETUID, SETGID and SETPCAP only.
+#[test]
+fn the_helm_sidecar_chowns_its_socket_then_drops_chown() {
+    needs_root!("the socket's owner needs CAP_CHOWN");
+    use std::os::unix::fs::MetadataExt;
+    let s = Server::start_under(
+        &[
+            "setpriv",
+            "--bounding-set",
+            "-all,+setuid,+setgid,+setpcap,+chown",
+        ],
+        &plugin(CAT),
+        &["--socket-mode", "0660", "--socket-owner", "0:999"],
+        &[],
+    );
+    let m = std::fs::metadata(&s.sock).expect("socket");
+    assert_eq!((m.mode() & 0o777, m.uid(), m.gid()), (0o660, 0, 999));
+    parse_client_output(&check_as_uid(&s, 999)).expect("uid 999 is served");
+    assert_ne!(check_as_uid(&s, 4242).status.code(), Some(0));
+    let held = |name: &str| -> Vec<String> {
+        let line = s
+            .logs()
+            .lines()
+            .find(|l| l.contains("\"msg\":\"doctor report\""))
+            .map(str::to_owned)
+            .expect("doctor report logged");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+        let r: serde_json::Value =
+            serde_json::from_str(v["report"].as_str().expect("report")).expect("report json");
+        r[name]
+            .as_array()
+            .expect("caps")
+            .iter()
+            .filter_map(|c| c.as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(held("capabilitiesHeld").contains(&"CAP_CHOWN".to_owned()));
+    assert_eq!(
+        held("capabilitiesKept"),
+        ["CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP"]
+    );
+}
+
 /// Run as root without socket flags, the socket is root:999 and 0660: the file system lets
 /// only root and the repo-server's group open it — never a leased UID — and the peer check
 /// behind it admits only the allowed UIDs. uid 999 (group 999) is served; uid 4242 cannot
