@@ -283,9 +283,12 @@ def cmd_compose(composed_path, operator_path, ours_path, rendered_path):
     if {k: v for k, v in composed.items() if k != "repoServer"} != {k: v for k, v in operator.items() if k != "repoServer"}:
         failed.append("settings outside repoServer changed (a global.securityContext would reach every Argo CD pod)")
     rs, op = composed["repoServer"], operator.get("repoServer", {})
-    for k in set(op) - {"extraContainers", "volumes"}:
+    for k in set(op) - {"extraContainers", "volumes", "podAnnotations"}:
         if rs.get(k) != op[k]:
             failed.append(f"repoServer.{k} changed")
+    annotations = dict(rs.get("podAnnotations", {}))
+    if len(annotations.pop("checksum/cmp-warden", "x" * 64)) != 64 or annotations != op.get("podAnnotations", {}):
+        failed.append("repoServer.podAnnotations are not the operator's (plus checksum/cmp-warden)")
     sidecar = copy.deepcopy(ours["extraContainers"][0])
     sidecar["securityContext"]["capabilities"]["add"].append("CHOWN")
     sidecar["args"] += ["--socket-owner", "0:999"]

@@ -1040,3 +1040,37 @@ mod tests {
         assert_eq!(p.withheld_env(env), ["AVP_TYPE", "HELM_CACHE_HOME"]);
     }
 }
+
+#[cfg(test)]
+mod chart_tests {
+    use super::*;
+
+    /// The Helm chart refuses an unknown policy field before the pod starts
+    /// (deploy/helm/cmp-warden/templates/configmaps.yaml) from its own list of spec fields: it
+    /// must be exactly the fields this parser reads, or it would refuse a valid policy or let
+    /// a misspelt field through to the pod's start-up.
+    #[test]
+    fn the_helm_charts_spec_fields_are_the_parsers() {
+        let text = crate::DEFAULT_POLICY_YAML.replacen("spec:\n", "spec:\n  zzz: 1\n", 1);
+        let err = Policy::parse(&text, None).expect_err("unknown field").to_string();
+        let (_, expected) = err.split_once("expected one of ").expect(&err);
+        let mut parser: Vec<&str> = expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .collect();
+        let helpers = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/helm/cmp-warden/templates/_helpers.tpl"
+        ))
+        .expect("_helpers.tpl");
+        let (_, rest) = helpers
+            .split_once("define \"cmp-warden.policySpecFields\" -}}\n")
+            .expect("the policySpecFields definition");
+        let (list, _) = rest.split_once('\n').expect("its line");
+        let mut chart: Vec<&str> = list.split_whitespace().collect();
+        parser.sort_unstable();
+        chart.sort_unstable();
+        assert_eq!(chart, parser, "{err}");
+    }
+}

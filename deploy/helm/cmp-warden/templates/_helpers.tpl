@@ -20,3 +20,9 @@ app.kubernetes.io/part-of: argocd
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{/* The policy's spec fields, as cmp-warden reads them (a test in crates/policy holds this list
+to the parser's). */}}
+{{- define "cmp-warden.policySpecFields" -}}
+require namespaces uidRange filesystem network seccomp limits archive env landlock cache
+{{- end -}}
