@@ -1052,13 +1052,11 @@ mod chart_tests {
     #[test]
     fn the_helm_charts_spec_fields_are_the_parsers() {
         let text = crate::DEFAULT_POLICY_YAML.replacen("spec:\n", "spec:\n  zzz: 1\n", 1);
-        let err = Policy::parse(&text, None).expect_err("unknown field").to_string();
+        let err = Policy::parse(&text, None)
+            .expect_err("unknown field")
+            .to_string();
         let (_, expected) = err.split_once("expected one of ").expect(&err);
-        let mut parser: Vec<&str> = expected
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .collect();
+        let mut parser: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
         let helpers = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../deploy/helm/cmp-warden/templates/_helpers.tpl"
