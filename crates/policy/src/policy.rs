@@ -1051,7 +1051,7 @@ mod chart_tests {
     /// a misspelt field through to the pod's start-up.
     #[test]
     fn the_helm_charts_spec_fields_are_the_parsers() {
-        let text = crate::DEFAULT_POLICY_YAML.replacen("spec:\n", "spec:\n  zzz: 1\n", 1);
+        let text = DEFAULT_POLICY_YAML.replacen("spec:\n", "spec:\n  zzz: 1\n", 1);
         let err = Policy::parse(&text, None)
             .expect_err("unknown field")
             .to_string();
