@@ -29,7 +29,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends musl-tools \
  && rm -rf /var/lib/apt/lists/* \
  && rustup target add x86_64-unknown-linux-musl
 COPY . .
-RUN cargo build --profile static --locked --target x86_64-unknown-linux-musl -p cmp-warden \
+RUN RUSTFLAGS="--remap-path-prefix=/src=/cmp-warden --remap-path-prefix=$CARGO_HOME=/cargo" \
+    cargo build --profile static --locked --target x86_64-unknown-linux-musl -p cmp-warden \
  && scripts/image-layout /out target/x86_64-unknown-linux-musl/static/cmp-warden
 
 # --- binary: the static executable alone ------------------------------------------------------
