@@ -162,3 +162,14 @@ def cache_policy(work, on):
         f.write(text.replace(on_line, on_line[:-1] + ", minArchiveBytes: 0}") if on
                 else text.replace(on_line, on_line.replace("true", "false")))
     return path
+
+
+def wait_for_socket(sock, proc, log_path, what, tries=400):
+    """Return once `sock` exists; exit with the server's log if `proc` ends or it never does."""
+    for _ in range(tries):
+        if os.path.exists(sock):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    sys.exit(f"{what} did not start:\n" + open(log_path).read())

@@ -17,7 +17,7 @@ Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm), as a memory-backed e
 """
 import concurrent.futures as cf, json, os, shutil, subprocess, sys, tempfile, time
 
-from common import PeakTreeRss, cache_policy, extract_cmd, log, make_tree, median, pack, pct, timed, vm_hwm_kib
+from common import PeakTreeRss, cache_policy, extract_cmd, log, make_tree, median, pack, pct, timed, vm_hwm_kib, wait_for_socket
 
 FULL_SIZES = [("small", 100, 400 << 10, 30), ("1k", 1000, 4 << 20, 20), ("medium", 5000, 20 << 20, 15),
               ("20k", 20_000, 80 << 20, 6), ("large", 50_000, 200 << 20, 5)]
@@ -45,13 +45,7 @@ class Server:
                                       "--max-compressed", "1Gi", *extra], env=env,
                                      stderr=open(self.log_path, "w"))
         self.sock = os.path.join(socks, "bench.sock")
-        for _ in range(400):
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        sys.exit("server did not start:\n" + open(self.log_path).read())
+        wait_for_socket(self.sock, self.proc, self.log_path, "server")
 
     def mark(self):
         return os.path.getsize(self.log_path)

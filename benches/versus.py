@@ -22,9 +22,9 @@ to each upstream's. Throughput: calls per second and p99 at concurrency 16 and 6
 `--max-in-flight`, and the cmp-warden server's peak RSS (VmHWM) over the whole part.
 Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm).
 """
-import json, os, shutil, subprocess, sys, tempfile, time
+import json, os, shutil, subprocess, sys, tempfile
 
-from common import ROOT, cache_policy, log, make_tree, median, pct, vm_hwm_kib
+from common import ROOT, cache_policy, log, make_tree, median, pct, vm_hwm_kib, wait_for_socket
 
 FULL_SIZES = [(100, 30), (1000, 16), (5000, 6)]  # files, calls per batch at concurrency 1
 QUICK_SIZES = [(20, 4)]
@@ -58,13 +58,7 @@ class Server:
                    TMPDIR=os.path.join(self.dir, "tmp"), **(env or {}))
         self.proc = subprocess.Popen([a.replace("{sock}", self.sock) for a in cmd], env=env,
                                      stderr=open(self.log_path, "w"), stdout=subprocess.DEVNULL)
-        for _ in range(600):
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        sys.exit(f"{name} did not start:\n" + open(self.log_path).read())
+        wait_for_socket(self.sock, self.proc, self.log_path, name, tries=600)
 
     def stop(self):
         self.proc.terminate()
