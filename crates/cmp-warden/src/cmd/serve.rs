@@ -461,9 +461,13 @@ pub fn otlp_exporter(
         (None, Some((address, insecure))) => (address.clone(), *insecure),
         (None, None) => return Ok(None),
     };
+    // The flags win over the environment, OTEL_SDK_DISABLED included.
     if env.disabled {
-        tracing::info!("OTEL_SDK_DISABLED=true: no spans are exported");
-        return Ok(None);
+        if flag.is_none() {
+            tracing::info!("OTEL_SDK_DISABLED=true: no spans are exported");
+            return Ok(None);
+        }
+        tracing::info!("OTEL_SDK_DISABLED=true is overridden by --otlp-address");
     }
     // Later entries win: the default, then the environment, then the flags.
     let service_name = env
