@@ -56,16 +56,6 @@ fn events(path: &std::path::Path, n: usize) -> Vec<Value> {
     }
 }
 
-fn scrape(addr: &str) -> String {
-    let mut c = std::net::TcpStream::connect(addr).expect("connect metrics");
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .expect("write");
-    let mut s = String::new();
-    c.read_to_string(&mut s).expect("read");
-    assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
-    s.split_once("\r\n\r\n").expect("body").1.to_owned()
-}
-
 /// Parse the exposition format into `name{labels}` → value, checking every line's shape.
 fn parse_metrics(body: &str) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
@@ -248,15 +238,7 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
     }
 
     // Metrics.
-    let logs = s.logs();
-    let addr = logs
-        .lines()
-        .find_map(|l| {
-            let v: Value = serde_json::from_str(l).ok()?;
-            (v["msg"].as_str()?.starts_with("metrics on"))
-                .then(|| v["address"].as_str().map(str::to_owned))?
-        })
-        .expect("metrics address logged");
+    let addr = s.metrics_address();
     // The last request's UID returns to the pool just after its response (reclaim is off the
     // response path), so wait for it before reading the gauges.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -521,17 +503,7 @@ fn without_kernel_audit_a_refused_file_is_named_from_the_error_and_suggest_propo
 fn a_file_landlock_refused_is_named_from_the_kernels_own_record() {
     needs_root!(NEEDS_ROOT);
     // World-readable (DAC allows it), outside every readOnly path: only Landlock refuses it.
-    let dir = std::path::Path::new("/var/lib/cmp-warden-tests/landlock");
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let secret = dir.join("notes.txt");
-    std::fs::write(&secret, "not for plugins\n").expect("write");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for p in [dir.parent().expect("parent"), dir] {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    }
+    outside_the_rules("/var/lib/cmp-warden-tests/landlock");
     let _audit = match AuditOn::enable() {
         Ok(a) => a,
         Err(e) => {

@@ -469,12 +469,10 @@ pub fn otlp_exporter(
         }
         tracing::info!("OTEL_SDK_DISABLED=true is overridden by --otlp-address");
     }
-    // Later entries win: the default, then the environment, then the flags.
-    let service_name = env
-        .service_name
-        .clone()
-        .unwrap_or_else(|| "argocd-cmp-server".into());
+    // Later entries win: the defaults, the environment's attributes, the flags', and
+    // OTEL_SERVICE_NAME over any `service.name` attribute (the SDKs' rule).
     let mut resource: Vec<(String, otlp::Value)> = vec![
+        ("service.name".into(), "argocd-cmp-server".into()),
         ("service.version".into(), env!("CARGO_PKG_VERSION").into()),
         ("telemetry.sdk.name".into(), "cmp-warden".into()),
     ];
@@ -485,15 +483,14 @@ pub fn otlp_exporter(
         tracing::warn!(attr = %b, "--otlp-attrs: not key:value; left out");
     }
     resource.extend(attrs);
-    // OTEL_SERVICE_NAME wins over a `service.name` attribute (the SDKs' rule).
-    if env.service_name.is_some() || !resource.iter().any(|(k, _)| k == "service.name") {
-        resource.push(("service.name".into(), service_name.into()));
+    if let Some(name) = &env.service_name {
+        resource.push(("service.name".into(), name.clone().into()));
     }
-    let mut keep = std::collections::HashSet::new();
+    let mut seen = std::collections::HashSet::new();
     let mut resource: Vec<_> = resource
         .into_iter()
         .rev()
-        .filter(|(k, _)| keep.insert(k.clone()))
+        .filter(|(k, _)| seen.insert(k.clone()))
         .collect();
     resource.reverse();
     let (flag_headers, bad) = otlp::parse_headers_lenient(&a.otlp_headers.join(","));

@@ -209,29 +209,27 @@ impl Server {
         self.logs().matches("\"msg\":\"jail taken\"").count()
     }
 
-    /// `GET /metrics` of a server started with `--metrics-address` (the address it logged).
+    /// The address a server started with `--metrics-address` logged it listens on.
     #[allow(dead_code)] // not every test binary uses it
-    pub fn metrics(&self) -> String {
-        use std::io::{Read, Write};
+    pub fn metrics_address(&self) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
-        let addr = loop {
+        loop {
             if let Some(a) = self.logs().lines().find_map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).ok()?;
                 (v["msg"].as_str()?.starts_with("metrics on"))
                     .then(|| v["address"].as_str().map(str::to_owned))?
             }) {
-                break a;
+                return a;
             }
             assert!(Instant::now() < deadline, "metrics address never logged");
             std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut c = std::net::TcpStream::connect(&addr).expect("connect metrics");
-        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .expect("write");
-        let mut s = String::new();
-        c.read_to_string(&mut s).expect("read");
-        assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
-        s.split_once("\r\n\r\n").expect("body").1.to_owned()
+        }
+    }
+
+    /// `GET /metrics` of a server started with `--metrics-address`.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn metrics(&self) -> String {
+        scrape(&self.metrics_address())
     }
 
     /// The PID of the tree cache keeper started last (from its log line).
@@ -635,4 +633,17 @@ impl Drop for AuditOn {
     fn drop(&mut self) {
         let _ = jail::supervisor::landlock_log::set_audit_enabled(self.0);
     }
+}
+
+/// The body of `GET /metrics` at `addr` (a 200 is asserted).
+#[allow(dead_code)] // not every test binary uses it
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect metrics");
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut s = String::new();
+    c.read_to_string(&mut s).expect("read");
+    assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
+    s.split_once("\r\n\r\n").expect("body").1.to_owned()
 }
