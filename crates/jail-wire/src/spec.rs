@@ -89,11 +89,18 @@ pub struct Task {
     pub archive_size: Option<u64>,
 }
 
+/// Which of the server's policies a request runs under: its place in the supervisor's plans,
+/// the default being 0 (chosen by the server from Argo CD's own variables, `spec.select`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PolicyIndex(pub usize);
+
 /// One request as the caller hands it to a [`crate::Runner`].
 #[derive(Debug, Clone)]
 pub struct RequestSpec {
     /// What to run.
     pub task: Task,
+    /// The policy it runs under (its jail is confined by that policy's plan).
+    pub policy: PolicyIndex,
     /// The (not yet existing) directory the archive is extracted into; its name names the
     /// request's jail and cgroup.
     pub tree: PathBuf,

@@ -31,14 +31,16 @@ pub use jail_sys::cancel::{CancelReason, CancelToken};
 pub use jail_wire::protocol::KILL_GRACE;
 pub use jail_wire::record::{Limit, RunRecord};
 pub use jail_wire::spec::{
-    ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, RequestSpec, Task, TimeLimit,
-    bounded, parse_generated,
+    ErrorKind, GENERATOR_REQUEST, Operation, Outcome, PolicyIndex, RequestError, RequestSpec, Task,
+    TimeLimit, bounded, parse_generated,
 };
 pub use keeper::{KEEPER_ARG, keeper_main};
 pub use supervisor::reclaim::{RECLAIM_ARG, reclaim_main};
 pub use supervisor::runner::ReplyShare;
 pub use supervisor::uid::{proc_uid, processes_in_range};
-pub use supervisor::{DenialLog, Enforcement, Owner, Plan, StartError, StartOptions, Supervisor};
+pub use supervisor::{
+    DenialLog, Enforcement, Owner, Plan, Plans, StartError, StartOptions, Supervisor,
+};
 
 /// For the benchmark harness only: one command run as the jail runs it, to measure the
 /// runner's cost over a bare spawn; and the orphan reaping a harness that is the subreaper of

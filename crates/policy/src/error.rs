@@ -21,6 +21,23 @@ pub enum PolicyError {
         /// The field's 1-based line in the YAML, where it can be told.
         line: Option<usize>,
     },
+    /// One file of a policy directory was refused.
+    #[error("{file}: {error}")]
+    InFile {
+        /// The file, as found in the directory.
+        file: String,
+        /// Why.
+        error: Box<PolicyError>,
+    },
+    /// A policy directory's files do not make one set (no default, two defaults, the same
+    /// name twice, two policies that can select the same request equally).
+    #[error("policy directory {dir}: {why}")]
+    Set {
+        /// The directory.
+        dir: String,
+        /// What is wrong, naming the files.
+        why: String,
+    },
 }
 
 fn at_line(line: Option<usize>) -> String {

@@ -8,12 +8,14 @@ pub mod policy;
 pub mod quantity;
 mod raw;
 pub mod seccomp;
+pub mod select;
 pub mod vocab;
 
 pub use policy::{
     CachePolicy, DEFAULT_POLICY_YAML, LandlockFeature, LandlockRequirement, Namespaces,
-    NetworkMode, Policy, PolicyError, Protection, SeccompMode, is_env_name,
+    NetworkMode, Policy, PolicyError, PolicySet, Protection, SeccompMode, is_env_name,
 };
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;
+pub use select::{Identity, Pattern, Select};
 pub use vocab::Namespace;

@@ -140,6 +140,9 @@ pub struct Policy {
     pub cache: CachePolicy,
     /// SHA-256 of the policy text, for the audit log.
     pub sha256: String,
+    /// `spec.select`: the requests this policy is for (a policy directory's selected
+    /// policies); `None` for the default.
+    pub select: Option<crate::select::Select>,
 }
 
 /// `spec.cache`: extracted trees kept, sealed, for requests with the same archive.
@@ -327,25 +330,55 @@ impl Policy {
     /// profile path); `None` for the embedded default (resolved against `policies/`).
     pub fn parse(text: &str, dir: Option<&Path>) -> Result<Policy, PolicyError> {
         let raw: RawPolicy = from_yaml(text, "")?;
-        Self::validate(raw, text, dir).map_err(|e| e.located(text))
+        if raw.spec.select.is_some() {
+            return Err(invalid(
+                "spec.select",
+                "a single policy file is every request's policy: put a selected policy in a policy directory (--policy DIR) beside the default, which has no spec.select",
+            )
+            .located(text));
+        }
+        Self::validate(raw, text, dir, None).map_err(|e| e.located(text))
     }
 
     /// One pass over the raw file: each named check below validates one part and returns it
-    /// in its final type.
-    fn validate(raw: RawPolicy, text: &str, dir: Option<&Path>) -> Result<Policy, PolicyError> {
+    /// in its final type. `default` is the policy directory's default when this is one of its
+    /// selected policies: those take the node-wide fields from it and may not set them.
+    fn validate(
+        raw: RawPolicy,
+        text: &str,
+        dir: Option<&Path>,
+        default: Option<&Policy>,
+    ) -> Result<Policy, PolicyError> {
         check_kind(&raw)?;
         let s = raw.spec;
-        let require = check_require(&s.require)?;
-        let (uid_first, uid_count) = check_uid_range(&s.uid_range)?;
+        let node_wide = check_node_wide(&s, default)?;
+        let require = match &node_wide {
+            Some(d) => d.require.clone(),
+            None => check_require(s.require.as_deref().unwrap_or_default())?,
+        };
+        let (uid_first, uid_count) = match (&node_wide, &s.uid_range) {
+            (Some(d), _) => (d.uid_first, d.uid_count),
+            (None, Some(r)) => check_uid_range(r)?,
+            (None, None) => unreachable!("check_node_wide: the default has spec.uidRange"),
+        };
         let (read_only, read_write) = check_filesystem(&s.filesystem)?;
         let env_pass = check_env_pass(&s.env)?;
         let limits = check_limits(&s.limits)?;
-        let namespaces = check_namespaces(s.namespaces.as_deref(), &require)?;
+        let namespaces = match &node_wide {
+            Some(d) => d.namespaces,
+            None => check_namespaces(s.namespaces.as_deref(), &require)?,
+        };
         let archive = check_archive(&s.archive)?;
         let (egress, egress_max_connections) = check_network(&s.network)?;
         let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
         let landlock = check_landlock(s.landlock.as_ref(), &require)?;
-        let cache = check_cache(s.cache.as_ref(), uid_first, uid_count)?;
+        let cache = match &node_wide {
+            Some(d) => d.cache.clone(),
+            None => check_cache(s.cache.as_ref(), uid_first, uid_count)?,
+        };
+        if let Some(select) = &s.select {
+            select.check()?;
+        }
         Ok(Policy {
             name: raw.metadata.name,
             require,
@@ -366,7 +399,183 @@ impl Policy {
             landlock,
             cache,
             sha256: sha256_hex(text),
+            select: s.select,
         })
+    }
+}
+
+/// What only the default policy sets, because it holds for the whole node: the protections
+/// start-up requires, the leased UID range, the namespaces the start-up probe checks, and the
+/// tree cache. Returns the default a selected policy takes them from.
+fn check_node_wide<'a>(
+    s: &crate::raw::RawSpec,
+    default: Option<&'a Policy>,
+) -> Result<Option<&'a Policy>, PolicyError> {
+    let Some(default) = default.filter(|_| s.select.is_some()) else {
+        for (field, missing) in [
+            ("spec.require", s.require.is_none()),
+            ("spec.uidRange", s.uid_range.is_none()),
+        ] {
+            if missing {
+                return Err(invalid(
+                    field,
+                    "is required (the default policy, the one without spec.select, sets it for the whole node)",
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    for (field, set) in [
+        ("spec.require", s.require.is_some()),
+        ("spec.uidRange", s.uid_range.is_some()),
+        ("spec.namespaces", s.namespaces.is_some()),
+        ("spec.cache", s.cache.is_some()),
+    ] {
+        if set {
+            return Err(invalid(
+                field,
+                format!(
+                    "is node-wide: a policy with spec.select takes it from the default policy ({:?}); remove it here",
+                    default.name
+                ),
+            ));
+        }
+    }
+    Ok(Some(default))
+}
+
+/// The policies a server runs: one default, and the selected ones (`spec.select`), each
+/// request under the most specific one that selects it (`--policy DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySet {
+    /// The default first, then the selected ones in file-name order.
+    policies: Vec<Policy>,
+}
+
+impl PolicySet {
+    /// One policy for every request.
+    pub fn single(policy: Policy) -> PolicySet {
+        PolicySet {
+            policies: vec![policy],
+        }
+    }
+
+    /// A policy file, or a directory of them (every `*.yaml`, hidden files skipped: a
+    /// Kubernetes ConfigMap volume's own entries start with `..`).
+    pub fn load(path: &Path) -> Result<PolicySet, PolicyError> {
+        if !path.is_dir() {
+            return Policy::load(path).map(PolicySet::single);
+        }
+        let entries = std::fs::read_dir(path)
+            .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", path.display())))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|x| x == "yaml")
+                    && p.file_name()
+                        .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
+            })
+            .collect();
+        files.sort();
+        let mut texts = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f)
+                .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", f.display())))?;
+            texts.push((f.display().to_string(), text));
+        }
+        Self::from_texts(&path.display().to_string(), &texts, Some(path))
+    }
+
+    /// The set `texts` (file name, text) make; `dir` resolves their seccomp profiles.
+    pub fn from_texts(
+        dir_name: &str,
+        texts: &[(String, String)],
+        dir: Option<&Path>,
+    ) -> Result<PolicySet, PolicyError> {
+        let set_error = |why: String| PolicyError::Set {
+            dir: dir_name.to_owned(),
+            why,
+        };
+        let in_file = |file: &str, e: PolicyError| PolicyError::InFile {
+            file: file.to_owned(),
+            error: Box::new(e),
+        };
+        let mut raws = Vec::new();
+        for (file, text) in texts {
+            let raw: RawPolicy = from_yaml(text, "").map_err(|e| in_file(file, e))?;
+            raws.push((file, text, raw));
+        }
+        let defaults: Vec<&str> = raws
+            .iter()
+            .filter(|(_, _, r)| r.spec.select.is_none())
+            .map(|(f, _, _)| f.as_str())
+            .collect();
+        if defaults.len() != 1 {
+            return Err(set_error(format!(
+                "needs exactly one default policy (one without spec.select); found {}: {}",
+                defaults.len(),
+                if defaults.is_empty() {
+                    "none".to_owned()
+                } else {
+                    defaults.join(", ")
+                }
+            )));
+        }
+        let at = raws
+            .iter()
+            .position(|(_, _, r)| r.spec.select.is_none())
+            .unwrap_or_default();
+        let (file, text, raw) = raws.remove(at);
+        let default =
+            Policy::validate(raw, text, dir, None).map_err(|e| in_file(file, e.located(text)))?;
+        let mut policies = vec![default];
+        let mut files = vec![file.as_str()];
+        for (file, text, raw) in raws {
+            let p = Policy::validate(raw, text, dir, Some(&policies[0]))
+                .map_err(|e| in_file(file, e.located(text)))?;
+            if let Some(i) = policies.iter().position(|q| q.name == p.name) {
+                return Err(set_error(format!(
+                    "metadata.name {:?} is used by {} and {file}: each policy needs its own (audit events and metrics name it)",
+                    p.name, files[i]
+                )));
+            }
+            for (q, qfile) in policies.iter().zip(&files).skip(1) {
+                if let (Some(a), Some(b)) = (&q.select, &p.select)
+                    && a.may_tie(b)
+                {
+                    return Err(set_error(format!(
+                        "{qfile} ({}) and {file} ({}) can select the same request equally (the same lists given, sharing a pattern): make one more specific, or merge them",
+                        q.name, p.name
+                    )));
+                }
+            }
+            policies.push(p);
+            files.push(file);
+        }
+        Ok(PolicySet { policies })
+    }
+
+    /// The default policy (for requests no policy selects).
+    pub fn default_policy(&self) -> &Policy {
+        &self.policies[0]
+    }
+
+    /// Every policy, the default first.
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+
+    /// The index in [`Self::policies`] of the policy `id` runs under: the most specific one
+    /// that selects it, else the default (0).
+    pub fn select(&self, id: &crate::select::Identity) -> usize {
+        self.policies
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter_map(|(i, p)| Some((p.select.as_ref()?.rank(id)?, i)))
+            .max()
+            .map_or(0, |(_, i)| i)
     }
 }
 
@@ -1038,6 +1247,149 @@ mod tests {
         ]
         .map(|k| (k.to_owned(), "value".to_owned()));
         assert_eq!(p.withheld_env(env), ["AVP_TYPE", "HELM_CACHE_HOME"]);
+    }
+}
+
+#[cfg(test)]
+mod set_tests {
+    use super::*;
+    use crate::select::{APP_VAR, Identity, PROJECT_VAR};
+
+    /// The default policy's text made a selected one: `name`, `select`, without the
+    /// node-wide fields, with `edits` applied.
+    fn selected(name: &str, select: &str, edits: &[(&str, &str)]) -> String {
+        let mut t: String = DEFAULT_POLICY_YAML
+            .lines()
+            .filter(|l| {
+                !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
+                    .iter()
+                    .any(|f| l.starts_with(f))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        t = t.replacen("name: default", &format!("name: {name}"), 1);
+        t = t.replacen("spec:\n", &format!("spec:\n  select: {select}\n"), 1);
+        for (from, to) in edits {
+            assert!(t.contains(from), "{from}");
+            t = t.replacen(from, to, 1);
+        }
+        t
+    }
+
+    fn set(files: &[(&str, String)]) -> Result<PolicySet, PolicyError> {
+        let texts: Vec<(String, String)> = files
+            .iter()
+            .map(|(f, t)| (f.to_string(), t.clone()))
+            .collect();
+        PolicySet::from_texts("policies", &texts, None)
+    }
+
+    fn project(p: &str) -> Identity {
+        Identity::from_env([(PROJECT_VAR, p)]).unwrap()
+    }
+
+    #[test]
+    fn a_selected_policy_takes_the_node_wide_fields_from_the_default() {
+        let team_a = selected(
+            "team-a",
+            "{projects: [team-a]}",
+            &[(
+                "pass: [PATH, LANG, LC_ALL, TZ]",
+                "pass: [PATH, TEAM_A_VAULT_TOKEN]",
+            )],
+        );
+        let s = set(&[
+            ("default.yaml", DEFAULT_POLICY_YAML.to_owned()),
+            ("team-a.yaml", team_a),
+        ])
+        .expect("set");
+        let (d, a) = (&s.policies()[0], &s.policies()[1]);
+        assert_eq!((a.uid_first, a.uid_count), (d.uid_first, d.uid_count));
+        assert_eq!(a.require, d.require);
+        assert_eq!(a.cache, d.cache);
+        assert_eq!(a.env_pass, ["PATH", "TEAM_A_VAULT_TOKEN"]);
+        assert_ne!(a.sha256, d.sha256);
+        assert_eq!(s.select(&project("team-a")), 1);
+        assert_eq!(s.select(&project("team-b")), 0);
+        assert_eq!(s.select(&Identity::default()), 0);
+    }
+
+    #[test]
+    fn node_wide_fields_in_a_selected_policy_are_refused_by_name() {
+        for (line, field) in [
+            ("  require: [seccomp]\n", "spec.require"),
+            ("  uidRange: {first: 30000, count: 10}\n", "spec.uidRange"),
+            ("  namespaces: [mount]\n", "spec.namespaces"),
+            ("  cache: {enabled: false}\n", "spec.cache"),
+        ] {
+            let t = selected("team-a", "{projects: [team-a]}", &[]).replacen(
+                "spec:\n",
+                &format!("spec:\n{line}"),
+                1,
+            );
+            let e = set(&[
+                ("default.yaml", DEFAULT_POLICY_YAML.to_owned()),
+                ("team-a.yaml", t),
+            ])
+            .expect_err(field)
+            .to_string();
+            assert!(e.starts_with("team-a.yaml: "), "{e}");
+            assert!(e.contains(&format!("{field}: is node-wide")), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_set_needs_one_default_distinct_names_and_no_ties() {
+        let a = || selected("team-a", "{projects: [team-a]}", &[]);
+        let d = || DEFAULT_POLICY_YAML.to_owned();
+        let e = set(&[("a.yaml", a())]).expect_err("no default").to_string();
+        assert!(
+            e.contains("exactly one default") && e.contains("none"),
+            "{e}"
+        );
+        let e = set(&[("d1.yaml", d()), ("d2.yaml", d())])
+            .expect_err("two defaults")
+            .to_string();
+        assert!(e.contains("d1.yaml, d2.yaml"), "{e}");
+        let e = set(&[("d.yaml", d()), ("a.yaml", a()), ("b.yaml", a())])
+            .expect_err("one name twice")
+            .to_string();
+        assert!(e.contains("\"team-a\" is used by a.yaml and b.yaml"), "{e}");
+        let b = selected("team-b", "{projects: [team-b, team-a]}", &[]);
+        let e = set(&[("d.yaml", d()), ("a.yaml", a()), ("b.yaml", b)])
+            .expect_err("a tie")
+            .to_string();
+        assert!(e.contains("a.yaml (team-a) and b.yaml (team-b)"), "{e}");
+        // More specific is not a tie: the app's own policy wins over its project's.
+        let app = selected("one-app", "{projects: [team-a], apps: [billing]}", &[]);
+        let s = set(&[("d.yaml", d()), ("a.yaml", a()), ("app.yaml", app)]).expect("set");
+        let billing = Identity::from_env([(PROJECT_VAR, "team-a"), (APP_VAR, "billing")]).unwrap();
+        assert_eq!(s.policies()[s.select(&billing)].name, "one-app");
+        assert_eq!(s.policies()[s.select(&project("team-a"))].name, "team-a");
+    }
+
+    #[test]
+    fn select_is_only_for_a_policy_directory() {
+        let t = selected("team-a", "{projects: [team-a]}", &[]);
+        let e = Policy::parse(&t, None).expect_err("select").to_string();
+        assert!(
+            e.contains("spec.select") && e.contains("--policy DIR"),
+            "{e}"
+        );
+        let e = set(&[
+            ("d.yaml", DEFAULT_POLICY_YAML.to_owned()),
+            ("a.yaml", selected("team-a", "{}", &[])),
+        ])
+        .expect_err("empty select")
+        .to_string();
+        assert!(e.contains("spec.select: names no projects"), "{e}");
+        let e = Policy::parse(
+            &DEFAULT_POLICY_YAML.replacen("  uidRange: {first: 20000, count: 40000}\n", "", 1),
+            None,
+        )
+        .expect_err("no range")
+        .to_string();
+        assert!(e.contains("spec.uidRange: is required"), "{e}");
     }
 }
 

@@ -31,10 +31,17 @@ pub(crate) struct RawMeta {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RawSpec {
-    pub(crate) require: Vec<Protection>,
+    /// Only in a policy directory's selected policies (the default has none).
+    #[serde(default)]
+    pub(crate) select: Option<crate::select::Select>,
+    // `require` and `uidRange` are node-wide: the default policy must set them, a selected
+    // one must not (`Policy::validate` says which).
+    #[serde(default)]
+    pub(crate) require: Option<Vec<Protection>>,
     #[serde(default)]
     pub(crate) namespaces: Option<Vec<Namespace>>,
-    pub(crate) uid_range: RawUidRange,
+    #[serde(default)]
+    pub(crate) uid_range: Option<RawUidRange>,
     pub(crate) filesystem: RawFs,
     pub(crate) network: RawNetwork,
     pub(crate) seccomp: RawSeccomp,

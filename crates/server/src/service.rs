@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jail::{
-    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Runner, TimeLimit,
+    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Plans, Runner, TimeLimit,
 };
 use plugin::PluginConfig;
 use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginService;
@@ -40,9 +40,10 @@ pub struct ServiceConfig {
     pub plugin: PluginConfig,
     /// `<workdir>/_cmp_server`: per-request trees are created here.
     pub work_dir: PathBuf,
-    /// What the policy means for each request: archive limits (the compressed cap is enforced
-    /// while receiving too), budgets, wall clock, environment.
-    pub plan: Arc<Plan>,
+    /// What each policy means for a request: archive limits (the compressed cap is enforced
+    /// while receiving too), budgets, wall clock, environment; and which policy a request's
+    /// Argo CD variables select.
+    pub plans: Arc<Plans>,
     /// Where audit events go.
     pub audit: AuditSink,
     /// Metrics registry.
@@ -66,6 +67,8 @@ struct Ctx {
     limit: Option<Limit>,
     trace: Option<crate::trace::RequestTrace>,
     timings: crate::trace::Timings,
+    /// The plan the request runs under, once its header chose it.
+    plan: Option<Arc<Plan>>,
 }
 
 /// How long past the policy's wall clock the service waits for the jail to report which
@@ -135,7 +138,6 @@ impl CmpService {
         req: Request<Streaming<AppStreamRequest>>,
     ) -> Result<Executed, Status> {
         let client_deadline = grpc_deadline(&req).map(|d| (d, TimeLimit::Client));
-        let (deadline, limit) = self.cfg.plan.deadline(client_deadline);
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -172,7 +174,7 @@ impl CmpService {
             .handle_inner(
                 op,
                 req.into_inner(),
-                (deadline, limit),
+                client_deadline,
                 id,
                 request_id,
                 &mut audit,
@@ -197,6 +199,7 @@ impl CmpService {
             .as_ref()
             .map(jail::record::snapshot)
             .unwrap_or_default();
+        let policy = ctx.plan.clone();
         if let (Some(trace), Some(tracer)) = (&ctx.trace, &self.cfg.tracer) {
             tracer.submit(trace.spans(
                 op,
@@ -224,7 +227,7 @@ impl CmpService {
             },
             out.as_ref().map(|_| ()),
             elapsed,
-            PolicyRef::of(&self.cfg.plan),
+            PolicyRef::of(policy.as_deref().unwrap_or(self.cfg.plans.default_plan())),
             record,
         );
         let code = out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
@@ -281,7 +284,7 @@ impl CmpService {
         &self,
         op: Operation,
         mut stream: Streaming<AppStreamRequest>,
-        (deadline, limit): (Option<Instant>, TimeLimit),
+        client_deadline: Option<(Instant, TimeLimit)>,
         id: u64,
         request_id: uuid::Uuid,
         audit: &mut AuditGuard,
@@ -291,17 +294,32 @@ impl CmpService {
         };
         let started = Instant::now();
         // Receiving is bounded by the request's deadline, the archive's wall clock and the
-        // longest pause between two messages: a stalled client holds nothing for long.
+        // longest pause between two messages: a stalled client holds nothing for long. Until
+        // the header chose the request's policy, the default's clocks.
+        let default = self.cfg.plans.default_plan().clone();
+        let (deadline, _) = default.deadline_from(started, client_deadline.clone());
         let mut clock = ReceiveClock {
             deadline,
-            archive_by: Instant::now() + self.cfg.plan.archive.limits.wall_clock,
-            archive_secs: self.cfg.plan.archive.limits.wall_clock.as_secs(),
+            archive_by: started + default.archive.limits.wall_clock,
+            archive_secs: default.archive.limits.wall_clock.as_secs(),
             idle: self.cfg.admission.stream_idle,
             holding_slot: false,
         };
 
-        // 1. The header.
+        // 1. The header, and the policy it selects (`spec.select`: Argo CD's own variables
+        //    only), whose clocks then bound the request from its start.
         let meta = self.receive_header(&clock, &mut stream, ctx).await?;
+        let plan = self
+            .cfg
+            .plans
+            .select(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
+            .map_err(|why| StreamError::Selection(why).to_status())?
+            .clone();
+        let (deadline, limit) = plan.deadline_from(started, client_deadline);
+        clock.deadline = deadline;
+        clock.archive_by = started + plan.archive.limits.wall_clock;
+        clock.archive_secs = plan.archive.limits.wall_clock.as_secs();
+        ctx.plan = Some(plan.clone());
 
         // 2. The first chunk.
         let first = match clock.next(&mut stream).await {
@@ -343,6 +361,7 @@ impl CmpService {
         let _guard = ActiveGuard::new(&self.active, id, &cancel);
         let (tx, task) = self.start_run(
             op,
+            &plan,
             &meta,
             request_id,
             (deadline, &limit),
@@ -353,16 +372,16 @@ impl CmpService {
         );
 
         // 5. The archive.
-        let received = self
-            .receive(
-                &mut stream,
-                first,
-                &tx,
-                &meta.checksum,
-                &clock,
-                &mut ctx.archive,
-            )
-            .await;
+        let received = Self::receive(
+            plan.archive.limits.compressed_bytes,
+            &mut stream,
+            first,
+            &tx,
+            &meta.checksum,
+            &clock,
+            &mut ctx.archive,
+        )
+        .await;
         ctx.timings.received = Some(std::time::SystemTime::now());
         match &received {
             Err(
@@ -455,6 +474,7 @@ impl CmpService {
     fn start_run(
         &self,
         op: Operation,
+        plan: &Plan,
         meta: &proto::plugin::ManifestRequestMetadata,
         request_id: uuid::Uuid,
         (deadline, limit): (Option<Instant>, &TimeLimit),
@@ -473,7 +493,7 @@ impl CmpService {
             .iter()
             .map(|e| (e.name.clone(), e.value.clone()))
             .collect();
-        let mut spec = self.cfg.plan.request(
+        let mut spec = plan.request(
             op,
             &self.cfg.plugin,
             tree,
@@ -570,7 +590,7 @@ impl CmpService {
     }
 
     async fn receive(
-        &self,
+        cap: u64,
         stream: &mut Streaming<AppStreamRequest>,
         first: Option<Vec<u8>>,
         tx: &mpsc::Sender<Chunk>,
@@ -578,7 +598,6 @@ impl CmpService {
         clock: &ReceiveClock,
         info: &mut ArchiveInfo,
     ) -> Result<(), StreamError> {
-        let cap = self.cfg.plan.archive.limits.compressed_bytes;
         let mut hasher = Sha256::new();
         let mut total: u64 = 0;
         let mut runner_gone = false;

@@ -174,6 +174,11 @@ pub enum StreamError {
         "error getting stream metadata: appRelPath is {0} bytes long; at most {MAX_APP_REL_PATH} are accepted (PATH_MAX)"
     )]
     AppRelPath(usize),
+    /// Argo CD's own variables that choose the policy (`spec.select`) do not say one thing.
+    #[error(
+        "error getting stream metadata: {0}; the policy is chosen by it (spec.select), so it must be given once"
+    )]
+    Selection(String),
 }
 
 /// The longest `appRelPath` accepted (Linux's PATH_MAX).
@@ -190,7 +195,7 @@ impl StreamError {
             Self::Deadline => Code::DeadlineExceeded,
             Self::Cancelled => Code::Cancelled,
             Self::Workdir(_) => Code::Internal,
-            Self::Env(_) | Self::AppRelPath(_) => Code::InvalidArgument,
+            Self::Env(_) | Self::AppRelPath(_) | Self::Selection(_) => Code::InvalidArgument,
             Self::Busy(_) => Code::ResourceExhausted,
             Self::Stalled(_) | Self::StalledHoldingSlot(_) | Self::ReceiveTimeout(_) => {
                 Code::DeadlineExceeded

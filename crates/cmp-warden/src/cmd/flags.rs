@@ -5,18 +5,40 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use policy::Policy;
+use policy::{Policy, PolicySet};
 
 /// Load `--policy FILE` or the embedded default, logging what a reviewer should look at.
 pub fn load_policy(file: Option<&Path>) -> anyhow::Result<Policy> {
-    let p = match file {
-        Some(f) => Policy::load(f)?,
-        None => Policy::default_policy()?,
-    };
-    for w in p.warnings() {
-        tracing::warn!(warning = %w, "policy");
+    let set = load_policies(file)?;
+    if set.policies().len() > 1 {
+        anyhow::bail!(
+            "{}: a policy directory with selected policies (spec.select) is for `serve`; give this command one policy file (the default, or the one a tenant runs under)",
+            file.map(|f| f.display().to_string()).unwrap_or_default()
+        );
     }
-    Ok(p)
+    Ok(set.default_policy().clone())
+}
+
+/// `--policy FILE|DIR`: one policy, or a directory of them (one default, the others chosen
+/// per request by `spec.select`); the embedded default without it. Warns what a reviewer
+/// should look at, per policy.
+pub fn load_policies(file: Option<&Path>) -> anyhow::Result<PolicySet> {
+    let set = match file {
+        Some(f) => PolicySet::load(f)?,
+        None => PolicySet::single(Policy::default_policy()?),
+    };
+    for p in set.policies() {
+        for w in p.warnings() {
+            tracing::warn!(policy = %p.name, warning = %w, "policy");
+        }
+        if p.select
+            .as_ref()
+            .is_some_and(policy::Select::without_project)
+        {
+            tracing::warn!(policy = %p.name, "policy: spec.select names no project: an application's author chooses its name and destination namespace, so an application of another project can match it too (add spec.select.projects)");
+        }
+    }
+    Ok(set)
 }
 
 /// `ARGOCD_EXEC_TIMEOUT` (Go duration syntax, e.g. `90s`): Argo CD documents it, but its

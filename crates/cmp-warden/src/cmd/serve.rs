@@ -221,7 +221,8 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
     super::flags::argo_only_variables();
     let tracer = otlp_exporter(&a)?;
-    let policy = super::flags::load_policy(a.policy.as_deref())?;
+    let policies = super::flags::load_policies(a.policy.as_deref())?;
+    let policy = policies.default_policy();
     let grpc_max_size_mb = grpc_max_size_mb(a.grpc_max_size_mb.as_deref());
     let overrides = jail::supervisor::Overrides {
         compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
@@ -270,10 +271,10 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         ];
         start.bind = Some(Box::new(bind));
         start.lease_dir = super::flags::lease_dir(Some(&std::path::absolute(&a.socket_dir)?));
-        jail::Supervisor::start(&policy, start)?
+        jail::Supervisor::start_set(&policies, start)?
     };
     // 5.
-    report(&policy, &enforcement, (&a.socket_dir, &work_parent));
+    report(policy, &enforcement, (&a.socket_dir, &work_parent));
 
     // 6.
     let audit = super::flags::audit_sink(&a.audit_log)?;
@@ -305,7 +306,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         ServiceConfig {
             plugin: config,
             work_dir: work_dir.clone(),
-            plan: supervisor.plan(),
+            plans: supervisor.plans(),
             audit,
             metrics,
             tcp_token: tcp.as_ref().and_then(|(_, t)| t.token.clone()),

@@ -18,7 +18,7 @@ mod watch;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use policy::{Policy, Protection};
+use policy::{Policy, PolicySet, Protection};
 
 pub use cache::CacheStats;
 pub use cgroup::{CgroupLimits, Layout, Readback};
@@ -27,7 +27,7 @@ pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;
 pub use jail_wire::protocol::{
     LandlockStatus, Namespace, NamespaceReport, NsNote, Report, SelfTestOutcome,
 };
-pub use plan::{Overrides, Plan, wanted_namespaces};
+pub use plan::{Overrides, Plan, Plans, wanted_namespaces};
 pub use privilege::{PrivilegeModel, Privileges};
 
 use runner::{Confined, ConfinedConfig};
@@ -309,7 +309,7 @@ impl Enforcement {
 #[derive(Debug)]
 pub struct Supervisor {
     runner: Arc<Confined>,
-    plan: Arc<Plan>,
+    plans: Arc<Plans>,
     owner: Owner,
     work_root: PathBuf,
     cgroups: Option<Layout>,
@@ -322,8 +322,18 @@ impl Supervisor {
         policy: &Policy,
         opts: StartOptions<'_>,
     ) -> Result<(Supervisor, Enforcement), StartError> {
+        Self::start_set(&PolicySet::single(policy.clone()), opts)
+    }
+
+    /// [`Supervisor::start`] with several policies, each request under the one that selects
+    /// it: the default's node-wide fields (`require`, `uidRange`, `namespaces`, `cache`) hold
+    /// for all, and every policy is probed and must compile here.
+    pub fn start_set(
+        set: &PolicySet,
+        opts: StartOptions<'_>,
+    ) -> Result<(Supervisor, Enforcement), StartError> {
         let (owner, work_root) = (opts.owner, opts.work_root.clone());
-        let started = Self::start_steps(policy, opts);
+        let started = Self::start_steps(set, opts);
         if started.is_err() && owner == Owner::OneShot {
             // A one-shot run's own work root (empty once its runner is gone).
             let _ = std::fs::remove_dir(&work_root);
@@ -334,9 +344,10 @@ impl Supervisor {
     /// The start-up sequence. Steps 1–10 run while the process has a single thread:
     /// capabilities are per thread, so the drop must precede every thread.
     fn start_steps(
-        policy: &Policy,
+        set: &PolicySet,
         opts: StartOptions<'_>,
     ) -> Result<(Supervisor, Enforcement), StartError> {
+        let policy = set.default_policy();
         let StartOptions {
             work_root,
             owner,
@@ -371,9 +382,10 @@ impl Supervisor {
         let privileges = privilege::detect();
         let unique_uid = unique_uids(policy, &privileges, &mut unavailable)?;
 
-        // 3. The policy's one translation, and its seccomp filter compiled for this
+        // 3. Each policy's one translation, and its seccomp filter compiled for this
         //    architecture.
-        let plan = Arc::new(Plan::new(policy, &overrides, std::env::vars()));
+        let plans = Arc::new(Plans::new(set, &overrides, std::env::vars()));
+        let plan = plans.default_plan().clone();
         match plan.network() {
             policy::NetworkMode::Egress => tracing::warn!(
                 "NETWORK EGRESS: commands share the host's network (the pod's own ports, the cloud metadata address, everything the pod reaches); spec.network.mode allowList admits only listed destinations"
@@ -397,6 +409,17 @@ impl Supervisor {
             }
             tracing::warn!(error = %e, "SECCOMP DISABLED: the profile does not compile here and the policy does not require it");
             unavailable.push((Protection::Seccomp, e.to_string()));
+        }
+        for p in plans.all().iter().skip(1) {
+            if let Err(e) = p.seccomp() {
+                if plan.requires(Protection::Seccomp) {
+                    return Err(stop(
+                        Step::Seccomp,
+                        format!("policy {:?}: {e}", p.policy_name),
+                    ));
+                }
+                tracing::warn!(policy = %p.policy_name, error = %e, "SECCOMP DISABLED for this policy's requests: its profile does not compile here and spec.require (the default policy's) does not require it");
+            }
         }
 
         // 4. The work root, reachable by the leased UIDs.
@@ -441,7 +464,7 @@ impl Supervisor {
             exe,
             work_root: work_root.clone(),
             pool,
-            plan: plan.clone(),
+            plans: plans.clone(),
             log_args,
             cgroups: layout.clone(),
             probe_writes,
@@ -492,19 +515,34 @@ impl Supervisor {
 
         // 11. Probe: a jail confines itself and runs the extractor self-test; a required
         //     protection it lacks, or a write outside its directory, stops start-up.
+        //     Every selected policy's jail is probed too: its own file rules and filter.
         let (probe, cgroup_probe) = runner
-            .probe()
+            .probe(&plan)
             .map_err(|e| stop(Step::Probe, format!("sandbox probe failed: {e}")))?;
-        let missing = missing_required(&probe, policy);
-        if !missing.is_empty() {
-            return Err(stop(
-                Step::Probe,
-                format!(
-                    "policy {:?} requires {:?}, which this environment cannot enforce (probe: {probe:?})",
-                    policy.name,
-                    missing.iter().map(|p| p.as_str()).collect::<Vec<_>>()
-                ),
-            ));
+        for (i, p) in set.policies().iter().enumerate() {
+            let selected;
+            let probe = if i == 0 {
+                &probe
+            } else {
+                selected = runner.probe(&plans.all()[i]).map_err(|e| {
+                    stop(
+                        Step::Probe,
+                        format!("sandbox probe of policy {:?} failed: {e}", p.name),
+                    )
+                })?;
+                &selected.0
+            };
+            let missing = missing_required(probe, p);
+            if !missing.is_empty() {
+                return Err(stop(
+                    Step::Probe,
+                    format!(
+                        "policy {:?} requires {:?}, which this environment cannot enforce (probe: {probe:?})",
+                        p.name,
+                        missing.iter().map(|p| p.as_str()).collect::<Vec<_>>()
+                    ),
+                ));
+            }
         }
 
         // 11b. The tree cache (`spec.cache`; `serve`, and `doctor` to report it): its keeper, once the probe showed
@@ -550,6 +588,7 @@ impl Supervisor {
             tree_cache: tree_cache.map(|()| policy.cache.bytes),
         };
         log_enforced(policy, &enforcement);
+        log_selection(&plans);
         let gaps = enforcement.shared_uid_gaps();
         if !gaps.is_empty() {
             tracing::warn!(
@@ -562,7 +601,7 @@ impl Supervisor {
         Ok((
             Supervisor {
                 runner,
-                plan,
+                plans,
                 owner,
                 work_root,
                 cgroups: layout,
@@ -576,9 +615,14 @@ impl Supervisor {
         self.runner.clone()
     }
 
-    /// What the policy means for each request.
+    /// What the default policy means for each request.
     pub fn plan(&self) -> Arc<Plan> {
-        self.plan.clone()
+        self.plans.default_plan().clone()
+    }
+
+    /// Every policy's plan, and which a request runs under.
+    pub fn plans(&self) -> Arc<Plans> {
+        self.plans.clone()
     }
 
     /// The tree cache's counters (`None` when it does not run).
@@ -868,6 +912,20 @@ pub fn missing_required(report: &Report, policy: &Policy) -> Vec<Protection> {
         .collect();
     missing.dedup();
     missing
+}
+
+/// Step 12, with several policies: which selects what, once (the table operators read).
+fn log_selection(plans: &Plans) {
+    for p in plans.all().iter().skip(1) {
+        tracing::info!(
+            policy = %p.policy_name,
+            policy_sha256 = %p.policy_sha256,
+            select = %p.select.as_ref().map(ToString::to_string).unwrap_or_default(),
+            network = p.network().as_str(),
+            env_pass_withheld = p.withheld_env.len(),
+            "policy selected by Argo CD's own variables (ARGOCD_APP_PROJECT_NAME, ARGOCD_APP_NAMESPACE, ARGOCD_APP_NAME); other requests run under the default"
+        );
+    }
 }
 
 /// Step 12: log exactly what is enforced (once).

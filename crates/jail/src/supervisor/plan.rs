@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use plugin::PluginConfig;
-use policy::{NetworkMode, Policy, Protection};
+use policy::{Identity, NetworkMode, Policy, PolicySet, Protection, Select};
 
 use super::cgroup::CgroupLimits;
 use jail_sys::seccomp::{CompiledFilter, SeccompError};
 use jail_wire::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
-use jail_wire::spec::{Operation, RequestSpec, Task, TimeLimit};
+use jail_wire::spec::{Operation, PolicyIndex, RequestSpec, Task, TimeLimit};
+use std::sync::Arc;
 
 /// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
 const NPROC_HEADROOM: u64 = 16;
@@ -36,6 +37,10 @@ pub const DEFAULT_REPLY_BYTES: u64 = 100 << 20;
 /// What a policy (with the command line's overrides) means at run time.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// Its place among the server's plans (0: the default).
+    pub index: PolicyIndex,
+    /// The requests it is for (`spec.select`; `None`: the default).
+    pub select: Option<Select>,
     /// The policy's name and SHA-256 (audit events name them).
     pub policy_name: String,
     /// SHA-256 of the policy text.
@@ -107,6 +112,8 @@ impl Plan {
             Err(e) => (None, Some(e)),
         };
         Plan {
+            index: PolicyIndex::default(),
+            select: policy.select.clone(),
             policy_name: policy.name.clone(),
             policy_sha256: policy.sha256.clone(),
             require: policy.require.clone(),
@@ -222,7 +229,16 @@ impl Plan {
     /// generator's timeout, with the limit to name) and the policy's wall clock, and which of
     /// them it is (the error names it when it fires).
     pub fn deadline(&self, caller: Option<(Instant, TimeLimit)>) -> (Option<Instant>, TimeLimit) {
-        let wall = Instant::now() + self.wall_clock;
+        self.deadline_from(Instant::now(), caller)
+    }
+
+    /// [`Plan::deadline`] for a request that started at `start`.
+    pub fn deadline_from(
+        &self,
+        start: Instant,
+        caller: Option<(Instant, TimeLimit)>,
+    ) -> (Option<Instant>, TimeLimit) {
+        let wall = start + self.wall_clock;
         match caller {
             Some((c, limit)) if c <= wall => (Some(c), limit),
             _ => (
@@ -247,6 +263,7 @@ impl Plan {
         (deadline, deadline_limit): (Option<Instant>, TimeLimit),
     ) -> RequestSpec {
         RequestSpec {
+            policy: self.index,
             task: Task {
                 op,
                 config: config.clone(),
@@ -264,6 +281,77 @@ impl Plan {
             deadline,
             record: Default::default(),
         }
+    }
+}
+
+/// Every policy's plan, the default first: what a request runs under is chosen here, once,
+/// from Argo CD's own variables in its environment.
+#[derive(Debug)]
+pub struct Plans {
+    /// The policies, for selection (`None`: one plan for every request).
+    set: Option<PolicySet>,
+    plans: Vec<Arc<Plan>>,
+}
+
+impl Plans {
+    /// Each policy of `set` translated (as [`Plan::new`]).
+    pub fn new(
+        set: &PolicySet,
+        overrides: &Overrides,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Plans {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let plans: Vec<Arc<Plan>> = set
+            .policies()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut plan = Plan::new(p, overrides, env.iter().cloned());
+                plan.index = PolicyIndex(i);
+                Arc::new(plan)
+            })
+            .collect();
+        Plans {
+            set: (plans.len() > 1).then(|| set.clone()),
+            plans,
+        }
+    }
+
+    /// One policy for every request.
+    pub fn single(plan: Arc<Plan>) -> Plans {
+        Plans {
+            set: None,
+            plans: vec![plan],
+        }
+    }
+
+    /// The default plan (requests no policy selects; the probe; one-shot commands).
+    pub fn default_plan(&self) -> &Arc<Plan> {
+        &self.plans[0]
+    }
+
+    /// Every plan, the default first.
+    pub fn all(&self) -> &[Arc<Plan>] {
+        &self.plans
+    }
+
+    /// The plan `i` names (the default for an index out of range, which no caller makes).
+    pub fn get(&self, i: PolicyIndex) -> &Arc<Plan> {
+        self.plans.get(i.0).unwrap_or(&self.plans[0])
+    }
+
+    /// The plan a request with this environment runs under: the most specific policy whose
+    /// `spec.select` matches Argo CD's own variables, else the default. Refused (the reason
+    /// returned) when a selecting variable is given twice with different values.
+    pub fn select<'a>(
+        &self,
+        env: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<&Arc<Plan>, String> {
+        let Some(set) = &self.set else {
+            return Ok(&self.plans[0]);
+        };
+        let id = Identity::from_env(env)?;
+        Ok(&self.plans[set.select(&id)])
     }
 }
 

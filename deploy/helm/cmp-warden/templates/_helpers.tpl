@@ -24,5 +24,5 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* The policy's spec fields, as cmp-warden reads them (a test in crates/policy holds this list
 to the parser's). */}}
 {{- define "cmp-warden.policySpecFields" -}}
-require namespaces uidRange filesystem network seccomp limits archive env landlock cache
+select require namespaces uidRange filesystem network seccomp limits archive env landlock cache
 {{- end -}}

@@ -41,6 +41,7 @@ impl Inner {
     /// own jail. The audit record says which.
     pub(super) fn cached_tree(
         &self,
+        plan: &Plan,
         spec: &RequestSpec,
         input: Box<dyn Read + Send>,
     ) -> Result<Feed, RequestError> {
@@ -80,8 +81,8 @@ impl Inner {
             Lookup::Fill(ticket) => {
                 let limits = jail_wire::protocol::FillLimits {
                     cpu_seconds: options.limits.wall_clock.as_secs().max(1),
-                    data_bytes: self.cfg.plan.data_bytes(),
-                    address_space_bytes: self.cfg.plan.address_space_bytes(),
+                    data_bytes: plan.data_bytes(),
+                    address_space_bytes: plan.address_space_bytes(),
                     file_size_bytes: options.limits.file_bytes,
                 };
                 Ok(Feed::Fill(

@@ -47,8 +47,8 @@ pub(crate) struct ConfinedConfig {
     pub work_root: PathBuf,
     /// The UID pool; `None` in the shared-UID model.
     pub pool: Option<UidPool>,
-    /// What the policy means for each jail.
-    pub plan: Arc<Plan>,
+    /// What each policy means for a jail (spares are the default's).
+    pub plans: Arc<super::plan::Plans>,
     /// Arguments for the jail's logging (e.g. `--loglevel`, `info`).
     pub log_args: Vec<String>,
     /// The prepared cgroup layout; `None` when unavailable.
@@ -63,6 +63,8 @@ pub(crate) struct ConfinedConfig {
 /// A started jail and everything it holds until it is reclaimed.
 #[derive(Debug)]
 struct Jail {
+    /// What confines it.
+    plan: Arc<Plan>,
     /// Its directory's (and cgroup's) name.
     name: String,
     process: Option<JailProcess>,
@@ -169,7 +171,7 @@ impl Confined {
         let factory = Factory::new(cfg.exe.clone(), cfg.log_args.clone());
         // Two of the largest replies at once, from the jail's pipe until the response is
         // written; a third waits its turn.
-        let reply_budget = cfg.plan.reply_bytes.saturating_mul(2);
+        let reply_budget = cfg.plans.default_plan().reply_bytes.saturating_mul(2);
         Confined {
             inner: Arc::new(Inner {
                 cfg,
@@ -212,7 +214,8 @@ impl Confined {
         let mut cfg = self
             .inner
             .cfg
-            .plan
+            .plans
+            .default_plan()
             .cache
             .clone()
             .ok_or("off in the policy (spec.cache.enabled), or no mount and PID namespaces in spec.namespaces")?;
@@ -282,15 +285,18 @@ impl Confined {
     /// Confine a jail, run the extractor self-test in it, and return what it could enforce
     /// (start-up check and `doctor`). Fails when the self-test shows a write outside the
     /// jail's directory.
-    pub fn probe(&self) -> Result<(Report, Option<super::cgroup::Readback>), RequestError> {
-        let name = format!("probe-{}", std::process::id());
+    pub fn probe(
+        &self,
+        plan: &Arc<Plan>,
+    ) -> Result<(Report, Option<super::cgroup::Readback>), RequestError> {
+        let name = format!("probe-{}-{}", std::process::id(), plan.index.0);
         let header = Header::Probe {
             writes: self.inner.cfg.probe_writes.clone(),
         };
         let record = Recorder::default();
         let deadline = Some(Instant::now() + Duration::from_secs(30));
         let r = self.inner.run_jail(
-            &name,
+            (&name, plan),
             &header,
             Feed::Archive(Box::new(std::io::empty())),
             &CancelToken::new(),
@@ -387,9 +393,10 @@ impl Runner for Confined {
         cancel: &CancelToken,
     ) -> Result<Executed, RequestError> {
         let request = name_of(spec)?;
+        let plan = self.inner.cfg.plans.get(spec.policy).clone();
         // From the tree cache when it can: the bytes are then received and verified (and, on
         // a fill, extracted by the filler) before the jail is taken.
-        let feed = self.inner.cached_tree(spec, input)?;
+        let feed = self.inner.cached_tree(&plan, spec, input)?;
         let header = Header::Request {
             request: request.clone(),
             task: Box::new(spec.task.clone()),
@@ -398,9 +405,14 @@ impl Runner for Confined {
                 .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
             tree_attached: false,
         };
-        let (reply, memory) =
-            self.inner
-                .run_jail(&request, &header, feed, cancel, spec.deadline, &spec.record)?;
+        let (reply, memory) = self.inner.run_jail(
+            (&request, &plan),
+            &header,
+            feed,
+            cancel,
+            spec.deadline,
+            &spec.record,
+        )?;
         match reply {
             Reply::Ok {
                 outcome: Some(outcome),

@@ -81,7 +81,7 @@ impl Inner {
     ///    ([`Inner::landlock_denials`], [`explain_denials`]).
     pub(super) fn run_jail(
         self: &Arc<Self>,
-        request: &str,
+        (request, plan): (&str, &Arc<Plan>),
         header: &Header,
         feed: Feed,
         cancel: &CancelToken,
@@ -99,7 +99,7 @@ impl Inner {
         let mut hold = TreeHold(tree, self.cache.get().cloned());
 
         // 1. The jail.
-        let mut jail = self.take(request, deadline, cancel)?;
+        let mut jail = self.take(request, plan, deadline, cancel)?;
         let who = Who::of(&jail);
         let ooms_before = self.container_ooms(&who);
 
@@ -147,7 +147,7 @@ impl Inner {
         lock(&self.pending).insert(request.to_owned(), jail);
 
         // 4. Egress.
-        let proxy = self.serve_egress(header, stdin.as_ref(), who.creds, deadline)?;
+        let proxy = self.serve_egress(plan, header, stdin.as_ref(), who.creds, deadline)?;
 
         // 5. The tree in place, or the archive to extract.
         let body = self.place_tree(header, stdin.as_ref(), lent, filled, record, &mut forward)?;
@@ -211,18 +211,10 @@ impl Inner {
         let container_oom = ooms_before
             .zip(self.container_ooms(&who))
             .is_some_and(|(before, after)| after > before);
-        let reply = verdict(
-            raw,
-            stats,
-            container_oom,
-            &self.cfg.plan,
-            cancel,
-            record,
-            jail_signal,
-        )?;
-        self.landlock_denials(denial_log, &reply, record);
+        let reply = verdict(raw, stats, container_oom, plan, cancel, record, jail_signal)?;
+        self.landlock_denials(plan, denial_log, &reply, record);
         Ok((
-            explain_denials(reply, record, &self.cfg.plan),
+            explain_denials(reply, record, plan),
             ReplyShare::new(permit),
         ))
     }
@@ -240,6 +232,7 @@ impl Inner {
     /// came over its stdin socket while it confined itself).
     fn serve_egress(
         &self,
+        plan: &Plan,
         header: &Header,
         stdin: Option<&std::fs::File>,
         creds: Option<Creds>,
@@ -249,7 +242,7 @@ impl Inner {
             Header::Request { task, .. } => Some(&**task),
             Header::Probe { .. } => None,
         };
-        let (Some(p), Some(sock)) = (self.cfg.plan.egress_proxy(task), stdin) else {
+        let (Some(p), Some(sock)) = (plan.egress_proxy(task), stdin) else {
             return Ok(None);
         };
         match receive_listener(sock) {
@@ -287,7 +280,8 @@ impl Inner {
         forward: &mut bool,
     ) -> Result<Vec<u8>, RequestError> {
         let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
-        let mounter = match (&self.cfg.plan.cache, stdin) {
+        // The cache is node-wide: every plan has the default's.
+        let mounter = match (&self.cfg.plans.default_plan().cache, stdin) {
             (Some(_), Some(sock)) => receive_mounter(sock).unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "no word of the jail's mounter");
                 None
@@ -337,6 +331,7 @@ impl Inner {
     /// ([`file_denials::inferred`]), when its jail was under Landlock.
     fn landlock_denials(
         &self,
+        plan: &Plan,
         denial_log: Option<(&super::super::landlock_log::LandlockLog, u32)>,
         reply: &Reply,
         record: &Recorder,
@@ -355,7 +350,7 @@ impl Inner {
             && report.landlock != LandlockStatus::None
         {
             let own = [self.cfg.work_root.as_path(), Path::new("/tmp")];
-            denied = file_denials::inferred(message, self.cfg.plan.file_rules(), &own);
+            denied = file_denials::inferred(message, plan.file_rules(), &own);
         }
         if !denied.is_empty() {
             jail_wire::record::update(record, |r| r.landlock_denials = denied);

@@ -6,8 +6,9 @@ use super::*;
 impl Inner {
     /// Start a jail: lease a UID, create its cgroup, start our binary and send it the
     /// preparation, after which it confines itself and waits for a request.
-    pub(super) fn prepare(self: &Arc<Self>) -> Result<Jail, RequestError> {
+    pub(super) fn prepare(self: &Arc<Self>, plan: &Arc<Plan>) -> Result<Jail, RequestError> {
         let mut jail = Jail {
+            plan: plan.clone(),
             name: String::new(),
             process: None,
             stdin: None,
@@ -45,7 +46,7 @@ impl Inner {
     }
 
     pub(super) fn start(&self, jail: &mut Jail) -> Result<(), RequestError> {
-        let plan = &self.cfg.plan;
+        let plan = &jail.plan;
         if let Some(layout) = &self.cfg.cgroups {
             jail.cgroup = Some(
                 super::super::cgroup::create(layout, &jail.name, &plan.cgroup)
@@ -85,16 +86,21 @@ impl Inner {
 
     /// The ready spare if it is still alive; else the one being prepared, if no other request
     /// is waiting for it (it was started earlier, so it is ready sooner than a new one); else a
-    /// jail prepared now. Then prepare the next spare in the background.
+    /// jail prepared now. Then prepare the next spare in the background. Spares are confined
+    /// by the default plan: a request another policy selects prepares its own jail.
     pub(super) fn take(
         self: &Arc<Self>,
         request: &str,
+        plan: &Arc<Plan>,
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Jail, RequestError> {
+        let spare_fits = plan.index == self.cfg.plans.default_plan().index;
         let source = {
             let mut slot = lock(&self.spare);
-            if slot.claimed {
+            if !spare_fits {
+                Source::Own
+            } else if slot.claimed {
                 // Another request waits for the spare under way (and a ready one is its).
                 Source::Own
             } else if let Some(j) = slot.ready.take() {
@@ -118,14 +124,20 @@ impl Inner {
         let jail = match spare {
             Some(j) => j,
             None => loop {
-                match self.prepare() {
+                match self.prepare(plan) {
                     Ok(j) => break j,
                     // Every UID is leased — one perhaps by a spare being prepared, others by
                     // another instance on this node: wait for one until the request's
                     // deadline (a burst queues rather than fails).
                     Err(e) if e.kind == ErrorKind::ResourceExhausted && self.pool.is_some() => {
-                        if let Some(j) = self.wait_for_spare() {
-                            break j;
+                        // A spare is the default plan's: only its requests may take one.
+                        if spare_fits {
+                            if let Some(j) = self.wait_for_spare() {
+                                break j;
+                            }
+                        } else if let Some(j) = lock(&self.spare).ready.take() {
+                            // Its UID is this request's to lease.
+                            self.discard(j);
                         }
                         let next = Instant::now() + Duration::from_millis(50);
                         if deadline.is_some_and(|d| d <= next) || cancel.reason().is_some() {
@@ -214,7 +226,7 @@ impl Inner {
 
     /// Prepare one spare (`preparing` is set) and make it the ready one.
     pub(super) fn prepare_spare(self: &Arc<Self>) {
-        let jail = self.prepare();
+        let jail = self.prepare(&self.cfg.plans.default_plan().clone());
         let mut slot = lock(&self.spare);
         slot.preparing = false;
         let extra = match jail {

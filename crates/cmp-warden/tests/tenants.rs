@@ -1,0 +1,192 @@
+//! One sidecar, many tenants: a policy directory whose `team-a` policy (selected by Argo CD's
+//! `ARGOCD_APP_PROJECT_NAME`) passes a token and allows one destination, through the real
+//! server with the entries Argo CD's repo-server sends. `team-b`, an unknown project and a
+//! request that names `team-a` only through what an application's author controls
+//! (`ARGOCD_ENV_*`, parameters) get neither; each audit event names its policy.
+
+#[macro_use]
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+
+use common::*;
+
+const NEEDS_ROOT: &str = "tenant tests need root (CI runs as root): leased UIDs need CAP_SETUID";
+
+/// What the plugin reports: the token it sees, and whether team A's secret store answered.
+const PLUGIN: &str = r#"
+import json, os, urllib.request
+out = {"token": os.environ.get("TEAM_A_VAULT_TOKEN", "<none>")}
+url = "http://vault.team-a.test:%s/v1/secret" % os.environ["ARGOCD_ENV_PORT"]
+try:
+    out["reached"] = urllib.request.urlopen(url, timeout=5).read().decode()
+except Exception as e:
+    out["reached"] = "failed: %s" % e
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tenant"}, "data": out}))
+"#;
+
+/// A stand-in for team A's secret store: answers every request with `team-a-secret`.
+fn secret_store() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nteam-a-secret",
+            );
+        }
+    });
+    port
+}
+
+/// The default policy (as the tests write it) in `dir/default.yaml`, and `team-a.yaml`: the
+/// same without its node-wide fields, selected by project `team-a`, passing
+/// `TEAM_A_VAULT_TOKEN` and allowing team A's store only.
+fn policy_dir(dir: &Path, port: u16) {
+    write_policy(&dir.join("default.yaml"), &[]);
+    let default = std::fs::read_to_string(dir.join("default.yaml")).expect("read");
+    let mut team_a: String = default
+        .lines()
+        .filter(|l| {
+            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
+                .iter()
+                .any(|f| l.starts_with(f))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (from, to) in [
+        ("name: default", "name: team-a".to_owned()),
+        (
+            "spec:\n",
+            "spec:\n  select: {projects: [team-a]}\n".to_owned(),
+        ),
+        (
+            "pass: [PATH, LANG, LC_ALL, TZ]",
+            "pass: [PATH, LANG, LC_ALL, TZ, TEAM_A_VAULT_TOKEN]".to_owned(),
+        ),
+        (
+            "network: {mode: none}",
+            format!(
+                "network: {{mode: allowList, allow: [{{host: vault.team-a.test, ports: [{port}], internal: true}}], hosts: {{vault.team-a.test: [127.0.0.1]}}}}"
+            ),
+        ),
+    ] {
+        assert!(team_a.contains(from), "fixture: {from}");
+        team_a = team_a.replacen(from, &to, 1);
+    }
+    std::fs::write(dir.join("team-a.yaml"), team_a).expect("write");
+}
+
+fn sha256_of(path: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("read")))
+}
+
+#[test]
+fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
+    needs_root!(NEEDS_ROOT);
+    let port = secret_store();
+    let pol = tempfile::tempdir().expect("tmp");
+    policy_dir(pol.path(), port);
+    let s = Server::start_env(
+        &plugin("  generate: {command: [python3, plugin.py]}\n"),
+        &["--policy", pol.path().to_str().expect("utf8")],
+        &[("TEAM_A_VAULT_TOKEN", "s.team-a-token")],
+    );
+    // The start-up table.
+    s.wait_logged("policy selected by Argo CD's own variables", 1);
+    let r = repo(&[("plugin.py", PLUGIN)]);
+    let port_env = format!("ARGOCD_ENV_PORT={port}");
+    let call = |env: &[&str]| {
+        let mut args = vec!["-dir", r.path().to_str().expect("utf8"), "-env", &port_env];
+        for e in env {
+            args.extend(["-env", e]);
+        }
+        go(&s, "generate", &args)
+    };
+    let data = |v: &serde_json::Value| -> (String, String) {
+        let m: serde_json::Value = serde_json::from_str(&manifests(v)[0]).expect("manifest");
+        (
+            m["data"]["token"].as_str().expect("token").to_owned(),
+            m["data"]["reached"].as_str().expect("reached").to_owned(),
+        )
+    };
+
+    // Team A's application: the token, and its store answers.
+    let a = call(&[
+        "ARGOCD_APP_NAME=billing",
+        "ARGOCD_APP_NAMESPACE=billing",
+        "ARGOCD_APP_PROJECT_NAME=team-a",
+    ])
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(data(&a), ("s.team-a-token".into(), "team-a-secret".into()));
+
+    // Team B's, an unknown project's, and one without a project (Argo CD before 3.0): the
+    // default policy, so neither the token nor a way out.
+    let hostile_params =
+        r#"ARGOCD_APP_PARAMETERS=[{"name":"ARGOCD_APP_PROJECT_NAME","string":"team-a"}]"#;
+    let others: [&[&str]; 4] = [
+        &["ARGOCD_APP_NAME=shop", "ARGOCD_APP_PROJECT_NAME=team-b"],
+        &["ARGOCD_APP_NAME=x", "ARGOCD_APP_PROJECT_NAME=unknown"],
+        &["ARGOCD_APP_NAME=billing"],
+        // Team B's author names team A through everything an author controls.
+        &[
+            "ARGOCD_APP_NAME=shop",
+            "ARGOCD_APP_PROJECT_NAME=team-b",
+            "ARGOCD_ENV_ARGOCD_APP_PROJECT_NAME=team-a",
+            "PARAM_ARGOCD_APP_PROJECT_NAME=team-a",
+            hostile_params,
+        ],
+    ];
+    for env in others {
+        let v = call(env).unwrap_or_else(|e| panic!("{env:?}: {e:?}\n{}", s.logs()));
+        let (token, reached) = data(&v);
+        assert_eq!(token, "<none>", "{env:?}");
+        assert!(reached.starts_with("failed: "), "{env:?}: {reached}");
+    }
+
+    // The variable that selects, given twice with different values: refused, not guessed.
+    let (code, msg) = call(&[
+        "ARGOCD_APP_PROJECT_NAME=team-b",
+        "ARGOCD_APP_PROJECT_NAME=team-a",
+    ])
+    .expect_err("two projects");
+    assert_eq!(code, INVALID_ARGUMENT, "{msg}");
+    assert!(
+        msg.contains("ARGOCD_APP_PROJECT_NAME is given twice") && msg.contains("spec.select"),
+        "{msg}"
+    );
+
+    // Each event names the policy it ran under, with the file's SHA-256; only team A's
+    // reached the network, through its proxy.
+    s.wait_settled(6);
+    let events = s.audit_events();
+    let policies: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["policy"]["name"].as_str().expect("policy.name"),
+                e["policy"]["sha256"].as_str().expect("policy.sha256"),
+            )
+        })
+        .collect();
+    let (team_a_sha, default_sha) = (
+        sha256_of(&pol.path().join("team-a.yaml")),
+        sha256_of(&pol.path().join("default.yaml")),
+    );
+    assert_eq!(policies.len(), 6, "{events:?}");
+    assert_eq!(policies[0], ("team-a", team_a_sha.as_str()));
+    for p in &policies[1..] {
+        assert_eq!(*p, ("default", default_sha.as_str()));
+    }
+    let egress = |e: &serde_json::Value| e["egress"].as_array().map_or(0, Vec::len);
+    assert!(egress(&events[0]) >= 1, "{}", events[0]);
+    assert!(events[1..].iter().all(|e| egress(e) == 0), "{events:?}");
+    // Two tenants never share an identity.
+    let uid = |e: &serde_json::Value| e["uid"].as_u64();
+    assert!(uid(&events[0]).is_some() && uid(&events[0]) != uid(&events[1]));
+}
