@@ -255,27 +255,29 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
             .unwrap_or_else(|| panic!("{k} missing: {m:#?}"))
     };
     assert_eq!(
-        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok"}"#),
+        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok",policy="default"}"#),
         1.0
     );
     assert_eq!(
-        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Unknown"}"#),
+        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Unknown",policy="default"}"#),
         2.0
     );
     assert_eq!(
-        get(r#"cmp_warden_requests_total{rpc="GenerateManifest",code="DeadlineExceeded"}"#),
+        get(
+            r#"cmp_warden_requests_total{rpc="GenerateManifest",code="DeadlineExceeded",policy="default"}"#
+        ),
         1.0
     );
     assert_eq!(
-        get(r#"cmp_warden_sandbox_kills_total{reason="timeout"}"#),
+        get(r#"cmp_warden_sandbox_kills_total{reason="timeout",policy="default"}"#),
         1.0
     );
     assert_eq!(
-        get(r#"cmp_warden_sandbox_kills_total{reason="memory"}"#),
+        get(r#"cmp_warden_sandbox_kills_total{reason="memory",policy="default"}"#),
         1.0
     );
     assert_eq!(
-        get(r#"cmp_warden_sandbox_kills_total{reason="seccomp"}"#),
+        get(r#"cmp_warden_sandbox_kills_total{reason="seccomp",policy="default"}"#),
         1.0
     );
     assert!(get(r#"cmp_warden_seccomp_events_total{syscall="unshare",action="denied"}"#) >= 1.0);

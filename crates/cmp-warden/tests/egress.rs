@@ -561,7 +561,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     assert!(denied_total >= 18, "{events:#?}");
     assert!(
         body.contains(&format!(
-            "cmp_warden_egress_connections_total{{decision=\"denied\"}} {denied_total}\n"
+            "cmp_warden_egress_connections_total{{decision=\"denied\",policy=\"default\"}} {denied_total}\n"
         )),
         "{body}\n{events:#?}"
     );

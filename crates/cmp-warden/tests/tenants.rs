@@ -94,7 +94,12 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
     policy_dir(pol.path(), port);
     let s = Server::start_env(
         &plugin("  generate: {command: [python3, plugin.py]}\n"),
-        &["--policy", pol.path().to_str().expect("utf8")],
+        &[
+            "--policy",
+            pol.path().to_str().expect("utf8"),
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
         &[("TEAM_A_VAULT_TOKEN", "s.team-a-token")],
     );
     // The start-up table.
@@ -186,6 +191,19 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
     let egress = |e: &serde_json::Value| e["egress"].as_array().map_or(0, Vec::len);
     assert!(egress(&events[0]) >= 1, "{}", events[0]);
     assert!(events[1..].iter().all(|e| egress(e) == 0), "{events:?}");
+    // Metrics carry the policy.
+    let body = scrape(&s.metrics_address());
+    for line in [
+        r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok",policy="team-a"} 1"#,
+        r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok",policy="default"} 4"#,
+        r#"cmp_warden_requests_total{rpc="GenerateManifest",code="InvalidArgument",policy="default"} 1"#,
+    ] {
+        assert!(body.lines().any(|l| l == line), "{line}:\n{body}");
+    }
+    assert!(
+        body.contains(r#"cmp_warden_egress_connections_total{decision="allowed",policy="team-a"}"#),
+        "{body}"
+    );
     // Two tenants never share an identity.
     let uid = |e: &serde_json::Value| e["uid"].as_u64();
     assert!(uid(&events[0]).is_some() && uid(&events[0]) != uid(&events[1]));

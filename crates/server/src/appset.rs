@@ -225,6 +225,7 @@ impl AppSetService {
         self.metrics.finished(&Finished {
             rpc: Operation::Generator.rpc_name(),
             code: &event.code,
+            policy: &event.policy.name,
             duration: elapsed,
             bytes_in: ctx.bytes_in,
             bytes_out,

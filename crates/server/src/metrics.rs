@@ -23,14 +23,17 @@ struct Histogram {
 /// The registry.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String), u64>>,
+    /// By RPC, code and policy.
+    requests: Mutex<BTreeMap<(String, String, String), u64>>,
     durations: Mutex<BTreeMap<String, Histogram>>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
-    kills: Mutex<BTreeMap<String, u64>>,
+    /// By reason and policy.
+    kills: Mutex<BTreeMap<(String, String), u64>>,
     rejections: Mutex<BTreeMap<String, u64>>,
     seccomp: Mutex<BTreeMap<(String, String), u64>>,
-    egress: Mutex<BTreeMap<String, u64>>,
+    /// By decision and policy.
+    egress: Mutex<BTreeMap<(String, String), u64>>,
     tree_cache: Mutex<BTreeMap<String, u64>>,
     active: AtomicI64,
     /// (in use, capacity) of the UID pool, read at scrape time.
@@ -72,6 +75,8 @@ pub struct Finished<'a> {
     pub rpc: &'a str,
     /// gRPC code name (`OK`, `InvalidArgument`, …).
     pub code: &'a str,
+    /// The policy it ran under (`metadata.name`; the default's before one was chosen).
+    pub policy: &'a str,
     /// Duration.
     pub duration: Duration,
     /// Compressed archive bytes received.
@@ -127,7 +132,7 @@ impl Metrics {
     /// A request finished.
     pub fn finished(&self, f: &Finished<'_>) {
         *lock(&self.requests)
-            .entry((f.rpc.to_owned(), f.code.to_owned()))
+            .entry((f.rpc.to_owned(), f.code.to_owned(), f.policy.to_owned()))
             .or_default() += 1;
         {
             let mut d = lock(&self.durations);
@@ -147,7 +152,9 @@ impl Metrics {
         self.bytes_in.fetch_add(f.bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
         if let Some(k) = f.kill {
-            *lock(&self.kills).entry(k.to_owned()).or_default() += 1;
+            *lock(&self.kills)
+                .entry((k.to_owned(), f.policy.to_owned()))
+                .or_default() += 1;
         }
         if let Some(r) = f.rejection {
             *lock(&self.rejections).entry(r.to_owned()).or_default() += 1;
@@ -158,7 +165,9 @@ impl Metrics {
                 .or_default() += n;
         }
         for d in &f.egress {
-            *lock(&self.egress).entry((*d).to_owned()).or_default() += 1;
+            *lock(&self.egress)
+                .entry(((*d).to_owned(), f.policy.to_owned()))
+                .or_default() += 1;
         }
         if let Some(t) = f.tree_cache {
             *lock(&self.tree_cache).entry(t.to_owned()).or_default() += 1;
@@ -187,10 +196,16 @@ impl Metrics {
         o.family(
             "cmp_warden_requests_total",
             "counter",
-            "Requests by RPC and gRPC code.",
-            lock(&self.requests)
-                .iter()
-                .map(|((rpc, code), n)| (format!("rpc=\"{rpc}\",code=\"{code}\""), *n)),
+            "Requests by RPC, gRPC code and the policy they ran under.",
+            lock(&self.requests).iter().map(|((rpc, code, policy), n)| {
+                (
+                    format!(
+                        "rpc=\"{rpc}\",code=\"{code}\",policy=\"{}\"",
+                        escape(policy)
+                    ),
+                    *n,
+                )
+            }),
         );
         o.head(
             "cmp_warden_request_duration_seconds",
@@ -226,10 +241,10 @@ impl Metrics {
         o.family(
             "cmp_warden_sandbox_kills_total",
             "counter",
-            "Requests ended by a sandbox limit, by reason.",
-            lock(&self.kills)
-                .iter()
-                .map(|(r, n)| (format!("reason=\"{r}\""), *n)),
+            "Requests ended by a sandbox limit, by reason and policy.",
+            lock(&self.kills).iter().map(|((r, policy), n)| {
+                (format!("reason=\"{r}\",policy=\"{}\"", escape(policy)), *n)
+            }),
         );
         o.family(
             "cmp_warden_archive_rejections_total",
@@ -250,10 +265,13 @@ impl Metrics {
         o.family(
             "cmp_warden_egress_connections_total",
             "counter",
-            "Connections through the egress proxy (network: allowList), by decision.",
-            lock(&self.egress)
-                .iter()
-                .map(|(d, n)| (format!("decision=\"{d}\""), *n)),
+            "Connections through the egress proxy (network: allowList), by decision and policy.",
+            lock(&self.egress).iter().map(|((d, policy), n)| {
+                (
+                    format!("decision=\"{d}\",policy=\"{}\"", escape(policy)),
+                    *n,
+                )
+            }),
         );
         if let Some(c) = lock(&self.cache).as_ref().and_then(|s| (s.0)()) {
             o.family(
@@ -312,6 +330,13 @@ impl Metrics {
         }
         o.0
     }
+}
+
+/// A label value as the exposition format writes it (a policy's name is the operator's text).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Exposition text being written: a family's `# HELP` and `# TYPE`, then its samples.
@@ -527,6 +552,7 @@ mod tests {
         m.finished(&Finished {
             rpc: jail::Operation::Generate.rpc_name(),
             code: "OK",
+            policy: "default",
             duration: Duration::from_millis(40),
             bytes_in: 10,
             bytes_out: 20,
@@ -535,6 +561,7 @@ mod tests {
         m.finished(&Finished {
             rpc: jail::Operation::Match.rpc_name(),
             code: "ResourceExhausted",
+            policy: "team-a",
             duration: Duration::from_secs(2),
             kill: kill_reason(Some(Limit::Pids)),
             rejection: None,
@@ -549,6 +576,7 @@ mod tests {
         m.finished(&Finished {
             rpc: jail::Operation::Parameters.rpc_name(),
             code: "InvalidArgument",
+            policy: "default",
             duration: Duration::from_millis(1),
             kill: kill_reason(Some(Limit::Archive)),
             rejection: Some("policy"),
@@ -558,6 +586,7 @@ mod tests {
         m.finished(&Finished {
             rpc: jail::Operation::Generate.rpc_name(),
             code: "ResourceExhausted",
+            policy: "default",
             duration: Duration::from_millis(1),
             busy: true,
             ..Default::default()
@@ -566,12 +595,12 @@ mod tests {
         assert_eq!(m.render(), PINNED, "the metrics exposition changed");
     }
 
-    const PINNED: &str = r#"# HELP cmp_warden_requests_total Requests by RPC and gRPC code.
+    const PINNED: &str = r#"# HELP cmp_warden_requests_total Requests by RPC, gRPC code and the policy they ran under.
 # TYPE cmp_warden_requests_total counter
-cmp_warden_requests_total{rpc="GenerateManifest",code="OK"} 1
-cmp_warden_requests_total{rpc="GenerateManifest",code="ResourceExhausted"} 1
-cmp_warden_requests_total{rpc="GetParametersAnnouncement",code="InvalidArgument"} 1
-cmp_warden_requests_total{rpc="MatchRepository",code="ResourceExhausted"} 1
+cmp_warden_requests_total{rpc="GenerateManifest",code="OK",policy="default"} 1
+cmp_warden_requests_total{rpc="GenerateManifest",code="ResourceExhausted",policy="default"} 1
+cmp_warden_requests_total{rpc="GetParametersAnnouncement",code="InvalidArgument",policy="default"} 1
+cmp_warden_requests_total{rpc="MatchRepository",code="ResourceExhausted",policy="team-a"} 1
 # HELP cmp_warden_request_duration_seconds Request duration by RPC.
 # TYPE cmp_warden_request_duration_seconds histogram
 cmp_warden_request_duration_seconds_bucket{rpc="GenerateManifest",le="0.05"} 2
@@ -625,9 +654,9 @@ cmp_warden_received_bytes_total 10
 # HELP cmp_warden_sent_bytes_total Manifest bytes returned.
 # TYPE cmp_warden_sent_bytes_total counter
 cmp_warden_sent_bytes_total 20
-# HELP cmp_warden_sandbox_kills_total Requests ended by a sandbox limit, by reason.
+# HELP cmp_warden_sandbox_kills_total Requests ended by a sandbox limit, by reason and policy.
 # TYPE cmp_warden_sandbox_kills_total counter
-cmp_warden_sandbox_kills_total{reason="pids"} 1
+cmp_warden_sandbox_kills_total{reason="pids",policy="team-a"} 1
 # HELP cmp_warden_archive_rejections_total Archives refused, by class.
 # TYPE cmp_warden_archive_rejections_total counter
 cmp_warden_archive_rejections_total{class="policy"} 1
@@ -635,10 +664,10 @@ cmp_warden_archive_rejections_total{class="policy"} 1
 # TYPE cmp_warden_seccomp_events_total counter
 cmp_warden_seccomp_events_total{syscall="bpf",action="audited"} 1
 cmp_warden_seccomp_events_total{syscall="unshare",action="denied"} 3
-# HELP cmp_warden_egress_connections_total Connections through the egress proxy (network: allowList), by decision.
+# HELP cmp_warden_egress_connections_total Connections through the egress proxy (network: allowList), by decision and policy.
 # TYPE cmp_warden_egress_connections_total counter
-cmp_warden_egress_connections_total{decision="allowed"} 1
-cmp_warden_egress_connections_total{decision="denied"} 2
+cmp_warden_egress_connections_total{decision="allowed",policy="team-a"} 1
+cmp_warden_egress_connections_total{decision="denied",policy="team-a"} 2
 # HELP cmp_warden_admission_refusals_total Requests refused for want of a slot (--max-in-flight running, --max-queued waiting, or the deadline passed in the queue).
 # TYPE cmp_warden_admission_refusals_total counter
 cmp_warden_admission_refusals_total 1
@@ -661,6 +690,7 @@ cmp_warden_uid_pool_capacity 16
         m.finished(&Finished {
             rpc: "GenerateManifest",
             code: "OK",
+            policy: "default",
             duration: Duration::from_millis(200),
             bytes_in: 100,
             bytes_out: 50,
@@ -669,6 +699,7 @@ cmp_warden_uid_pool_capacity 16
         m.finished(&Finished {
             rpc: "GenerateManifest",
             code: "ResourceExhausted",
+            policy: "default",
             duration: Duration::from_secs(3),
             kill: Some("memory"),
             ..Default::default()
@@ -676,13 +707,13 @@ cmp_warden_uid_pool_capacity 16
         m.set_pool_source(|| Some((1, 16)));
         let t = m.render();
         for want in [
-            "cmp_warden_requests_total{rpc=\"GenerateManifest\",code=\"OK\"} 1",
-            "cmp_warden_requests_total{rpc=\"GenerateManifest\",code=\"ResourceExhausted\"} 1",
+            "cmp_warden_requests_total{rpc=\"GenerateManifest\",code=\"OK\",policy=\"default\"} 1",
+            "cmp_warden_requests_total{rpc=\"GenerateManifest\",code=\"ResourceExhausted\",policy=\"default\"} 1",
             "cmp_warden_request_duration_seconds_bucket{rpc=\"GenerateManifest\",le=\"0.25\"} 1",
             "cmp_warden_request_duration_seconds_bucket{rpc=\"GenerateManifest\",le=\"5\"} 2",
             "cmp_warden_request_duration_seconds_count{rpc=\"GenerateManifest\"} 2",
             "cmp_warden_received_bytes_total 100",
-            "cmp_warden_sandbox_kills_total{reason=\"memory\"} 1",
+            "cmp_warden_sandbox_kills_total{reason=\"memory\",policy=\"default\"} 1",
             "cmp_warden_active_requests 0",
             "cmp_warden_uid_pool_in_use 1",
         ] {

@@ -246,6 +246,7 @@ impl CmpService {
         self.cfg.metrics.finished(&Finished {
             rpc: op.rpc_name(),
             code: &code_s,
+            policy: &event.policy.name,
             duration: elapsed,
             bytes_in: event.archive.bytes,
             bytes_out,
