@@ -208,3 +208,120 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
     let uid = |e: &serde_json::Value| e["uid"].as_u64();
     assert!(uid(&events[0]).is_some() && uid(&events[0]) != uid(&events[1]));
 }
+
+/// `policy check DIR` and `doctor --policy DIR` validate every policy and say which selects
+/// what; a selected policy is compiled and probed at start-up as the default is, so one whose
+/// seccomp filter cannot be built here stops `serve`, named.
+#[test]
+fn every_policy_of_a_directory_is_checked_and_probed_before_serving() {
+    use std::process::Command;
+    needs_root!(NEEDS_ROOT);
+    let pol = tempfile::tempdir().expect("tmp");
+    policy_dir(pol.path(), 18299);
+
+    let out = Command::new(bin())
+        .args(["policy", "check"])
+        .arg(pol.path())
+        .output()
+        .expect("policy check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(r#"policy "team-a" runs requests of projects [team-a]"#)
+            && err.contains(
+                r#"policy "default" (the default) runs every request no other policy selects"#
+            ),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v[1]["name"], "team-a");
+    assert_eq!(v[1]["select"]["projects"], serde_json::json!(["team-a"]));
+    assert_eq!(v[1]["uidFirst"], v[0]["uidFirst"]);
+
+    let out = Command::new(bin())
+        .args(["doctor", "--json", "--policy"])
+        .arg(pol.path())
+        .output()
+        .expect("doctor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["policy"], "default");
+    assert_eq!(v["selected"][0]["name"], "team-a");
+    assert_eq!(v["selected"][0]["select"]["projects"][0], "team-a");
+
+    // A node-wide field in team-a's file: refused, naming the file and the field.
+    let team_a = pol.path().join("team-a.yaml");
+    let text = std::fs::read_to_string(&team_a).expect("read");
+    std::fs::write(
+        &team_a,
+        text.replacen(
+            "spec:\n",
+            "spec:\n  uidRange: {first: 30000, count: 10}\n",
+            1,
+        ),
+    )
+    .expect("write");
+    let out = Command::new(bin())
+        .args(["policy", "check"])
+        .arg(pol.path())
+        .output()
+        .expect("policy check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("team-a.yaml: policy: line ") && err.contains("spec.uidRange: is node-wide"),
+        "{err}"
+    );
+    std::fs::write(&team_a, &text).expect("restore");
+
+    // Team A's seccomp profile names a call this architecture lacks: `serve` compiles every
+    // policy's filter before serving, and refuses (the default requires seccomp), naming it.
+    let dir = tempfile::tempdir().expect("tmp");
+    let (cfg, socks, work) = (
+        dir.path().join("config"),
+        dir.path().join("plugins"),
+        dir.path().join("work"),
+    );
+    for d in [&cfg, &socks, &work] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::write(
+        cfg.join("plugin.yaml"),
+        plugin("  generate: {command: [cat, x]}\n"),
+    )
+    .expect("plugin");
+    let profile = std::fs::read_to_string(pol.path().join("seccomp/default.json")).expect("read");
+    let foreign = profile.replacen("\"unshare\"", "\"socketcall\", \"unshare\"", 1);
+    assert_ne!(foreign, profile, "fixture: unshare");
+    std::fs::write(pol.path().join("seccomp/team-a.json"), foreign).expect("write");
+    std::fs::write(
+        &team_a,
+        text.replacen("seccomp/default.json", "seccomp/team-a.json", 1),
+    )
+    .expect("write");
+    let mut serve = Command::new(bin())
+        .arg("--config-dir-path")
+        .arg(&cfg)
+        .arg("--policy")
+        .arg(pol.path())
+        .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
+        .env("ARGOCD_CMP_WORKDIR", &work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("serve");
+    // A server that started anyway would serve forever: give it 30 s to refuse.
+    let refused = wait_until(std::time::Duration::from_secs(30), || {
+        serve.try_wait().ok().flatten().is_some()
+    });
+    if !refused {
+        let _ = serve.kill();
+    }
+    let out = serve.wait_with_output().expect("serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(refused && !out.status.success(), "{err}");
+    assert!(
+        err.contains(r#"policy \"team-a\": seccomp: "#) && err.contains("socketcall"),
+        "{err}"
+    );
+}

@@ -142,6 +142,7 @@ pub struct Policy {
     pub sha256: String,
     /// `spec.select`: the requests this policy is for (a policy directory's selected
     /// policies); `None` for the default.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub select: Option<crate::select::Select>,
 }
 
@@ -554,6 +555,14 @@ impl PolicySet {
             files.push(file);
         }
         Ok(PolicySet { policies })
+    }
+
+    /// The same set with `f` applied to every policy (`doctor` drops the requirements to
+    /// show what exists).
+    pub fn map(&self, f: impl Fn(&mut Policy)) -> PolicySet {
+        let mut set = self.clone();
+        set.policies.iter_mut().for_each(f);
+        set
     }
 
     /// The default policy (for requests no policy selects).

@@ -13,9 +13,11 @@ use serde_json::Value;
 /// Policy subcommands.
 #[derive(Debug, Subcommand)]
 pub enum PolicyCmd {
-    /// Validate FILE (or the embedded default) and print the effective policy as JSON.
+    /// Validate FILE (or the embedded default) and print the effective policy as JSON; for a
+    /// policy directory, every policy (the default first, each with the `select` it is for) as
+    /// a JSON array, and which policy selects what on stderr.
     Check {
-        /// Policy file [default: the embedded policies/default.yaml].
+        /// Policy file or directory [default: the embedded policies/default.yaml].
         file: Option<PathBuf>,
     },
     /// From the audit events of runs under an audit-mode policy (serve or render with
@@ -52,20 +54,51 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
         }
     };
     let parsed = match &file {
-        None => Policy::default_policy(),
-        Some(f) => Policy::load(f),
+        None => Policy::default_policy().map(policy::PolicySet::single),
+        Some(f) => policy::PolicySet::load(f),
     };
     match parsed {
-        Ok(p) => {
-            // The profile must also compile for this architecture, as `serve` will do it.
-            if let Some(e) = seccomp_error(&p) {
-                eprintln!("invalid: policy: spec.seccomp.profile: {e}");
-                return ExitCode::from(1);
+        Ok(set) => {
+            let several = file.as_deref().is_some_and(Path::is_dir);
+            for p in set.policies() {
+                // The profile must also compile for this architecture, as `serve` will do it.
+                if let Some(e) = seccomp_error(p) {
+                    let which = if several {
+                        format!(" {:?}", p.name)
+                    } else {
+                        String::new()
+                    };
+                    eprintln!("invalid: policy{which}: spec.seccomp.profile: {e}");
+                    return ExitCode::from(1);
+                }
+                for w in p.warnings() {
+                    eprintln!("warning: policy: {w}");
+                }
+                if p.select
+                    .as_ref()
+                    .is_some_and(policy::Select::without_project)
+                {
+                    eprintln!(
+                        "warning: policy {:?}: spec.select names no project: an application's author chooses its name and destination namespace, so another project's application can match it (add spec.select.projects)",
+                        p.name
+                    );
+                }
+                if several {
+                    match &p.select {
+                        Some(s) => eprintln!("policy {:?} runs requests of {s}", p.name),
+                        None => eprintln!(
+                            "policy {:?} (the default) runs every request no other policy selects",
+                            p.name
+                        ),
+                    }
+                }
             }
-            for w in p.warnings() {
-                eprintln!("warning: policy: {w}");
-            }
-            match serde_json::to_string_pretty(&p) {
+            let json = if several {
+                serde_json::to_string_pretty(set.policies())
+            } else {
+                serde_json::to_string_pretty(set.default_policy())
+            };
+            match json {
                 Ok(s) => super::print_out(&format!("{s}\n")),
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -83,6 +83,7 @@ pub(super) fn assemble_as(
         schema: SCHEMA,
         version: env!("CARGO_PKG_VERSION"),
         commit: env!("CMP_WARDEN_COMMIT"),
+        selected: Vec::new(),
         policy: policy.name.clone(),
         policy_sha256: policy.sha256.clone(),
         privilege_model: held.model,

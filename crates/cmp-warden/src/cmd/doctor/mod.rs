@@ -124,6 +124,22 @@ pub struct DoctorReport {
     /// What SECURITY.md claims for requests that this node does not give them, and what
     /// would give it back (empty: everything holds).
     pub gaps: Vec<Gap>,
+    /// A policy directory's selected policies (`policy` is its default): each was probed
+    /// here as `serve` does, and runs the requests its `select` names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub selected: Vec<SelectedPolicy>,
+}
+
+/// One of a policy directory's selected policies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectedPolicy {
+    /// `metadata.name`.
+    pub name: String,
+    /// SHA-256 of its file.
+    pub sha256: String,
+    /// `spec.select`.
+    pub select: policy::Select,
 }
 
 /// A protection requests do not get on this node, and what would restore it.
@@ -145,14 +161,25 @@ impl DoctorReport {
 
 /// Run `doctor`: exit 0 when `serve` would start, 1 when it would refuse, 2 on bad usage.
 pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
-    let policy = match super::flags::load_policy(a.policy.as_deref()) {
+    let set = match super::flags::load_policies(a.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
-    let report = diagnose(&policy, &a, log_args);
+    let mut report = diagnose(&set, &a, log_args);
+    report.selected = set
+        .policies()
+        .iter()
+        .filter_map(|p| {
+            Some(SelectedPolicy {
+                name: p.name.clone(),
+                sha256: p.sha256.clone(),
+                select: p.select.clone()?,
+            })
+        })
+        .collect();
     if a.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => super::print_out(&format!("{s}\n")),
@@ -173,22 +200,22 @@ pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
 
 /// Start the supervisor as `serve` would (one-shot, in a scratch work directory) and report
 /// from what it found; on refusal, start again with nothing required to show what exists.
-fn diagnose(policy: &Policy, a: &DoctorArgs, log_args: Vec<String>) -> DoctorReport {
+fn diagnose(set: &policy::PolicySet, a: &DoctorArgs, log_args: Vec<String>) -> DoctorReport {
+    let policy = set.default_policy();
     let held = jail::supervisor::privileges_now();
     let parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = parent.join(format!("cmp-warden-doctor-{}", std::process::id()));
-    let start = |p: &Policy| {
+    let start = |p: &policy::PolicySet| {
         let mut opts = StartOptions::new(work.clone(), Owner::OneShot);
         opts.log_args = log_args.clone();
         // Start the tree cache's keeper as `serve` would, to say whether it works here.
         opts.tree_cache = true;
-        Supervisor::start(p, opts)
+        Supervisor::start_set(p, opts)
     };
-    let (started, refusal) = match start(policy) {
+    let (started, refusal) = match start(set) {
         Ok(s) => (Some(s), None),
         Err(e) => {
-            let mut relaxed = policy.clone();
-            relaxed.require.clear();
+            let relaxed = set.map(|p| p.require.clear());
             match start(&relaxed) {
                 Ok(s) => (Some(s), Some(e.to_string())),
                 Err(e2) => (None, Some(format!("{e} (and without requirements: {e2})"))),
@@ -338,6 +365,22 @@ pub fn render_text(r: &DoctorReport) -> String {
         }
         Some(why) => {
             let _ = writeln!(s, "verdict: serve would REFUSE to start: {why}");
+        }
+    }
+    if !r.selected.is_empty() {
+        let _ = writeln!(
+            s,
+            "policies chosen per request (probed here; the rest run {:?}):",
+            r.policy
+        );
+        for p in &r.selected {
+            let _ = writeln!(
+                s,
+                "  - {:?} (sha256 {}): {}",
+                p.name,
+                p.sha256.get(..16).unwrap_or(&p.sha256),
+                p.select
+            );
         }
     }
     if !r.gaps.is_empty() {
