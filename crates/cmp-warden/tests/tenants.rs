@@ -325,3 +325,131 @@ fn every_policy_of_a_directory_is_checked_and_probed_before_serving() {
         "{err}"
     );
 }
+
+/// Team A's plugin needs its token and its store; team B's needs neither.
+const LEARNING_PLUGIN: &str = r#"
+import json, os, sys, urllib.request
+out = {"token": os.environ.get("TEAM_A_VAULT_TOKEN", "<none>"), "reached": "<none>"}
+if os.environ.get("ARGOCD_APP_PROJECT_NAME") == "team-a":
+    url = "http://vault.team-a.test:%s/v1/secret" % os.environ["ARGOCD_ENV_PORT"]
+    out["reached"] = urllib.request.urlopen(url, timeout=5).read().decode()
+    if "TEAM_A_VAULT_TOKEN" not in os.environ:
+        sys.exit("TEAM_A_VAULT_TOKEN is not set")
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tenant"}, "data": out}))
+"#;
+
+/// The operator's path to per-project policies: one learning run (an audit-mode allow list)
+/// serving two projects, `policy suggest` over its audit log writes a policy directory with a
+/// policy per project from that project's requests alone, and served from it, team A's
+/// application gets its token and store while team B's gets neither.
+#[test]
+fn policy_suggest_writes_a_policy_per_project_that_serves_as_a_directory() {
+    use std::process::Command;
+    needs_root!(NEEDS_ROOT);
+    let port = secret_store();
+    let work = tempfile::tempdir().expect("tmp");
+    let learning = work.path().join("learning/policy.yaml");
+    write_policy(
+        &learning,
+        &[(
+            "network: {mode: none}",
+            "network: {mode: allowList, audit: true, hosts: {vault.team-a.test: [127.0.0.1]}}",
+        )],
+    );
+    let plugin_yaml = plugin("  generate: {command: [python3, plugin.py]}\n");
+    let server_env = [("TEAM_A_VAULT_TOKEN", "s.team-a-token")];
+    let r = repo(&[("plugin.py", LEARNING_PLUGIN)]);
+    let port_env = format!("ARGOCD_ENV_PORT={port}");
+    let call = |s: &Server, project: &str| {
+        let project = format!("ARGOCD_APP_PROJECT_NAME={project}");
+        go(
+            s,
+            "generate",
+            &[
+                "-dir",
+                r.path().to_str().expect("utf8"),
+                "-env",
+                &port_env,
+                "-env",
+                &project,
+            ],
+        )
+    };
+
+    let s = Server::start_env(
+        &plugin_yaml,
+        &["--policy", learning.to_str().expect("utf8")],
+        &server_env,
+    );
+    let (_, msg) = call(&s, "team-a").expect_err("the token is withheld");
+    assert!(msg.contains("TEAM_A_VAULT_TOKEN"), "{msg}");
+    call(&s, "team-b").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    s.wait_settled(2);
+    let log = work.path().join("audit.jsonl");
+    let events: Vec<String> = s.audit_events().iter().map(|e| e.to_string()).collect();
+    assert_eq!(events.len(), 2, "{events:?}");
+    std::fs::write(&log, events.join("\n") + "\n").expect("write");
+
+    let out = work.path().join("suggested");
+    let run = Command::new(bin())
+        .args(["policy", "suggest", "--audit-log"])
+        .arg(&log)
+        .arg("--policy")
+        .arg(&learning)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("suggest");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(
+        err.contains("requests of 2 projects (team-a, team-b)"),
+        "{err}"
+    );
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).expect(f);
+    let (a, b) = (read("project-team-a.yaml"), read("project-team-b.yaml"));
+    assert!(a.contains(r#"select: {projects: ["team-a"]}"#), "{a}");
+    assert!(a.contains(r#""TEAM_A_VAULT_TOKEN""#), "{a}");
+    assert!(
+        a.contains("vault.team-a.test") && !a.contains("audit: true"),
+        "{a}"
+    );
+    assert!(
+        !b.contains("TEAM_A_VAULT_TOKEN") && b.contains("mode: none"),
+        "{b}"
+    );
+    // The default runs every other project: nothing of the learning run's openness.
+    let d = read("default.yaml");
+    assert!(
+        d.contains("network: {mode: none}") && !d.contains("audit: true"),
+        "{d}"
+    );
+    for text in [&a, &b] {
+        assert!(
+            !text.contains("uidRange:") && !text.contains("require:"),
+            "{text}"
+        );
+    }
+
+    // Served from that directory (the learning server gone: the same UID range).
+    drop(s);
+    let s = Server::start_env(
+        &plugin_yaml,
+        &["--policy", out.to_str().expect("utf8")],
+        &server_env,
+    );
+    let v = call(&s, "team-a").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    let m: serde_json::Value = serde_json::from_str(&manifests(&v)[0]).expect("manifest");
+    assert_eq!(m["data"]["token"], "s.team-a-token");
+    assert_eq!(m["data"]["reached"], "team-a-secret");
+    let v = call(&s, "team-b").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    let m: serde_json::Value = serde_json::from_str(&manifests(&v)[0]).expect("manifest");
+    assert_eq!(m["data"]["token"], "<none>");
+    s.wait_settled(2);
+    let names: Vec<String> = s
+        .audit_events()
+        .iter()
+        .map(|e| e["policy"]["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(names, ["project-team-a", "project-team-b"]);
+}

@@ -48,10 +48,7 @@ kind: SandboxPolicy
 metadata:
   name: {name}
 spec:
-  require: [{require}]
-  namespaces: [{namespaces}]
-  uidRange: {{first: {first}, count: {count}}}
-  filesystem:
+{node_wide}  filesystem:
     readOnly: [{ro}]
     readWrite: [{rw}]
 {net}  env:
@@ -79,10 +76,18 @@ spec:
     wallSeconds: {aw}
 {strict}",
         name = q(&p.name),
-        require = list(&require),
-        namespaces = namespaces.join(", "),
-        first = p.uid_first,
-        count = p.uid_count,
+        // A selected policy says what it is for and takes the node-wide fields from the
+        // default policy, which alone may set them.
+        node_wide = match &p.select {
+            Some(s) => format!("  select: {}\n", select(s)),
+            None => format!(
+                "  require: [{}]\n  namespaces: [{}]\n  uidRange: {{first: {}, count: {}}}\n",
+                list(&require),
+                namespaces.join(", "),
+                p.uid_first,
+                p.uid_count
+            ),
+        },
         ro = paths(&p.read_only),
         rw = paths(&p.read_write),
         net = network(p),
@@ -117,22 +122,24 @@ spec:
         },
     );
     let default_uid = p.uid_first.checked_add(p.uid_count);
-    let _ = writeln!(
-        o,
-        "  cache: {{enabled: {}, bytes: {}{}{}}}",
-        p.cache.enabled,
-        bytes(p.cache.bytes),
-        if Some(p.cache.uid) == default_uid {
-            String::new()
-        } else {
-            format!(", uid: {}", p.cache.uid)
-        },
-        if p.cache.min_archive_bytes == crate::policy::DEFAULT_CACHE_MIN_ARCHIVE_BYTES {
-            String::new()
-        } else {
-            format!(", minArchiveBytes: {}", bytes(p.cache.min_archive_bytes))
-        }
-    );
+    let _ = p.select.is_none().then(|| {
+        writeln!(
+            o,
+            "  cache: {{enabled: {}, bytes: {}{}{}}}",
+            p.cache.enabled,
+            bytes(p.cache.bytes),
+            if Some(p.cache.uid) == default_uid {
+                String::new()
+            } else {
+                format!(", uid: {}", p.cache.uid)
+            },
+            if p.cache.min_archive_bytes == crate::policy::DEFAULT_CACHE_MIN_ARCHIVE_BYTES {
+                String::new()
+            } else {
+                format!(", minArchiveBytes: {}", bytes(p.cache.min_archive_bytes))
+            }
+        )
+    });
     let ll = &p.landlock;
     if p.require.contains(&crate::Protection::Landlock)
         && (ll.min_abi > 1 || !ll.features.is_empty())
@@ -146,6 +153,21 @@ spec:
         );
     }
     o
+}
+
+/// `spec.select` as a flow mapping of the lists given.
+fn select(s: &crate::select::Select) -> String {
+    let q = |p: &crate::select::Pattern| serde_json::to_string(&p.to_string()).unwrap_or_default();
+    let parts: Vec<String> = [
+        ("projects", &s.projects),
+        ("namespaces", &s.namespaces),
+        ("apps", &s.apps),
+    ]
+    .iter()
+    .filter(|(_, l)| !l.is_empty())
+    .map(|(n, l)| format!("{n}: [{}]", l.iter().map(q).collect::<Vec<_>>().join(", ")))
+    .collect();
+    format!("{{{}}}", parts.join(", "))
 }
 
 /// A byte count as the policy files write it: `256Mi`, `2Gi`, or the number.

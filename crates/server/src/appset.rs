@@ -205,6 +205,7 @@ impl AppSetService {
             Seen {
                 request_id: request_id.to_string(),
                 app: ctx.appset,
+                project: None,
                 archive: ArchiveInfo {
                     bytes: ctx.bytes_in,
                     ..Default::default()

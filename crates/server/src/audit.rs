@@ -188,6 +188,11 @@ pub struct AuditEvent {
     pub rpc: &'static str,
     /// Argo CD application name.
     pub app: String,
+    /// The application's Argo CD project (`ARGOCD_APP_PROJECT_NAME`, sent by Argo CD 3.0 and
+    /// later with generate requests): what `spec.select` chooses by, and what `policy suggest`
+    /// writes one proposal per.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
     /// `appRelPath`.
     pub app_rel_path: String,
     /// Names of the request's environment variables (never values).
@@ -249,6 +254,8 @@ pub struct Seen {
     pub trace_id: Option<String>,
     /// Argo CD application name.
     pub app: String,
+    /// `ARGOCD_APP_PROJECT_NAME`, when the request has it.
+    pub project: Option<String>,
     /// `appRelPath`.
     pub app_rel_path: String,
     /// Names of the request's variables.
@@ -278,6 +285,7 @@ impl AuditEvent {
             trace_id: seen.trace_id,
             rpc: op.rpc_name(),
             app: seen.app,
+            project: seen.project,
             app_rel_path: seen.app_rel_path,
             env_names: seen.env_names,
             archive: seen.archive,
@@ -432,6 +440,7 @@ mod tests {
                 request_id: "r-1".into(),
                 trace_id: None,
                 app: "guestbook".into(),
+                project: None,
                 app_rel_path: "apps/web".into(),
                 env_names: vec!["ARGOCD_APP_NAME".into()],
                 archive: ArchiveInfo {

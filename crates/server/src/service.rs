@@ -69,6 +69,8 @@ struct Ctx {
     timings: crate::trace::Timings,
     /// The plan the request runs under, once its header chose it.
     plan: Option<Arc<Plan>>,
+    /// `ARGOCD_APP_PROJECT_NAME` (bounded), for the audit event.
+    project: Option<String>,
 }
 
 /// How long past the policy's wall clock the service waits for the jail to report which
@@ -220,6 +222,7 @@ impl CmpService {
                 request_id: request_id.to_string(),
                 trace_id: ctx.trace.as_ref().map(crate::trace::RequestTrace::trace_id),
                 app: ctx.app,
+                project: ctx.project,
                 app_rel_path: ctx.app_rel_path,
                 env_names: ctx.env_names,
                 archive: ctx.archive,
@@ -443,6 +446,11 @@ impl CmpService {
             return Err(StreamError::NoMetadata.to_status());
         };
         ctx.app = jail::bounded(&meta.app_name, 256).into_owned();
+        ctx.project = meta
+            .env
+            .iter()
+            .rfind(|e| e.name == policy::select::PROJECT_VAR && !e.value.is_empty())
+            .map(|e| jail::bounded(&e.value, 256).into_owned());
         tracing::Span::current().record("app", ctx.app.as_str());
         ctx.app_rel_path = jail::bounded(&meta.app_rel_path, 1024).into_owned();
         // The audit event names the variables, not a flood of them.

@@ -237,30 +237,199 @@ fn profile_text(p: &Policy, from_file: bool) -> anyhow::Result<String> {
     }
 }
 
+/// `policy suggest`: one proposal from every audit event; or, when the events come from
+/// several Argo CD projects (their `project`), a policy directory for `serve --policy DIR` with
+/// one selected policy per project, each from that project's events alone, and the default
+/// from the requests without a project (the input policy unchanged when there are none).
 fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<()> {
-    let mut p = match base {
+    let text = std::fs::read_to_string(audit_log)
+        .with_context(|| format!("reading {}", audit_log.display()))?;
+    let input = match base {
+        Some(f) => std::fs::read_to_string(f)?,
+        None => policy::DEFAULT_POLICY_YAML.to_owned(),
+    };
+    let base_policy = match base {
         Some(f) => Policy::load(f)?,
         None => Policy::default_policy()?,
     };
-    let text = std::fs::read_to_string(audit_log)
-        .with_context(|| format!("reading {}", audit_log.display()))?;
-    let o = observe(&text);
-    if o.requests == 0 {
-        anyhow::bail!(
-            "{} holds no audit events (lines with \"log\":\"audit\"): run serve or render with --audit-log under an audit-mode policy first",
-            audit_log.display()
+    let base_profile = profile_text(&base_policy, base.is_some())?;
+    let from = audit_log.display().to_string();
+    let projects = projects_in(&text);
+    if projects.len() < 2 {
+        let s = propose(&text, &base_policy, &base_profile, &from)?;
+        let Some(s) = s else {
+            anyhow::bail!(
+                "{from} holds no audit events (lines with \"log\":\"audit\"): run serve or render with --audit-log under an audit-mode policy first"
+            );
+        };
+        let (pol_path, prof_path) = s.write(out, "policy.yaml", "profile.json", &input)?;
+        let check = Policy::load(&pol_path).context("the suggested policy does not validate")?;
+        if let Some(e) = seccomp_error(&check) {
+            anyhow::bail!("the suggested policy's seccomp profile does not compile: {e}");
+        }
+        for n in &s.notes {
+            eprintln!("{n}");
+        }
+        eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
+        return Ok(());
+    }
+
+    // Several projects: the default first, from the requests without one.
+    let without: String = text
+        .lines()
+        .filter(|l| event_project(l).is_none())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut default = match propose(&without, &base_policy, &base_profile, &from)? {
+        Some(s) => s,
+        None => {
+            // No request of its own to learn from: the input without what only a learning
+            // run may have (an audit-mode allow list, seccomp in audit mode).
+            let mut p = base_policy.clone();
+            let mut notes = vec![format!(
+                "The default policy: every request in {from} named a project, so this runs only what no project's policy selects, and nothing was learnt for it."
+            )];
+            if p.network == NetworkMode::AllowList && p.egress.audit {
+                p.network = NetworkMode::None;
+                p.egress = egress::AllowList::default();
+                notes.push("network: mode none (the input's allow list was in audit mode)".into());
+            }
+            if p.seccomp_mode == SeccompMode::Audit {
+                p.seccomp_mode = SeccompMode::Enforce;
+                notes.push("seccomp: mode enforce (the input's was audit)".into());
+            }
+            Suggested {
+                policy: p,
+                profile: serde_json::from_str(&base_profile)?,
+                notes,
+            }
+        }
+    };
+    default.policy.name = base_policy.name.clone();
+    let mut written = vec![default.write(out, "default.yaml", "default.json", &input)?];
+    for project in &projects {
+        let mine: String = text
+            .lines()
+            .filter(|l| event_project(l).as_deref() == Some(project.as_str()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let Some(mut s) = propose(&mine, &base_policy, &base_profile, &from)? else {
+            continue;
+        };
+        // Named apart from the default (Argo CD's own project is called `default`).
+        s.policy.name = format!("project-{project}");
+        s.policy.select = Some(policy::Select {
+            projects: vec![policy::Pattern::Exact(project.clone())],
+            ..Default::default()
+        });
+        s.notes.insert(
+            1,
+            format!(
+                "Selected by project {project} (spec.select): only that project's requests in {from} shaped it; the node-wide fields are the default policy's."
+            ),
         );
+        let file = format!("project-{project}");
+        written.push(s.write(
+            out,
+            &format!("{file}.yaml"),
+            &format!("{file}.json"),
+            &input,
+        )?);
+    }
+    // What we wrote must pass `policy check DIR`.
+    let set = policy::PolicySet::load(out).context("the suggested policies do not validate")?;
+    for p in set.policies() {
+        if let Some(e) = seccomp_error(p) {
+            anyhow::bail!(
+                "policy {:?}: its seccomp profile does not compile: {e}",
+                p.name
+            );
+        }
+    }
+    eprintln!(
+        "requests of {} projects ({}): one policy each, selected by spec.select.projects; serve them with --policy {}",
+        projects.len(),
+        projects.iter().cloned().collect::<Vec<_>>().join(", "),
+        out.display()
+    );
+    for (pol, prof) in written {
+        eprintln!("wrote {} and {}", pol.display(), prof.display());
+    }
+    Ok(())
+}
+
+/// The Argo CD projects the audit events in `text` name (only names a `spec.select` pattern
+/// can hold).
+fn projects_in(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines().filter_map(event_project).collect()
+}
+
+/// The project of an audit event line (`None` for other lines and events without one).
+fn event_project(line: &str) -> Option<String> {
+    let e: Value = serde_json::from_str(line).ok()?;
+    if e["log"] != "audit" {
+        return None;
+    }
+    let p = e["project"].as_str()?;
+    policy::Pattern::try_from(p.to_owned())
+        .ok()
+        .filter(|p| matches!(p, policy::Pattern::Exact(_)))
+        .map(|_| p.to_owned())
+}
+
+/// A proposal: the policy, its seccomp profile, and why each change was made.
+struct Suggested {
+    policy: Policy,
+    profile: Value,
+    notes: Vec<String>,
+}
+
+impl Suggested {
+    /// Write `out/<file>` and `out/seccomp/<profile>`; returns both paths.
+    fn write(
+        &self,
+        out: &Path,
+        file: &str,
+        profile: &str,
+        input: &str,
+    ) -> anyhow::Result<(PathBuf, PathBuf)> {
+        std::fs::create_dir_all(out.join("seccomp"))?;
+        let prof_path = out.join("seccomp").join(profile);
+        std::fs::write(
+            &prof_path,
+            serde_json::to_string_pretty(&self.profile)? + "\n",
+        )?;
+        // The reviewer's own comments stay on the fields they explain.
+        let yaml = policy::emit::keep_comments(
+            input,
+            &policy::emit::to_yaml(&self.policy, &format!("seccomp/{profile}"), &self.notes),
+        );
+        let pol_path = out.join(file);
+        std::fs::write(&pol_path, &yaml)?;
+        Ok((pol_path, prof_path))
+    }
+}
+
+/// The proposal the audit events in `text` make of `base` (`None`: no audit event).
+fn propose(
+    text: &str,
+    base: &Policy,
+    base_profile: &str,
+    from: &str,
+) -> anyhow::Result<Option<Suggested>> {
+    let mut p = base.clone();
+    let o = observe(text);
+    if o.requests == 0 {
+        return Ok(None);
     }
     let mut notes = vec![format!(
-        "Suggested by `cmp-warden policy suggest` from {} request(s) in {}, based on policy {:?}.",
-        o.requests,
-        audit_log.display(),
-        p.name
+        "Suggested by `cmp-warden policy suggest` from {} request(s) in {from}, based on policy {:?}.",
+        o.requests, p.name
     )];
     notes.push("Review every line below before deploying; each change says why.".into());
 
     // Seccomp: take out of the profile exactly the calls the plugin made.
-    let mut profile: Value = serde_json::from_str(&profile_text(&p, base.is_some())?)?;
+    let mut profile: Value = serde_json::from_str(base_profile)?;
     if p.seccomp_mode == SeccompMode::Audit && o.denied.is_empty() {
         notes.push(
             "seccomp: no would-be denial was recorded; enforce mode keeps the profile unchanged"
@@ -277,31 +446,11 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
 
     suggest_limits(&mut p, &o, &mut notes);
     p.name = format!("{}-suggested", p.name);
-
-    std::fs::create_dir_all(out.join("seccomp"))?;
-    let prof_path = out.join("seccomp/profile.json");
-    std::fs::write(&prof_path, serde_json::to_string_pretty(&profile)? + "\n")?;
-    // The reviewer's own comments stay on the fields they explain.
-    let input = match base {
-        Some(f) => std::fs::read_to_string(f)?,
-        None => policy::DEFAULT_POLICY_YAML.to_owned(),
-    };
-    let yaml = policy::emit::keep_comments(
-        &input,
-        &policy::emit::to_yaml(&p, "seccomp/profile.json", &notes),
-    );
-    let pol_path = out.join("policy.yaml");
-    std::fs::write(&pol_path, &yaml)?;
-    // What we wrote must pass `policy check`.
-    let check = Policy::load(&pol_path).context("the suggested policy does not validate")?;
-    if let Some(e) = seccomp_error(&check) {
-        anyhow::bail!("the suggested policy's seccomp profile does not compile: {e}");
-    }
-    for n in &notes {
-        eprintln!("{n}");
-    }
-    eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
-    Ok(())
+    Ok(Some(Suggested {
+        policy: p,
+        profile,
+        notes,
+    }))
 }
 
 /// `spec.network` from what the plugin did: inet sockets under `network: none` suggest
@@ -313,6 +462,16 @@ fn suggest_network(
     denied: &mut std::collections::BTreeMap<String, (u64, String)>,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<()> {
+    // A learning run (`allowList` with `audit: true`) that reached nothing: no network.
+    if p.network == NetworkMode::AllowList && p.egress.audit && o.egress.is_empty() {
+        p.network = NetworkMode::None;
+        p.egress = egress::AllowList::default();
+        notes.push(
+            "network: mode none (the plugin made no connection through the audit-mode allow list)"
+                .into(),
+        );
+        return Ok(());
+    }
     // Sockets under `network: none`: what the plugin needs is a network mode, not a profile
     // without its socket rules (that would still fail, and would open netlink and the rest).
     if p.network == NetworkMode::None && denied.remove("socket").is_some() {

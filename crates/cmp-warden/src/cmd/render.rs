@@ -100,6 +100,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_default(),
                     app: app.clone(),
+                    project: None,
                     trace_id: None,
                     app_rel_path: a.app_rel_path.clone(),
                     env_names: a.env.iter().map(|(k, _)| k.clone()).collect(),
