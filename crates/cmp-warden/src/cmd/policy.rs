@@ -83,7 +83,7 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
                         p.name
                     );
                 }
-                if several {
+                if set.policies().len() > 1 {
                     match &p.select {
                         Some(s) => eprintln!("policy {:?} runs requests of {s}", p.name),
                         None => eprintln!(
