@@ -284,11 +284,12 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     if supervisor.tree_cache_stats().is_some() {
         metrics.set_cache_source(supervisor.cache_gauge());
     }
-    // With a UID per request, never admit more than the range can lease beside the spare:
-    // a request then waits for a UID instead of failing for lack of one.
+    // With a UID per request, never admit more than the range can lease beside the spares
+    // (one per policy): a request then waits for a UID instead of failing for lack of one.
+    let spares = policies.policies().len();
     let uid_room = supervisor
         .pool_usage()
-        .map_or(usize::MAX, |(_, cap)| cap.saturating_sub(1).max(1));
+        .map_or(usize::MAX, |(_, cap)| cap.saturating_sub(spares).max(1));
     let admission = server::admission::AdmissionConfig {
         max_in_flight: a.max_in_flight.unwrap_or(32).min(uid_room).max(1),
         max_queued: a.max_queued,

@@ -35,8 +35,17 @@ impl Inner {
 
     /// Reclaim a jail: wait for it to finish its own clean-up, remove its cgroup and its
     /// (then empty) directory entry, release its UID; or, when anything is left, have the
-    /// helper kill and remove it as the UID and quarantine the UID if even that fails.
-    pub(super) fn finish(self: &Arc<Self>, jail: Jail) {
+    /// helper kill and remove it as the UID and quarantine the UID if even that fails. A
+    /// request's jail (`refill`) then lets the default's spare, and its own policy's, be
+    /// prepared with the UID it gave back; a discarded spare's UID is left to whoever needs it.
+    pub(super) fn finish(self: &Arc<Self>, jail: Jail, refill: bool) {
+        let policy = jail.plan.index.0;
+        let refill = |me: &Arc<Self>| {
+            if refill {
+                me.refill(0);
+                me.refill(policy);
+            }
+        };
         let Jail {
             name,
             process: mut jail_child,
@@ -70,7 +79,7 @@ impl Inner {
         if fast && cgroup_empty {
             if let (Some(pool), Some(lease)) = (&self.pool, lease) {
                 lock(pool).release(lease);
-                self.refill();
+                refill(self);
             }
             return;
         }
@@ -111,7 +120,7 @@ impl Inner {
             (Ok(()), true, true) => {
                 if let Some(pool) = &self.pool {
                     lock(pool).release(lease);
-                    self.refill();
+                    refill(self);
                 }
             }
             _ => {
@@ -132,7 +141,7 @@ impl Inner {
     pub(super) fn reclaim(self: &Arc<Self>, name: &str) {
         let jail = lock(&self.pending).remove(name);
         if let Some(j) = jail {
-            self.finish(j);
+            self.finish(j, true);
         }
     }
 

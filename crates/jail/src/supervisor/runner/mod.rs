@@ -47,7 +47,7 @@ pub(crate) struct ConfinedConfig {
     pub work_root: PathBuf,
     /// The UID pool; `None` in the shared-UID model.
     pub pool: Option<UidPool>,
-    /// What each policy means for a jail (spares are the default's).
+    /// What each policy means for a jail (each policy's spares are confined by its plan).
     pub plans: Arc<super::plan::Plans>,
     /// Arguments for the jail's logging (e.g. `--loglevel`, `info`).
     pub log_args: Vec<String>,
@@ -79,7 +79,14 @@ struct Jail {
     tree: Option<Borrow>,
 }
 
-/// The jail kept ready for the next request.
+/// One policy's spare: the slot and the condition its waiters sleep on.
+#[derive(Debug, Default)]
+struct Spare {
+    slot: Mutex<SpareSlot>,
+    changed: Condvar,
+}
+
+/// The jail kept ready for the next request of one policy.
 #[derive(Debug, Default)]
 struct SpareSlot {
     ready: Option<Jail>,
@@ -123,8 +130,9 @@ struct Inner {
     /// Jails taken by requests, by request name, until reclaimed.
     pending: Mutex<HashMap<String, Jail>>,
     quarantined: Mutex<Vec<Lease>>,
-    spare: Mutex<SpareSlot>,
-    spare_changed: Condvar,
+    /// Each policy's spare, by plan index, confined by that policy's plan (from its start-up
+    /// probe on).
+    spares: Vec<Spare>,
     cgroup_remover: super::cgroup::Remover,
     /// Forks the jails.
     factory: Factory,
@@ -172,14 +180,14 @@ impl Confined {
         // Two of the largest replies at once, from the jail's pipe until the response is
         // written; a third waits its turn.
         let reply_budget = cfg.plans.default_plan().reply_bytes.saturating_mul(2);
+        let spares = cfg.plans.all().iter().map(|_| Spare::default()).collect();
         Confined {
             inner: Arc::new(Inner {
                 cfg,
                 pool,
                 pending: Mutex::default(),
                 quarantined: Mutex::default(),
-                spare: Mutex::default(),
-                spare_changed: Condvar::new(),
+                spares,
                 cgroup_remover: super::cgroup::Remover::new(),
                 factory,
                 seq: AtomicU64::new(0),
@@ -191,19 +199,23 @@ impl Confined {
         }
     }
 
-    /// UIDs leased by requests (not counting the idle spare jail's) and capacity (None in the
+    /// UIDs leased by requests (not counting idle spare jails') and capacity (None in the
     /// shared model).
     pub fn pool_usage(&self) -> Option<(usize, usize)> {
-        let spare_lease = lock(&self.inner.spare)
-            .ready
-            .as_ref()
-            .is_some_and(|j| j.lease.is_some());
+        let spare_leases = self
+            .inner
+            .spares
+            .iter()
+            .filter(|s| {
+                lock(&s.slot)
+                    .ready
+                    .as_ref()
+                    .is_some_and(|j| j.lease.is_some())
+            })
+            .count();
         self.inner.pool.as_ref().map(|p| {
             let p = lock(p);
-            (
-                p.in_use().saturating_sub(usize::from(spare_lease)),
-                p.capacity(),
-            )
+            (p.in_use().saturating_sub(spare_leases), p.capacity())
         })
     }
 

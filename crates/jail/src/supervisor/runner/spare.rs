@@ -38,7 +38,7 @@ impl Inner {
         };
         let started = self.start(&mut jail);
         if let Err(e) = started {
-            self.finish(jail);
+            self.finish(jail, false);
             return Err(e);
         }
         tracing::debug!(jail = %jail.name, uid = jail.creds.map(|c| c.uid), "jail prepared");
@@ -84,10 +84,10 @@ impl Inner {
         Ok(())
     }
 
-    /// The ready spare if it is still alive; else the one being prepared, if no other request
-    /// is waiting for it (it was started earlier, so it is ready sooner than a new one); else a
-    /// jail prepared now. Then prepare the next spare in the background. Spares are confined
-    /// by the default plan: a request another policy selects prepares its own jail.
+    /// The ready spare of `plan`'s policy if it is still alive; else the one being prepared,
+    /// if no other request is waiting for it (it was started earlier, so it is ready sooner
+    /// than a new one); else a jail prepared now. Then prepare that policy's next spare in the
+    /// background: every policy keeps one from its first request on.
     pub(super) fn take(
         self: &Arc<Self>,
         request: &str,
@@ -95,12 +95,10 @@ impl Inner {
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Jail, RequestError> {
-        let spare_fits = plan.index == self.cfg.plans.default_plan().index;
+        let i = plan.index.0;
         let source = {
-            let mut slot = lock(&self.spare);
-            if !spare_fits {
-                Source::Own
-            } else if slot.claimed {
+            let mut slot = lock(&self.spares[i].slot);
+            if slot.claimed {
                 // Another request waits for the spare under way (and a ready one is its).
                 Source::Own
             } else if let Some(j) = slot.ready.take() {
@@ -115,8 +113,8 @@ impl Inner {
         let spare = match source {
             Source::Ready(j) => self.alive_or_discard(j),
             Source::Claimed => {
-                let j = self.wait_for_spare();
-                lock(&self.spare).claimed = false;
+                let j = self.wait_for_spare(i);
+                lock(&self.spares[i].slot).claimed = false;
                 j
             }
             Source::Own => None,
@@ -130,13 +128,12 @@ impl Inner {
                     // another instance on this node: wait for one until the request's
                     // deadline (a burst queues rather than fails).
                     Err(e) if e.kind == ErrorKind::ResourceExhausted && self.pool.is_some() => {
-                        // A spare is the default plan's: only its requests may take one.
-                        if spare_fits {
-                            if let Some(j) = self.wait_for_spare() {
-                                break j;
-                            }
-                        } else if let Some(j) = lock(&self.spare).ready.take() {
-                            // Its UID is this request's to lease.
+                        if let Some(j) = self.wait_for_spare(i) {
+                            break j;
+                        }
+                        // Another policy's idle spare gives its UID back to this request.
+                        if let Some(j) = self.spares.iter().find_map(|s| lock(&s.slot).ready.take())
+                        {
                             self.discard(j);
                         }
                         let next = Instant::now() + Duration::from_millis(50);
@@ -150,7 +147,7 @@ impl Inner {
             },
         };
         tracing::debug!(jail = %jail.name, request, uid = jail.creds.map(|c| c.uid), "jail taken");
-        self.refill();
+        self.refill(i);
         Ok(jail)
     }
 
@@ -168,10 +165,11 @@ impl Inner {
         None
     }
 
-    /// The spare a background preparation under way produces (`None` if there is none or it
-    /// fails).
-    pub(super) fn wait_for_spare(self: &Arc<Self>) -> Option<Jail> {
-        let mut slot = lock(&self.spare);
+    /// The spare a background preparation under way for policy `i` produces (`None` if there
+    /// is none or it fails).
+    pub(super) fn wait_for_spare(self: &Arc<Self>, i: usize) -> Option<Jail> {
+        let spare = &self.spares[i];
+        let mut slot = lock(&spare.slot);
         loop {
             if let Some(j) = slot.ready.take() {
                 drop(slot);
@@ -180,17 +178,16 @@ impl Inner {
             if !slot.preparing {
                 return None;
             }
-            slot = self
-                .spare_changed
-                .wait(slot)
-                .unwrap_or_else(|e| e.into_inner());
+            slot = spare.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    /// Prepare a spare in the background unless one is ready, under way, or we are closing.
-    pub(super) fn refill(self: &Arc<Self>) {
+    /// Prepare policy `i`'s spare in the background unless one is ready, under way, or we are
+    /// closing.
+    pub(super) fn refill(self: &Arc<Self>, i: usize) {
+        let spare = &self.spares[i];
         {
-            let mut slot = lock(&self.spare);
+            let mut slot = lock(&spare.slot);
             if slot.closed || slot.ready.is_some() || slot.preparing {
                 return;
             }
@@ -199,7 +196,7 @@ impl Inner {
                 // The preparer is idle (it is not preparing): hand it the work.
                 slot.wake = true;
                 drop(slot);
-                self.spare_changed.notify_all();
+                spare.changed.notify_all();
                 return;
             }
             slot.preparer = true;
@@ -209,25 +206,27 @@ impl Inner {
             .name("jail-spare".into())
             .spawn(move || {
                 loop {
-                    me.prepare_spare();
-                    if !me.next_spare_wanted() {
+                    me.prepare_spare(i);
+                    if !me.next_spare_wanted(i) {
                         return;
                     }
                 }
             });
         if spawned.is_err() {
-            let mut slot = lock(&self.spare);
+            let mut slot = lock(&spare.slot);
             slot.preparing = false;
             slot.preparer = false;
             drop(slot);
-            self.spare_changed.notify_all();
+            spare.changed.notify_all();
         }
     }
 
-    /// Prepare one spare (`preparing` is set) and make it the ready one.
-    pub(super) fn prepare_spare(self: &Arc<Self>) {
-        let jail = self.prepare(&self.cfg.plans.default_plan().clone());
-        let mut slot = lock(&self.spare);
+    /// Prepare one spare of policy `i` (`preparing` is set) and make it the ready one.
+    pub(super) fn prepare_spare(self: &Arc<Self>, i: usize) {
+        let plan = self.cfg.plans.all()[i].clone();
+        let jail = self.prepare(&plan);
+        let spare = &self.spares[i];
+        let mut slot = lock(&spare.slot);
         slot.preparing = false;
         let extra = match jail {
             Ok(j) if slot.closed || slot.ready.is_some() => Some(j),
@@ -236,29 +235,30 @@ impl Inner {
                 None
             }
             Err(e) => {
-                tracing::debug!(error = %e, "no spare jail prepared");
+                tracing::debug!(error = %e, policy = %plan.policy_name, "no spare jail prepared");
                 None
             }
         };
         drop(slot);
-        self.spare_changed.notify_all();
+        spare.changed.notify_all();
         if let Some(j) = extra {
             self.discard(j);
         }
     }
 
-    /// The idle preparer: wait up to [`PREPARER_IDLE`] to be asked for another spare; false
-    /// when it should end (idle that long, or shut down).
-    pub(super) fn next_spare_wanted(self: &Arc<Self>) -> bool {
+    /// Policy `i`'s idle preparer: wait up to [`PREPARER_IDLE`] to be asked for another
+    /// spare; false when it should end (idle that long, or shut down).
+    pub(super) fn next_spare_wanted(self: &Arc<Self>, i: usize) -> bool {
+        let spare = &self.spares[i];
         let until = Instant::now() + PREPARER_IDLE;
-        let mut slot = lock(&self.spare);
+        let mut slot = lock(&spare.slot);
         while !slot.wake && !slot.closed {
             let now = Instant::now();
             if now >= until {
                 break;
             }
-            slot = self
-                .spare_changed
+            slot = spare
+                .changed
                 .wait_timeout(slot, until - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
@@ -272,7 +272,7 @@ impl Inner {
             // Asked, then shut down before it began: nothing is under way after all.
             slot.preparing = false;
             drop(slot);
-            self.spare_changed.notify_all();
+            spare.changed.notify_all();
         }
         false
     }
@@ -281,26 +281,25 @@ impl Inner {
     pub(super) fn discard(self: &Arc<Self>, mut jail: Jail) {
         tracing::debug!(jail = %jail.name, "jail discarded");
         jail.stdin = None;
-        self.finish(jail);
+        self.finish(jail, false);
     }
 
-    /// Stop preparing spares, wait for a preparation under way, reclaim the ready one, and
-    /// wait for the cgroups handed to the remover.
+    /// Stop preparing spares, wait for the preparations under way, reclaim the ready ones,
+    /// and wait for the cgroups handed to the remover.
     pub(super) fn shutdown(self: &Arc<Self>) {
-        let mut slot = lock(&self.spare);
-        slot.closed = true;
-        // An idle preparer ends now rather than after PREPARER_IDLE.
-        self.spare_changed.notify_all();
-        while slot.preparing {
-            slot = self
-                .spare_changed
-                .wait(slot)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-        let ready = slot.ready.take();
-        drop(slot);
-        if let Some(j) = ready {
-            self.discard(j);
+        for spare in &self.spares {
+            let mut slot = lock(&spare.slot);
+            slot.closed = true;
+            // An idle preparer ends now rather than after PREPARER_IDLE.
+            spare.changed.notify_all();
+            while slot.preparing {
+                slot = spare.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
+            }
+            let ready = slot.ready.take();
+            drop(slot);
+            if let Some(j) = ready {
+                self.discard(j);
+            }
         }
         self.factory.stop();
         self.cgroup_remover.flush();
