@@ -1,7 +1,10 @@
-# cmp-warden images. Four targets:
+# cmp-warden images. Five targets:
 #   binary    the static cmp-warden alone (musl, static-pie, stripped; no glibc, no loader):
 #             drop it into any plugin image, Alpine included:
 #               COPY --from=cmp-warden:binary /cmp-warden /usr/local/bin/cmp-warden
+#   layout    the same binary with the names Argo CD's images have (argocd-cmp-server, argocd)
+#             and Argo's directories: COPY --from=cmp-warden:layout / / into any base
+#             (deploy/README.md, "Plugin images", has the recipe for Alpine and UBI)
 #   server    cmp-warden alone on distroless/static (no libc, no shell, no package manager);
 #             the base for plugin images whose tools are static binaries.
 #   plugin    Debian slim + cmp-warden: the base for plugin images that need a shell
@@ -36,6 +39,11 @@ RUN RUSTFLAGS="--remap-path-prefix=/src=/cmp-warden --remap-path-prefix=$CARGO_H
 # --- binary: the static executable alone ------------------------------------------------------
 FROM scratch AS binary
 COPY --from=build /out/usr/local/bin/cmp-warden /cmp-warden
+
+# --- layout: the binary, its Argo CD names (argocd-cmp-server, argocd) and Argo's directories,
+#     for images on any other base (Alpine, UBI): COPY --from=cmp-warden:layout / / -----------
+FROM scratch AS layout
+COPY --from=build /out/ /
 
 # --- server: distroless, no shell -------------------------------------------------------------
 FROM ${DISTROLESS_IMAGE} AS server
