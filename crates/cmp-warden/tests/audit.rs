@@ -301,8 +301,9 @@ fn every_request_is_audited_without_secrets_and_metrics_count_it() {
     // Build information and the process's own resources, as Prometheus clients export them.
     assert_eq!(
         get(&format!(
-            r#"cmp_warden_build_info{{version="{}"}}"#,
-            env!("CARGO_PKG_VERSION")
+            r#"cmp_warden_build_info{{version="{}",commit="{}"}}"#,
+            env!("CARGO_PKG_VERSION"),
+            env!("CMP_WARDEN_COMMIT")
         )),
         1.0
     );

@@ -42,6 +42,8 @@ pub struct Metrics {
     cache: Mutex<Option<CacheSource>>,
     /// Requests refused for want of a slot.
     refused_busy: AtomicU64,
+    /// The commit the binary was built from (`cmp_warden_build_info`'s `commit`), when set.
+    commit: std::sync::OnceLock<String>,
 }
 
 type CacheFn = dyn Fn() -> Option<jail::supervisor::CacheStats> + Send + Sync;
@@ -117,6 +119,11 @@ impl Metrics {
         *lock(&self.cache) = Some(CacheSource(Box::new(f)));
     }
 
+    /// The commit `cmp_warden_build_info` names (the binary's own, from its build script).
+    pub fn set_commit(&self, commit: &str) {
+        let _ = self.commit.set(commit.to_owned());
+    }
+
     /// Report the UID pool's usage through `f` at each scrape.
     pub fn set_pool_source(&self, f: impl Fn() -> Option<(usize, usize)> + Send + Sync + 'static) {
         *lock(&self.pool) = Some(PoolSource(Box::new(f)));
@@ -183,8 +190,12 @@ impl Metrics {
         let mut o = self.render();
         let _ = writeln!(
             o,
-            "# HELP cmp_warden_build_info The running build (always 1).\n# TYPE cmp_warden_build_info gauge\ncmp_warden_build_info{{version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
+            "# HELP cmp_warden_build_info The running build (always 1).\n# TYPE cmp_warden_build_info gauge\ncmp_warden_build_info{{version=\"{}\"{}}} 1",
+            env!("CARGO_PKG_VERSION"),
+            self.commit
+                .get()
+                .map(|c| format!(",commit=\"{}\"", escape(c)))
+                .unwrap_or_default()
         );
         process_metrics(&mut o);
         o

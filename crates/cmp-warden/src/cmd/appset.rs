@@ -191,6 +191,7 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
     let bound = bound.context("--listen is required")?;
     let audit = super::flags::audit_sink(&a.audit_log)?;
     let metrics = Arc::new(server::metrics::Metrics::default());
+    metrics.set_commit(env!("CMP_WARDEN_COMMIT"));
     let metrics_listener = super::flags::metrics_listener(a.metrics_address, &metrics)?;
     let svc =
         server::appset::AppSetService::new(config, runner, token, work_dir, plan, audit, metrics);

@@ -279,6 +279,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     // 6.
     let audit = super::flags::audit_sink(&a.audit_log)?;
     let metrics = Arc::new(server::metrics::Metrics::default());
+    metrics.set_commit(env!("CMP_WARDEN_COMMIT"));
     let metrics_listener = super::flags::metrics_listener(a.metrics_address, &metrics)?;
     metrics.set_pool_source(supervisor.pool_gauge());
     if supervisor.tree_cache_stats().is_some() {
