@@ -154,6 +154,34 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
         assert!(reached.starts_with("failed: "), "{env:?}: {reached}");
     }
 
+    // Both tenants at once, each on its own policy's spare jails: neither leaks into the other.
+    std::thread::scope(|sc| {
+        let runs: Vec<_> = (0..6)
+            .map(|i| {
+                let team = if i % 2 == 0 { "team-a" } else { "team-b" };
+                let call = &call;
+                let data = &data;
+                sc.spawn(move || {
+                    let project = format!("ARGOCD_APP_PROJECT_NAME={team}");
+                    let v = call(&[project.as_str()]).unwrap_or_else(|e| panic!("{team}: {e:?}"));
+                    (team, data(&v))
+                })
+            })
+            .collect();
+        for r in runs {
+            let (team, (token, reached)) = r.join().expect("thread");
+            if team == "team-a" {
+                assert_eq!(
+                    (token.as_str(), reached.as_str()),
+                    ("s.team-a-token", "team-a-secret")
+                );
+            } else {
+                assert_eq!(token, "<none>", "{team}");
+                assert!(reached.starts_with("failed: "), "{team}: {reached}");
+            }
+        }
+    });
+
     // The variable that selects, given twice with different values: refused, not guessed.
     let (code, msg) = call(&[
         "ARGOCD_APP_PROJECT_NAME=team-b",
@@ -168,7 +196,7 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
 
     // Each event names the policy it ran under, with the file's SHA-256; only team A's
     // reached the network, through its proxy.
-    s.wait_settled(6);
+    s.wait_settled(12);
     let events = s.audit_events();
     let policies: Vec<(&str, &str)> = events
         .iter()
@@ -183,19 +211,30 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
         sha256_of(&pol.path().join("team-a.yaml")),
         sha256_of(&pol.path().join("default.yaml")),
     );
-    assert_eq!(policies.len(), 6, "{events:?}");
+    assert_eq!(policies.len(), 12, "{events:?}");
     assert_eq!(policies[0], ("team-a", team_a_sha.as_str()));
-    for p in &policies[1..] {
-        assert_eq!(*p, ("default", default_sha.as_str()));
+    for (e, p) in events.iter().zip(&policies).skip(1) {
+        let want = if e["project"] == "team-a" {
+            ("team-a", team_a_sha.as_str())
+        } else {
+            ("default", default_sha.as_str())
+        };
+        assert_eq!(*p, want, "{e}");
     }
+    // The refused one claims no project: its two said different things.
+    let refused = events.last().expect("event");
+    assert_eq!(refused["code"], "InvalidArgument", "{refused}");
+    assert!(refused["project"].is_null(), "{refused}");
     let egress = |e: &serde_json::Value| e["egress"].as_array().map_or(0, Vec::len);
-    assert!(egress(&events[0]) >= 1, "{}", events[0]);
-    assert!(events[1..].iter().all(|e| egress(e) == 0), "{events:?}");
+    for e in &events {
+        let team_a = e["policy"]["name"] == "team-a";
+        assert_eq!(egress(e) >= 1, team_a, "{e}");
+    }
     // Metrics carry the policy.
     let body = scrape(&s.metrics_address());
     for line in [
-        r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok",policy="team-a"} 1"#,
-        r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok",policy="default"} 4"#,
+        r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok",policy="team-a"} 4"#,
+        r#"cmp_warden_requests_total{rpc="GenerateManifest",code="Ok",policy="default"} 7"#,
         r#"cmp_warden_requests_total{rpc="GenerateManifest",code="InvalidArgument",policy="default"} 1"#,
     ] {
         assert!(body.lines().any(|l| l == line), "{line}:\n{body}");

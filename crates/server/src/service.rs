@@ -319,6 +319,12 @@ impl CmpService {
             .select(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
             .map_err(|why| StreamError::Selection(why).to_status())?
             .clone();
+        // Named in the audit event only once it selected without ambiguity.
+        ctx.project = meta
+            .env
+            .iter()
+            .find(|e| e.name == policy::select::PROJECT_VAR && !e.value.is_empty())
+            .map(|e| jail::bounded(&e.value, 256).into_owned());
         let (deadline, limit) = plan.deadline_from(started, client_deadline);
         clock.deadline = deadline;
         clock.archive_by = started + plan.archive.limits.wall_clock;
@@ -446,11 +452,6 @@ impl CmpService {
             return Err(StreamError::NoMetadata.to_status());
         };
         ctx.app = jail::bounded(&meta.app_name, 256).into_owned();
-        ctx.project = meta
-            .env
-            .iter()
-            .rfind(|e| e.name == policy::select::PROJECT_VAR && !e.value.is_empty())
-            .map(|e| jail::bounded(&e.value, 256).into_owned());
         tracing::Span::current().record("app", ctx.app.as_str());
         ctx.app_rel_path = jail::bounded(&meta.app_rel_path, 1024).into_owned();
         // The audit event names the variables, not a flood of them.
