@@ -52,7 +52,8 @@ pub struct ServeArgs {
     /// Maximum compressed archive size [default: the policy's spec.archive.compressedBytes].
     #[arg(long)]
     max_compressed: Option<String>,
-    /// Sandbox policy file [default: the embedded policies/default.yaml].
+    /// Sandbox policy file, or a directory of policies chosen per request by `spec.select`
+    /// [default: the embedded policies/default.yaml].
     #[arg(long, env = "CMP_WARDEN_POLICY")]
     policy: Option<PathBuf>,
     /// Audit log: a file to append one JSON line per request to, or `-` for stderr (beside
