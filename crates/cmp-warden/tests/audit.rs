@@ -419,16 +419,17 @@ fn outside_the_rules(dir: &str) -> std::path::PathBuf {
 }
 
 /// As in a pod (no kernel audit reader: the server runs without `CAP_AUDIT_READ`, which a
-/// sidecar never has), a file Landlock refused is named from the command's own
-/// error with the field that allows it; `policy suggest` proposes exactly that path, and under
-/// the suggested policy the same request renders.
+/// sidecar never has), in an audit-mode run (docs/audit.md, "Writing a policy for a new
+/// plugin"), a file Landlock refused is named from the command's own error with the field that
+/// allows it; `policy suggest` proposes exactly that path, and under the suggested (enforce-mode)
+/// policy the same request renders.
 #[test]
 fn without_kernel_audit_a_refused_file_is_named_from_the_error_and_suggest_proposes_it() {
     needs_root!(NEEDS_ROOT);
     let secret = outside_the_rules("/var/lib/cmp-warden-tests/pod-landlock");
     let pol = tempfile::tempdir().expect("tmp");
     let file = pol.path().join("policy.yaml");
-    write_policy(&file, &[]);
+    write_policy(&file, &[("mode: enforce}", "mode: audit}")]);
     let log = pol.path().join("audit.jsonl");
     let args = [
         "--policy",
@@ -494,6 +495,8 @@ fn without_kernel_audit_a_refused_file_is_named_from_the_error_and_suggest_propo
         String::from_utf8_lossy(&st.stderr)
     );
     let suggested = out.join("policy.yaml");
+    let text = std::fs::read_to_string(&suggested).expect("suggested");
+    assert!(text.contains("mode: enforce}"), "{text}");
     let again = Server::start(
         &plugin(SPEC),
         &["--policy", suggested.to_str().expect("utf8")],
