@@ -274,7 +274,8 @@ impl CmpService {
     /// One CMP call, after authentication:
     ///
     /// 1. the stream's header: metadata, its environment and `appRelPath` checked
-    ///    ([`CmpService::receive_header`]);
+    ///    ([`CmpService::receive_header`]), then the policy its Argo CD variables select
+    ///    ([`Plans::select`]), whose clocks and limits bound the rest;
     /// 2. the archive's first chunk (no jail before the archive starts to arrive);
     /// 3. a slot, waiting in the queue within the request's deadline ([`Admission`]);
     /// 4. the request handed to the runner on a blocking thread, reading the archive from a

@@ -24,7 +24,8 @@ pub const SCHEMA: &str = "cmp-warden.doctor/v1";
 /// `doctor` flags.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// Sandbox policy file [default: the embedded policies/default.yaml].
+    /// Sandbox policy file, or a policy directory (every policy probed) [default: the embedded
+    /// policies/default.yaml].
     #[arg(long, env = "CMP_WARDEN_POLICY")]
     policy: Option<PathBuf>,
     /// Print the report as JSON (schema cmp-warden.doctor/v1).

@@ -1,6 +1,7 @@
 //! The confined runner (supervisor side): jails are prepared ahead of requests — a UID leased,
-//! a cgroup created, a jail forked by the factory and told to confine itself — and a request takes
-//! the ready one, streams the archive to it, reads its typed reply, and has it reclaimed after.
+//! a cgroup created, a jail forked by the factory and told to confine itself by its policy's
+//! plan — and a request takes its policy's ready one, streams the archive to it, reads its
+//! typed reply, and has it reclaimed after.
 //!
 //! The supervisor never opens a path inside a jail's directory: the jail creates it as the
 //! leased UID, and a helper running as that UID kills its processes and removes it.

@@ -1,5 +1,6 @@
-//! The spare jail: prepared ahead of requests (a UID leased, a cgroup made, a jail forked by
-//! the factory and confining itself), taken by the next request, replaced in the background.
+//! The spare jails, one per policy: prepared ahead of requests (a UID leased, a cgroup made, a
+//! jail forked by the factory and confining itself by that policy's plan), taken by the next
+//! request the policy runs, replaced in the background.
 
 use super::*;
 
