@@ -578,13 +578,7 @@ impl PolicySet {
     /// The index in [`Self::policies`] of the policy `id` runs under: the most specific one
     /// that selects it, else the default (0).
     pub fn select(&self, id: &crate::select::Identity) -> usize {
-        self.policies
-            .iter()
-            .enumerate()
-            .skip(1)
-            .filter_map(|(i, p)| Some((p.select.as_ref()?.rank(id)?, i)))
-            .max()
-            .map_or(0, |(_, i)| i)
+        crate::select::most_specific(self.policies.iter().map(|p| p.select.as_ref()), id)
     }
 }
 

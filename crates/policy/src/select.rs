@@ -193,6 +193,20 @@ impl Select {
     }
 }
 
+/// Which of `selects` (in order; `None` selects nothing: the default) `id` runs under: the
+/// index of the most specific one that matches it, or 0 (the default's place) when none does.
+pub fn most_specific<'a>(
+    selects: impl IntoIterator<Item = Option<&'a Select>>,
+    id: &Identity,
+) -> usize {
+    selects
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some((s?.rank(id)?, i)))
+        .max()
+        .map_or(0, |(_, i)| i)
+}
+
 impl std::fmt::Display for Select {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts = Vec::new();

@@ -285,11 +285,9 @@ impl Plan {
 }
 
 /// Every policy's plan, the default first: what a request runs under is chosen here, once,
-/// from Argo CD's own variables in its environment.
+/// from Argo CD's own variables in its environment (each plan keeps its policy's `select`).
 #[derive(Debug)]
 pub struct Plans {
-    /// The policies, for selection (`None`: one plan for every request).
-    set: Option<PolicySet>,
     plans: Vec<Arc<Plan>>,
 }
 
@@ -301,7 +299,7 @@ impl Plans {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Plans {
         let env: Vec<(String, String)> = env.into_iter().collect();
-        let plans: Vec<Arc<Plan>> = set
+        let plans = set
             .policies()
             .iter()
             .enumerate()
@@ -311,18 +309,7 @@ impl Plans {
                 Arc::new(plan)
             })
             .collect();
-        Plans {
-            set: (plans.len() > 1).then(|| set.clone()),
-            plans,
-        }
-    }
-
-    /// One policy for every request.
-    pub fn single(plan: Arc<Plan>) -> Plans {
-        Plans {
-            set: None,
-            plans: vec![plan],
-        }
+        Plans { plans }
     }
 
     /// The default plan (requests no policy selects; the probe; one-shot commands).
@@ -347,11 +334,12 @@ impl Plans {
         &self,
         env: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<&Arc<Plan>, String> {
-        let Some(set) = &self.set else {
+        if self.plans.len() == 1 {
             return Ok(&self.plans[0]);
-        };
+        }
         let id = Identity::from_env(env)?;
-        Ok(&self.plans[set.select(&id)])
+        let i = policy::select::most_specific(self.plans.iter().map(|p| p.select.as_ref()), &id);
+        Ok(&self.plans[i])
     }
 }
 
