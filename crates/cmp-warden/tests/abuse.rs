@@ -127,7 +127,7 @@ impl Bed {
         loop {
             let procs = self.s.leftover_processes(self.first, self.count);
             let idle = self.s.idle_jails();
-            let cgroups: Vec<PathBuf> = request_cgroups(self.first)
+            let cgroups: Vec<PathBuf> = request_cgroups(self.first, true)
                 .into_iter()
                 .filter(|c| !idle.iter().any(|j| c.file_name() == Some(j.name.as_ref())))
                 .collect();
@@ -179,25 +179,38 @@ fn peak_rss_kib(s: &Server) -> u64 {
         .expect("VmHWM")
 }
 
-/// Request cgroups of the server whose UID range starts at `first` (v1 here; v2 would be
-/// beside `supervisor/` in the server's own cgroup).
-fn request_cgroups(first: u32) -> Vec<PathBuf> {
+/// The v1 instance cgroups of the server whose UID range starts at `first`, one per
+/// controller (v2 would be beside `supervisor/` in the server's own cgroup).
+fn instance_cgroups(first: u32) -> Vec<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    ["memory", "pids", "cpu"]
+        .into_iter()
+        .filter_map(|ctl| {
+            let path = own.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, list, path) = (f.next()?, f.next()?, f.next()?);
+                list.split(',').any(|c| c == ctl).then(|| path.to_owned())
+            })?;
+            Some(
+                Path::new("/sys/fs/cgroup")
+                    .join(ctl)
+                    .join(path.trim_start_matches('/'))
+                    .join("cmp-warden")
+                    .join(format!("cmp-warden-{first}")),
+            )
+        })
+        .collect()
+}
+
+/// Request cgroups in [`instance_cgroups`]; `running`: the server is up, so its instance
+/// directories must exist.
+fn request_cgroups(first: u32, running: bool) -> Vec<PathBuf> {
     let mut left = Vec::new();
-    for ctl in ["memory", "pids", "cpu"] {
-        let Some(path) = own.lines().find_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, list, path) = (f.next()?, f.next()?, f.next()?);
-            list.split(',').any(|c| c == ctl).then(|| path.to_owned())
-        }) else {
-            continue;
-        };
-        let base = Path::new("/sys/fs/cgroup")
-            .join(ctl)
-            .join(path.trim_start_matches('/'))
-            .join(format!("cmp-warden-{first}"));
-        if let Ok(rd) = std::fs::read_dir(&base) {
-            left.extend(rd.flatten().filter(|e| e.path().is_dir()).map(|e| e.path()));
+    for base in instance_cgroups(first) {
+        match std::fs::read_dir(&base) {
+            Ok(rd) => left.extend(rd.flatten().filter(|e| e.path().is_dir()).map(|e| e.path())),
+            // Gone with a server that stopped; while one runs, it must be where we look.
+            Err(e) => assert!(!running, "instance cgroup {}: {e}", base.display()),
         }
     }
     left
@@ -387,7 +400,13 @@ fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
         jail::processes_in_range(Path::new("/proc"), b.first, b.count).is_empty(),
         "processes survived the supervisor"
     );
-    assert!(request_cgroups(b.first).is_empty());
+    assert!(request_cgroups(b.first, false).is_empty());
+    // ... and its instance directories: nothing of it stays in the host's cgroup tree.
+    let left: Vec<_> = instance_cgroups(b.first)
+        .into_iter()
+        .filter(|d| d.exists())
+        .collect();
+    assert!(left.is_empty(), "instance cgroups left: {left:?}");
     assert!(!b.s.logs().contains("quarantined"), "{}", b.s.logs());
 }
 

@@ -239,7 +239,11 @@ fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed()
     {
         let base = Path::new("/sys/fs/cgroup/memory")
             .join(path.trim_start_matches('/'))
+            .join("cmp-warden")
             .join(format!("cmp-warden-{first}"));
+        // The instance directory is there while the server runs: a moved layout fails here
+        // instead of finding nothing to complain about.
+        assert!(base.is_dir(), "no instance cgroup at {}", base.display());
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let idle = s.idle_jails();

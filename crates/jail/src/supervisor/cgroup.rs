@@ -13,7 +13,7 @@
 //!   cpu` are enabled for its children, and every request cgroup is made in the instance
 //!   directory `<delegated>/<instance>`, which is ours alone: the sweep never looks beyond it.
 //! - v1: for each of `memory`, `pids`, `cpu` the server's cgroup in that hierarchy plus
-//!   `<instance>/<request>`.
+//!   `cmp-warden/<instance>/<request>`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -189,9 +189,15 @@ pub fn detect(
         let Some(own) = own else { continue };
         let mount = root.join(ctl);
         if mount.join("cgroup.procs").exists() {
+            // Under our own `cmp-warden` directory, as in v2: a v1 hierarchy's root is 0555 in
+            // the kernel, and an instance directory made straight in it could not be removed
+            // once the start-up drop has taken CAP_DAC_OVERRIDE (every one-shot run left one).
             controllers.push((
                 ctl.to_owned(),
-                mount.join(own.trim_start_matches('/')).join(instance),
+                mount
+                    .join(own.trim_start_matches('/'))
+                    .join(OUR_DIR)
+                    .join(instance),
             ));
         }
     }
@@ -358,12 +364,8 @@ fn explain_enable(dir: &Path, c: &str, e: &io::Error) -> String {
 /// for them to go), leaving those `another_instance` says a live instance sharing it holds.
 /// Returns how many were removed.
 pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize {
-    let bases: Vec<&Path> = match layout {
-        Layout::V2 { base } => vec![base.as_path()],
-        Layout::V1 { controllers } => controllers.iter().map(|(_, d)| d.as_path()).collect(),
-    };
     let mut removed = 0;
-    for base in bases {
+    for base in instance_dirs(layout) {
         let Ok(rd) = std::fs::read_dir(base) else {
             continue;
         };
@@ -394,16 +396,33 @@ pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize 
     removed
 }
 
+/// `serve` on the way out: this instance's directories, once they hold no request cgroup
+/// (another live instance sharing the UID range, and so the directory, may still have some:
+/// then they stay, and the next start-up's sweep finds them).
+pub fn remove_instance_if_unused(layout: &Layout) {
+    let in_use = instance_dirs(layout).into_iter().any(|d| {
+        std::fs::read_dir(d)
+            .map(|rd| rd.flatten().any(|e| e.path().is_dir()))
+            .unwrap_or(false)
+    });
+    if !in_use {
+        remove_instance(layout);
+    }
+}
+
+fn instance_dirs(layout: &Layout) -> Vec<&Path> {
+    match layout {
+        Layout::V2 { base } => vec![base.as_path()],
+        Layout::V1 { controllers } => controllers.iter().map(|(_, d)| d.as_path()).collect(),
+    }
+}
+
 /// Remove this instance's own directories (a one-shot `render` or `doctor` on the way out;
 /// they must be empty of request cgroups). A v2 leaf is kept: this process is still in it.
 /// A request cgroup just removed may still be going in the kernel (EBUSY for its parent a
 /// moment longer): retried briefly, then named.
 pub fn remove_instance(layout: &Layout) {
-    let dirs: Vec<&Path> = match layout {
-        Layout::V2 { base } => vec![base.as_path()],
-        Layout::V1 { controllers } => controllers.iter().map(|(_, d)| d.as_path()).collect(),
-    };
-    for dir in dirs {
+    for dir in instance_dirs(layout) {
         let mut last = None;
         for _ in 0..200 {
             match std::fs::remove_dir(dir) {
@@ -924,6 +943,7 @@ fn remove_patiently(cg: &RequestCgroup) {
 #[allow(clippy::print_stderr)] // a skip must say why
 mod tests {
     use super::*;
+    use rustix::thread::CapabilitySet;
 
     /// What the jail does with `procs_files` before it confines itself.
     fn join(cg: &RequestCgroup) {
@@ -1314,5 +1334,54 @@ mod tests {
         assert!(cg.stats().peak_memory_bytes > 0);
         cg.remove().expect("remove");
         assert!(!mem.exists());
+        remove_instance(&layout);
+    }
+
+    #[test]
+    fn v1_instance_directories_go_after_the_supervisors_capability_drop() {
+        // What `render` and `serve` do on the way out, with only the capabilities the
+        // supervisor keeps (capabilities are per thread: dropped in this test's own thread).
+        // Made straight in a hierarchy's root (0555 here), an instance directory outlived
+        // every one-shot run.
+        if !rustix::process::geteuid().is_root()
+            || !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists()
+        {
+            let why = "v1 cgroup test needs root and a v1 pids hierarchy";
+            assert!(
+                std::env::var_os("CMP_WARDEN_TESTS_MUST_RUN").is_none(),
+                "this test must run here (CMP_WARDEN_TESTS_MUST_RUN): {why}"
+            );
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        std::thread::spawn(|| {
+            let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
+            let instance = format!("cmp-warden-unit-drop-{}", std::process::id());
+            let layout =
+                detect(Path::new("/sys/fs/cgroup"), &own, None, &instance).expect("detect");
+            let dirs: Vec<PathBuf> = instance_dirs(&layout)
+                .into_iter()
+                .map(Path::to_path_buf)
+                .collect();
+            assert!(
+                dirs.iter()
+                    .all(|d| d.parent().is_some_and(|p| p.ends_with(OUR_DIR)))
+            );
+            prepare(&layout, Tenants::OnlySelf).expect("prepare");
+            let cg = create(&layout, "req", &LIMITS).expect("create");
+            crate::supervisor::privilege::drop_supervisor_capabilities().expect("drop");
+            let caps = rustix::thread::capabilities(None).expect("caps");
+            assert!(!caps.effective.contains(CapabilitySet::DAC_OVERRIDE));
+            // A request cgroup still in it (another instance's): the directory stays.
+            remove_instance_if_unused(&layout);
+            assert!(dirs.iter().all(|d| d.exists()));
+            cg.remove().expect("remove the request cgroup");
+            remove_instance_if_unused(&layout);
+            for d in &dirs {
+                assert!(!d.exists(), "{} left behind", d.display());
+            }
+        })
+        .join()
+        .expect("test thread");
     }
 }

@@ -649,7 +649,8 @@ impl Supervisor {
 
     /// Retire the spare jail and reclaim it; a one-shot run also removes its work root (what a
     /// jail left in it through the reclaim helper, as its owner: the supervisor no longer holds
-    /// the capabilities to do it itself) and its cgroup directories.
+    /// the capabilities to do it itself) and its cgroup directories; `serve` removes its cgroup
+    /// directories unless another instance's request cgroups are still in them.
     pub fn shutdown(&self) {
         crate::Runner::shutdown(self.runner.as_ref());
         if self.owner == Owner::OneShot {
@@ -662,6 +663,8 @@ impl Supervisor {
             if let Some(layout) = &self.cgroups {
                 cgroup::remove_instance(layout);
             }
+        } else if let Some(layout) = &self.cgroups {
+            cgroup::remove_instance_if_unused(layout);
         }
     }
 }
