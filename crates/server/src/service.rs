@@ -314,18 +314,16 @@ impl CmpService {
         // 1. The header, and the policy it selects (`spec.select`: Argo CD's own variables
         //    only), whose clocks then bound the request from its start.
         let meta = self.receive_header(&clock, &mut stream, ctx).await?;
-        let plan = self
+        let selected = self
             .cfg
             .plans
             .select(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
-            .map_err(|why| StreamError::Selection(why).to_status())?
-            .clone();
+            .map_err(|why| StreamError::Selection(why).to_status())?;
+        let plan = selected.plan.clone();
         // Named in the audit event only once it selected without ambiguity.
-        ctx.project = meta
-            .env
-            .iter()
-            .find(|e| e.name == policy::select::PROJECT_VAR && !e.value.is_empty())
-            .map(|e| jail::bounded(&e.value, 256).into_owned());
+        ctx.project = selected
+            .project
+            .map(|p| jail::bounded(&p, 256).into_owned());
         let (deadline, limit) = plan.deadline_from(started, client_deadline);
         clock.deadline = deadline;
         clock.archive_by = started + plan.archive.limits.wall_clock;

@@ -27,7 +27,7 @@ pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;
 pub use jail_wire::protocol::{
     LandlockStatus, Namespace, NamespaceReport, NsNote, Report, SelfTestOutcome,
 };
-pub use plan::{Overrides, Plan, Plans, wanted_namespaces};
+pub use plan::{Overrides, Plan, Plans, Selected, wanted_namespaces};
 pub use privilege::{PrivilegeModel, Privileges};
 
 use runner::{Confined, ConfinedConfig};

@@ -333,14 +333,32 @@ impl Plans {
     pub fn select<'a>(
         &self,
         env: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> Result<&Arc<Plan>, String> {
+    ) -> Result<Selected<'_>, String> {
+        let id = Identity::from_env(env);
         if self.plans.len() == 1 {
-            return Ok(&self.plans[0]);
+            // Nothing to choose between: an ambiguous project only goes unnamed.
+            return Ok(Selected {
+                plan: &self.plans[0],
+                project: id.ok().and_then(|id| id.project),
+            });
         }
-        let id = Identity::from_env(env)?;
+        let id = id?;
         let i = policy::select::most_specific(self.plans.iter().map(|p| p.select.as_ref()), &id);
-        Ok(&self.plans[i])
+        Ok(Selected {
+            plan: &self.plans[i],
+            project: id.project,
+        })
     }
+}
+
+/// A request's policy, and the Argo CD project it was chosen for (what commands see as
+/// `ARGOCD_APP_PROJECT_NAME`; `None` when absent, empty or given twice differently).
+#[derive(Debug)]
+pub struct Selected<'a> {
+    /// The plan the request runs under.
+    pub plan: &'a Arc<Plan>,
+    /// The project, for the audit event.
+    pub project: Option<String>,
 }
 
 /// `spec.archive`, every field, with `--max-compressed` over `compressedBytes`.
@@ -435,6 +453,32 @@ mod tests {
             .replacen("maxRatio: 250", "maxRatio: 33", 1)
             .replacen("wallSeconds: 120", "wallSeconds: 11", 1);
         Policy::parse(&text, None).expect("custom policy")
+    }
+
+    #[test]
+    fn one_policy_selects_no_one_but_names_the_project_commands_see() {
+        let set = PolicySet::single(custom());
+        let plans = Plans::new(&set, &Overrides::default(), std::iter::empty());
+        let env = |pairs: &[(&'static str, &'static str)]| pairs.to_vec();
+        let project =
+            |e: Vec<(&str, &str)>| plans.select(e).expect("one policy never refuses").project;
+        assert_eq!(
+            project(env(&[("ARGOCD_APP_PROJECT_NAME", "team-a")])),
+            Some("team-a".into())
+        );
+        assert_eq!(project(env(&[("ARGOCD_APP_PROJECT_NAME", "")])), None);
+        assert_eq!(
+            project(env(&[("ARGOCD_ENV_ARGOCD_APP_PROJECT_NAME", "team-a")])),
+            None
+        );
+        // Given twice differently: commands see the last, the audit event names neither.
+        assert_eq!(
+            project(env(&[
+                ("ARGOCD_APP_PROJECT_NAME", "team-b"),
+                ("ARGOCD_APP_PROJECT_NAME", "team-a")
+            ])),
+            None
+        );
     }
 
     #[test]
