@@ -130,11 +130,16 @@ def markdown(res, plot_rel):
 
 
 def _versus_md(v, L):
+    rounds = []
+    for c in v["cells"]:
+        t = f"{c.get('rounds', 2)} rounds at {c['files']:,} files"
+        if t not in rounds:
+            rounds.append(t)
     L += ["", "### Against what users would otherwise run, over the floor (issue 34)", "",
           "Client-side p50 of each server, made as the repo-server makes calls (a new connection, the "
           "repository packed, 1 KiB chunks); over floor = p50 − the floor server's p50 in the same cell "
           "(it receives and checks the stream, nothing else). Ratio: cmp-warden's time over the floor ÷ "
-          "the other's. Every server ran in ABBA order in each cell."
+          "the other's. Every server ran in ABBA order in each cell (" + ", ".join(rounds) + ")."
           + ("" if v.get("upstream") else f" Not measured: {v['not_measured']}."), "",
           "| calls | files × concurrency | floor | " + " | ".join(_vs_names(v)) + " | ratio |",
           "| --- | --- | --- | " + " | ".join("---" for _ in _vs_names(v)) + " | --- |"]
