@@ -554,15 +554,17 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
             socket_path.display()
         );
     }
-    server::serve(
+    let served = server::serve(
         p.listener,
         p.tcp,
         p.svc,
         p.opts,
         shutdown_signal(early_stop),
     )
-    .await?;
+    .await;
+    // Whatever ended serving, what the runner keeps is retired (its cgroups included).
     shut_down(p.supervisor).await;
+    served?;
     if let Some((exporter, task)) = tracer {
         exporter.shutdown(task, Duration::from_secs(5)).await;
     }

@@ -396,13 +396,19 @@ pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize 
     removed
 }
 
-/// `serve` on the way out: this instance's directories, once they hold no request cgroup
-/// (another live instance sharing the UID range, and so the directory, may still have some:
-/// then they stay, and the next start-up's sweep finds them).
+/// `serve` on the way out: this instance's directories, unless a request cgroup in them still
+/// holds a process (another live instance sharing the UID range, and so the directory: then
+/// they stay, and the next start-up's sweep finds them). Emptied request cgroups still being
+/// removed (a cancelled request's reclaim) are waited for, briefly.
 pub fn remove_instance_if_unused(layout: &Layout) {
     let in_use = instance_dirs(layout).into_iter().any(|d| {
         std::fs::read_dir(d)
-            .map(|rd| rd.flatten().any(|e| e.path().is_dir()))
+            .map(|rd| {
+                rd.flatten().any(|e| {
+                    std::fs::read_to_string(e.path().join("cgroup.procs"))
+                        .is_ok_and(|p| !p.trim().is_empty())
+                })
+            })
             .unwrap_or(false)
     });
     if !in_use {
@@ -1372,11 +1378,26 @@ mod tests {
             crate::supervisor::privilege::drop_supervisor_capabilities().expect("drop");
             let caps = rustix::thread::capabilities(None).expect("caps");
             assert!(!caps.effective.contains(CapabilitySet::DAC_OVERRIDE));
-            // A request cgroup still in it (another instance's): the directory stays.
+            // A request cgroup with a process in it (another instance's): the directory stays.
+            let mut holder = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("sleep");
+            for f in cg.procs_files() {
+                std::fs::write(f, holder.id().to_string()).expect("join");
+            }
             remove_instance_if_unused(&layout);
             assert!(dirs.iter().all(|d| d.exists()));
-            cg.remove().expect("remove the request cgroup");
+            holder.kill().expect("kill");
+            holder.wait().expect("wait");
+            // Emptied, and removed only after the check began: waited for.
+            let later = cg.clone();
+            let remover = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                later.remove().expect("remove the request cgroup");
+            });
             remove_instance_if_unused(&layout);
+            remover.join().expect("remover");
             for d in &dirs {
                 assert!(!d.exists(), "{} left behind", d.display());
             }

@@ -650,7 +650,7 @@ impl Supervisor {
     /// Retire the spare jail and reclaim it; a one-shot run also removes its work root (what a
     /// jail left in it through the reclaim helper, as its owner: the supervisor no longer holds
     /// the capabilities to do it itself) and its cgroup directories; `serve` removes its cgroup
-    /// directories unless another instance's request cgroups are still in them.
+    /// directories unless a request cgroup in them still holds a process (another instance's).
     pub fn shutdown(&self) {
         crate::Runner::shutdown(self.runner.as_ref());
         if self.owner == Owner::OneShot {
