@@ -98,7 +98,7 @@ async fn serve(prepared: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Resul
         prepared.addr,
         server::appset::PATH
     );
-    server::appset::serve(
+    let served = server::appset::serve(
         prepared.listener,
         prepared.tls,
         prepared.svc,
@@ -106,10 +106,12 @@ async fn serve(prepared: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Resul
         prepared.grace,
         super::serve::shutdown_signal(early_stop),
     )
-    .await?;
+    .await;
+    // Whatever ended serving, what the runner keeps is retired (its cgroups included).
     if let Some(s) = prepared.supervisor {
         super::serve::shut_down(s).await;
     }
+    served?;
     tracing::info!("shut down cleanly");
     Ok(())
 }
