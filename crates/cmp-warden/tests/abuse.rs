@@ -179,29 +179,6 @@ fn peak_rss_kib(s: &Server) -> u64 {
         .expect("VmHWM")
 }
 
-/// The v1 instance cgroups of the server whose UID range starts at `first`, one per
-/// controller (v2 would be beside `supervisor/` in the server's own cgroup).
-fn instance_cgroups(first: u32) -> Vec<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    ["memory", "pids", "cpu"]
-        .into_iter()
-        .filter_map(|ctl| {
-            let path = own.lines().find_map(|l| {
-                let mut f = l.splitn(3, ':');
-                let (_, list, path) = (f.next()?, f.next()?, f.next()?);
-                list.split(',').any(|c| c == ctl).then(|| path.to_owned())
-            })?;
-            Some(
-                Path::new("/sys/fs/cgroup")
-                    .join(ctl)
-                    .join(path.trim_start_matches('/'))
-                    .join("cmp-warden")
-                    .join(format!("cmp-warden-{first}")),
-            )
-        })
-        .collect()
-}
-
 /// Request cgroups in [`instance_cgroups`]; `running`: the server is up, so its instance
 /// directories must exist.
 fn request_cgroups(first: u32, running: bool) -> Vec<PathBuf> {

@@ -176,20 +176,11 @@ impl Gen {
 }
 
 impl Drop for Gen {
-    /// SIGTERM first, as Kubernetes stops a container, so that a generator with a command
-    /// source retires its jails and cgroups (SIGKILL left them on the host, 24 per run of
-    /// this file); SIGKILL if it has not ended in 5 s.
+    /// A generator with a command source retires its jails and cgroups on SIGTERM (SIGKILL
+    /// left them on the host, 24 per run of this file).
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            common::stop_gracefully(&mut c, Duration::from_secs(5));
         }
     }
 }

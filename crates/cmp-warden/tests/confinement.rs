@@ -1077,16 +1077,7 @@ fn start_up_sweeps_leftovers_of_a_previous_run() {
         std::fs::read_to_string(&outside).expect("outside"),
         "keep me"
     );
-    // Stopped as Kubernetes stops it, so that it retires its cgroups (SIGKILL after 5 s).
-    if let Some(pid) = rustix::process::Pid::from_raw(server.id() as i32) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while matches!(server.try_wait(), Ok(None)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = server.kill();
-    let _ = server.wait();
+    stop_gracefully(&mut server, Duration::from_secs(5));
 }
 
 #[test]

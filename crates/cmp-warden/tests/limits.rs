@@ -232,15 +232,10 @@ fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed()
     assert!(by_pids || by_clock, "{code}: {msg}");
     assert_nothing_left(&s, first, count);
     // No request cgroup is left behind.
-    let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
-    if let Some(path) = own
-        .lines()
-        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))
+    if let Some(base) = instance_cgroups(first)
+        .into_iter()
+        .find(|d| d.starts_with("/sys/fs/cgroup/memory"))
     {
-        let base = Path::new("/sys/fs/cgroup/memory")
-            .join(path.trim_start_matches('/'))
-            .join("cmp-warden")
-            .join(format!("cmp-warden-{first}"));
         // The instance directory is there while the server runs: a moved layout fails here
         // instead of finding nothing to complain about.
         assert!(base.is_dir(), "no instance cgroup at {}", base.display());

@@ -395,22 +395,50 @@ impl Server {
 }
 
 impl Drop for Server {
-    /// SIGTERM first, as Kubernetes stops a container: the server drains and removes its
-    /// request cgroups (killed at once, a server leaves the ones still being removed, and a
-    /// suite of servers piles them up on the host). SIGKILL if it has not ended in 3 s.
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            stop_gracefully(&mut c, Duration::from_secs(3));
         }
     }
+}
+
+/// Stop a server as Kubernetes stops a container: SIGTERM, then SIGKILL if it has not ended
+/// within `grace`. On SIGTERM a server drains and retires its jails and cgroups; killed at
+/// once it leaves them, and a suite of servers piles them up on the host.
+pub fn stop_gracefully(c: &mut Child, grace: Duration) {
+    if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    let deadline = Instant::now() + grace;
+    while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// The v1 instance cgroups of the server whose UID range starts at `first`, one per
+/// controller, memory first (v2 would be beside `supervisor/` in the server's own cgroup).
+#[allow(dead_code)] // not every test binary uses it
+pub fn instance_cgroups(first: u32) -> Vec<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    ["memory", "pids", "cpu"]
+        .into_iter()
+        .filter_map(|ctl| {
+            let path = own.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, list, path) = (f.next()?, f.next()?, f.next()?);
+                list.split(',').any(|c| c == ctl).then(|| path.to_owned())
+            })?;
+            Some(
+                Path::new("/sys/fs/cgroup")
+                    .join(ctl)
+                    .join(path.trim_start_matches('/'))
+                    .join("cmp-warden")
+                    .join(format!("cmp-warden-{first}")),
+            )
+        })
+        .collect()
 }
 
 /// A jail prepared ahead of a request (see [`Server::idle_jails`]).
