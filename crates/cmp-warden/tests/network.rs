@@ -628,6 +628,128 @@ fn idle_tls_connections_are_capped_and_reclaimed() {
     );
 }
 
+/// The fourth attack round's first medium finding, attacked again: a client without a token
+/// opens connections up to the cap, and on each more `grpc.health.v1.Health/Check` streams
+/// than it may, whose request never ends. Before, each such stream made its connection busy:
+/// the cap could evict none, the idle timeout closed none, and honest channels got
+/// UNAVAILABLE for as long as the attacker stayed. Now a stream without the token makes no
+/// connection busy, a connection holds at most 4 of them (the rest are refused at once,
+/// RESOURCE_EXHAUSTED), and each is answered within 10 s (DEADLINE_EXCEEDED): the honest
+/// authenticated call gets in while the attacker holds everything it can, evicting one of
+/// the attacker's connections.
+#[test]
+fn unauthenticated_streams_never_hold_the_listeners_connection_cap() {
+    needs_root!(NEEDS_ROOT);
+    let srv = Server::start_env(
+        &plugin(PLUGIN),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure",
+            "--token-env",
+            "CMPW_TEST_TOKEN",
+            "--listen-max-connections",
+            "8",
+        ],
+        &[("CMPW_TEST_TOKEN", "correct-horse")],
+    );
+    let addr = tcp_addr(&srv);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // 8 connections (the cap), 6 never-ending checks on each.
+    let (refused, pending, drivers) = rt.block_on(async {
+        let mut refused = 0;
+        let mut pending = Vec::new();
+        let mut drivers = Vec::new();
+        for _ in 0..8 {
+            let tcp = tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect");
+            let (client, conn) = h2::client::handshake(tcp).await.expect("h2");
+            let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+            drivers.push(closed_rx);
+            tokio::spawn(async move {
+                let _ = conn.await;
+                let _ = closed_tx.send(());
+            });
+            let mut client = client.ready().await.expect("ready");
+            for _ in 0..6 {
+                let req = http::Request::post(format!("http://{addr}/grpc.health.v1.Health/Check"))
+                    .header("content-type", "application/grpc")
+                    .header("te", "trailers")
+                    .body(())
+                    .expect("request");
+                // Headers only: the request never ends.
+                let (mut resp, body) = client.send_request(req, false).expect("stream");
+                let answer = tokio::time::timeout(Duration::from_millis(500), &mut resp).await;
+                match answer {
+                    Ok(Ok(r)) => {
+                        assert_eq!(
+                            r.headers().get("grpc-status").map(|v| v.as_bytes()),
+                            Some(&b"8"[..]),
+                            "{r:?}"
+                        );
+                        refused += 1;
+                    }
+                    Ok(Err(e)) => panic!("stream failed: {e}"),
+                    Err(_) => pending.push((resp, body)),
+                }
+                client = client.ready().await.expect("ready");
+            }
+        }
+        (refused, pending, drivers)
+    });
+    assert_eq!(
+        (refused, pending.len()),
+        (8 * 2, 8 * 4),
+        "4 unauthenticated streams per connection, the rest refused at once"
+    );
+    // While every one of them is open: the honest call with the token gets in.
+    let v = go_tcp(
+        &addr,
+        "check",
+        &["-token", "correct-horse", "-timeout", "5s"],
+    )
+    .unwrap_or_else(|e| panic!("the honest call was kept out: {e:?}\n{}", srv.logs()));
+    assert_eq!(v["isDiscoveryConfigured"], false, "{v}");
+    // It took the place of one of the attacker's connections (none of them was busy).
+    let evicted = rt.block_on(async {
+        let mut n = 0;
+        for d in drivers {
+            if tokio::time::timeout(Duration::from_secs(2), d)
+                .await
+                .is_ok()
+            {
+                n += 1;
+            }
+        }
+        n
+    });
+    assert!(
+        evicted >= 1,
+        "no attacker connection was closed for the honest one"
+    );
+    // The rest are answered within their 10 s: DEADLINE_EXCEEDED, or their connection closed.
+    let answered = rt.block_on(async {
+        let mut late = 0;
+        for (resp, _body) in pending {
+            match tokio::time::timeout(Duration::from_secs(12), resp).await {
+                Ok(Ok(r)) => {
+                    assert_eq!(
+                        r.headers().get("grpc-status").map(|v| v.as_bytes()),
+                        Some(&b"4"[..]),
+                        "{r:?}"
+                    );
+                    late += 1;
+                }
+                Ok(Err(_)) => {}
+                Err(_) => panic!("an unauthenticated stream outlived its deadline"),
+            }
+        }
+        late
+    });
+    assert!(answered >= 4, "{answered} answered DEADLINE_EXCEEDED");
+}
+
 #[test]
 fn a_rotated_certificate_is_served_without_a_restart() {
     needs_root!(NEEDS_ROOT);

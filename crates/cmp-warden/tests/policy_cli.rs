@@ -251,3 +251,52 @@ fn errors_name_the_yaml_line_and_field_path() {
         );
     }
 }
+
+/// A policy directory loads `*.yml` as it loads `*.yaml` (the fourth attack round: a tenant's
+/// `team-b.yml` was dropped and its project ran under the default while `policy check` said
+/// nothing), and `policy check DIR` names every file it skips.
+#[test]
+fn a_policy_directory_loads_yml_and_policy_check_names_what_it_skips() {
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir_all(d.path().join("seccomp")).expect("mkdir");
+    std::fs::write(
+        d.path().join("seccomp/default.json"),
+        include_str!("../../../policies/seccomp/default.json"),
+    )
+    .expect("profile");
+    let default = include_str!("../../../policies/default.yaml");
+    std::fs::write(d.path().join("default.yaml"), default).expect("write");
+    let team: String = default
+        .lines()
+        .filter(|l| {
+            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
+                .iter()
+                .any(|f| l.starts_with(f))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replacen("name: default", "name: team-b", 1)
+        .replacen("spec:\n", "spec:\n  select: {projects: [team-b]}\n", 1);
+    std::fs::write(d.path().join("team-b.yml"), team).expect("write");
+    std::fs::write(d.path().join("notes.txt"), "not a policy\n").expect("write");
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(d.path())
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let names: Vec<&str> = v
+        .as_array()
+        .expect("policies")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["default", "team-b"], "{err}");
+    assert!(
+        err.contains("skipped: notes.txt: not *.yaml or *.yml"),
+        "{err}"
+    );
+    assert!(err.contains("policy \"team-b\" runs requests of"), "{err}");
+}

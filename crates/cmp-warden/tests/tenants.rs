@@ -492,3 +492,186 @@ fn policy_suggest_writes_a_policy_per_project_that_serves_as_a_directory() {
         .collect();
     assert_eq!(names, ["project-team-a", "project-team-b"]);
 }
+
+/// What a hostile request of team B does in the run `policy suggest` learns from: names its
+/// own process with a newline and a YAML line (`prctl`), makes a call the profile denies
+/// under that name, asks the egress proxy for a destination the list refuses, names team A's
+/// token and `VAULT_TOKEN` in its error (the server withholds a cloud key too), claims
+/// `/etc/shadow` was refused, and fails.
+const HOSTILE_LEARNING: &str = r#"
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(15, b"x\nenv: {pass: [", 0, 0, 0)
+libc.ptrace(0, 0, 0, 0)
+p = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+s = socket.create_connection(("127.0.0.1", p), timeout=5)
+s.sendall(b"CONNECT evil.example.test:443 HTTP/1.1\r\nHost: evil.example.test:443\r\n\r\n")
+s.recv(4096)
+sys.exit("missing VAULT_TOKEN and TEAM_A_VAULT_TOKEN\ncat: /etc/shadow: Permission denied")
+"#;
+
+/// The fourth attack round's second medium finding, attacked again: `policy suggest` over the
+/// audit log of a hostile request grants nothing the request did or said. The destination
+/// the proxy refused is not allowed, team A's token (which team A's policy passes) and the
+/// cloud key the request did not name (every failure lists it among the withheld) are not
+/// passed, the path only its error named is not
+/// readable, the hostile process name stays inside one comment, and what is written
+/// validates; `VAULT_TOKEN`, which it named and no other policy passes, is proposed for
+/// review. A suggestion that does not validate writes nothing.
+#[test]
+fn policy_suggest_grants_nothing_a_hostile_request_did_or_said() {
+    use std::process::Command;
+    needs_root!(NEEDS_ROOT);
+    let port = secret_store();
+    let work = tempfile::tempdir().expect("tmp");
+    let dir = work.path().join("policies");
+    policy_dir(&dir, port);
+    // The default: an allow list (one store), so the proxy refuses what is not on it.
+    let default = dir.join("default.yaml");
+    let text = std::fs::read_to_string(&default).expect("read");
+    let text = text.replacen(
+        "network: {mode: none}",
+        "network: {mode: allowList, allow: [{host: store.example.test, ports: [443]}]}",
+        1,
+    );
+    std::fs::write(&default, text).expect("write");
+    let s = Server::start_env(
+        &plugin("  generate: {command: [python3, plugin.py]}\n"),
+        &["--policy", dir.to_str().expect("utf8")],
+        &[
+            ("TEAM_A_VAULT_TOKEN", "s.team-a-token"),
+            ("VAULT_TOKEN", "s.shared"),
+            ("AWS_SECRET_ACCESS_KEY", "cloud-key"),
+        ],
+    );
+    let r = repo(&[("plugin.py", HOSTILE_LEARNING)]);
+    let (_, msg) = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            r.path().to_str().expect("utf8"),
+            "-env",
+            "ARGOCD_APP_PROJECT_NAME=team-b",
+        ],
+    )
+    .expect_err("the hostile request fails");
+    assert!(msg.contains("TEAM_A_VAULT_TOKEN"), "{msg}");
+    assert!(
+        event_withheld_names(&s).contains(&"AWS_SECRET_ACCESS_KEY".to_owned()),
+        "the cloud key is among the withheld"
+    );
+    s.wait_settled(1);
+    let event = s.audit_events().pop().expect("event");
+    // The attack happened as described: the proxy refused, the call was denied under the
+    // hostile name, the variables were withheld.
+    assert!(
+        event["egress"]
+            .as_array()
+            .expect("egress")
+            .iter()
+            .any(|c| c["decision"] == "denied" && c["destination"] == "evil.example.test:443"),
+        "{event}"
+    );
+    assert!(
+        event["seccompAudit"]
+            .as_array()
+            .expect("seccomp")
+            .iter()
+            .any(|c| c["syscall"] == "ptrace"
+                && c["comm"].as_str().is_some_and(|n| n.contains('\n'))),
+        "{event}"
+    );
+    let log = work.path().join("audit.jsonl");
+    std::fs::write(&log, format!("{event}\n")).expect("write");
+    let out = work.path().join("suggested");
+    let suggest = |policy: &Path, out: &Path| {
+        Command::new(bin())
+            .args(["policy", "suggest", "--audit-log"])
+            .arg(&log)
+            .arg("--policy")
+            .arg(policy)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .expect("suggest")
+    };
+    let run = suggest(&dir, &out);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let written = std::fs::read_to_string(out.join("policy.yaml")).expect("policy.yaml");
+    let check = Command::new(bin())
+        .args(["policy", "check"])
+        .arg(out.join("policy.yaml"))
+        .output()
+        .expect("check");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let effective: serde_json::Value = serde_json::from_slice(&check.stdout).expect("json");
+    let spec = &effective;
+    let pass: Vec<&str> = spec["envPass"]
+        .as_array()
+        .or(spec["env_pass"].as_array())
+        .expect("envPass")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(pass.contains(&"VAULT_TOKEN"), "{written}");
+    for never in ["TEAM_A_VAULT_TOKEN", "AWS_SECRET_ACCESS_KEY"] {
+        assert!(!pass.contains(&never), "{never} passed:\n{written}");
+    }
+    let yaml_lines: Vec<&str> = written
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    for never in ["evil.example.test", "/etc/shadow"] {
+        assert!(
+            !yaml_lines.iter().any(|l| l.contains(never)),
+            "{never} granted:\n{written}"
+        );
+    }
+    // The hostile name is in one comment line, escaped.
+    assert!(
+        written
+            .lines()
+            .any(|l| l.starts_with('#') && l.contains(r#""x\nenv: {pass: [""#)),
+        "{written}"
+    );
+    assert!(
+        !written.lines().any(|l| l.starts_with("env: {pass: [")),
+        "{written}"
+    );
+    assert!(err.contains("NOT adding TEAM_A_VAULT_TOKEN"), "{err}");
+    // The call enforce mode denied stays denied.
+    let profile = std::fs::read_to_string(out.join("seccomp/profile.json")).expect("profile");
+    assert!(profile.contains("\"ptrace\""), "ptrace allowed:\n{written}");
+    // A suggestion that cannot validate (its base's profile missing) writes nothing at all.
+    let broken = work.path().join("broken");
+    std::fs::create_dir_all(&broken).expect("mkdir");
+    std::fs::copy(&default, broken.join("policy.yaml")).expect("copy");
+    std::fs::create_dir_all(broken.join("seccomp")).expect("mkdir");
+    std::fs::write(broken.join("seccomp/default.json"), "{\"rules\": [{\"syscalls\": [\"no_such_call\"], \"action\": {\"errno\": \"EPERM\"}, \"reason\": \"x\"}]}").expect("write");
+    let nothing = work.path().join("nothing");
+    let run = suggest(&broken.join("policy.yaml"), &nothing);
+    assert!(!run.status.success());
+    assert!(
+        !nothing.exists(),
+        "a failed suggestion wrote {}",
+        nothing.display()
+    );
+}
+
+/// The names the last audit event lists as withheld from commands.
+fn event_withheld_names(s: &Server) -> Vec<String> {
+    s.wait_settled(1);
+    let e = s.audit_events().pop().expect("event");
+    e["withheldEnv"]
+        .as_array()
+        .expect("withheldEnv")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}

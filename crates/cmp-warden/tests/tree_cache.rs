@@ -393,6 +393,93 @@ fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
     assert!(last["treeCache"].is_null(), "{last}");
 }
 
+/// A selected policy whose own disk and file-size limits are tighter than the archive limits a
+/// cached tree is held to (the fourth attack round: `diskBytes: 16Mi, fileSizeBytes: 4Mi`
+/// ran on a cached tree with a 24 MiB file, which its own extraction refuses): its requests
+/// never take a tree from the cache, whatever the archive's size claims; they extract in
+/// their own jail under their own limits. The default policy's requests keep the cache, and
+/// the tenant's honest small request works in the same run.
+#[test]
+fn a_selected_policys_disk_and_file_limits_hold_on_cached_trees() {
+    needs_root!(NEEDS_ROOT);
+    let t = tempfile::tempdir().expect("tmp");
+    write_policy(&t.path().join("default.yaml"), &[]);
+    let default = std::fs::read_to_string(t.path().join("default.yaml")).expect("read");
+    let mut tenant: String = default
+        .lines()
+        .filter(|l| {
+            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
+                .iter()
+                .any(|f| l.starts_with(f))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (from, to) in [
+        ("name: default", "name: small-disk"),
+        ("spec:\n", "spec:\n  select: {projects: [small]}\n"),
+        ("fileSizeBytes: 1Gi", "fileSizeBytes: 4Mi"),
+        ("diskBytes: 2Gi", "diskBytes: 16Mi"),
+    ] {
+        assert!(tenant.contains(from), "fixture: {from}");
+        tenant = tenant.replacen(from, to, 1);
+    }
+    std::fs::write(t.path().join("small-disk.yaml"), tenant).expect("write");
+    let s = Server::start(
+        &plugin(
+            "  generate: {command: [sh, -c, 'echo \"{kind: Size, bytes: $(cat *.txt | wc -c)}\"']}\n",
+        ),
+        &["--policy", t.path().to_str().expect("utf8")],
+    );
+    s.wait_logged("not used for this policy's requests", 1);
+    // 24 MiB that compresses no more than hex does (within the archive's ratio limit).
+    let mut big = String::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while big.len() < 24 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        big.push_str(&format!("{x:016x}"));
+    }
+    let r = repo(&[("big.txt", &big)]);
+    let dir = r.path().to_str().expect("utf8");
+    // The default policy's request fills the cache with the tree.
+    let v = go(&s, "generate", &["-dir", dir]).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(
+        manifests(&v),
+        [format!("{{\"bytes\":{},\"kind\":\"Size\"}}", big.len())]
+    );
+    // The tenant's request for the same archive: its own extraction, refused by its limit.
+    let (_, msg) = go(
+        &s,
+        "generate",
+        &["-dir", dir, "-env", "ARGOCD_APP_PROJECT_NAME=small"],
+    )
+    .expect_err("the tenant's limits must hold");
+    assert!(
+        msg.contains("File too large") || msg.contains("fileSizeBytes"),
+        "{msg}"
+    );
+    let events = s.audit_events();
+    let last = events.last().expect("event");
+    assert_eq!(last["policy"]["name"], "small-disk", "{last}");
+    assert_eq!(last["treeCache"], "uncached", "{last}");
+    assert_eq!(events[0]["treeCache"], "filled", "{}", events[0]);
+    // The tenant's honest request works.
+    let small = repo(&[("a.txt", "alpha\n")]);
+    let ok = go(
+        &s,
+        "generate",
+        &[
+            "-dir",
+            small.path().to_str().expect("utf8"),
+            "-env",
+            "ARGOCD_APP_PROJECT_NAME=small",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(manifests(&ok), [r#"{"bytes":6,"kind":"Size"}"#]);
+}
+
 /// SIGKILL the server's keeper (its PID from the start-up log).
 /// Kill the keeper started last.
 fn kill_the_keeper(s: &Server) {

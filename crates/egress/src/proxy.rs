@@ -139,8 +139,6 @@ struct Shared {
     askpass: Option<PathBuf>,
     admit_uid: Option<u32>,
     deadline: Option<Instant>,
-    /// The listener's own address (for the socket-owner check).
-    local: Option<SocketAddr>,
     /// Turns true when the request ends: every task of this proxy returns at once.
     stop: watch::Receiver<bool>,
     /// Connections of this request open now.
@@ -238,7 +236,6 @@ impl Proxy {
     pub fn start(self, listener: std::net::TcpListener) -> std::io::Result<ProxyHandle> {
         let rt = runtime()?;
         listener.set_nonblocking(true)?;
-        let local = listener.local_addr().ok();
         let listener = {
             let _in = rt.enter();
             TcpListener::from_std(listener)?
@@ -250,7 +247,6 @@ impl Proxy {
             askpass: self.askpass,
             admit_uid: self.admit_uid,
             deadline: self.deadline,
-            local,
             stop: rx,
             live: AtomicUsize::new(0),
             tasks: Mutex::new(0),
@@ -565,11 +561,16 @@ async fn serve(
     bytes: &Bytes,
 ) {
     // 0. On a loopback the pod shares: only the request's own processes.
-    if let (Some(uid), Some(local)) = (shared.admit_uid, shared.local) {
-        let owner = tokio::task::spawn_blocking(move || crate::peer::owner(peer, local))
-            .await
-            .ok()
-            .flatten();
+    // The address the client connected to, not the listener's: a listener bound to every
+    // address has no single one.
+    if let Some(uid) = shared.admit_uid {
+        let owner = match client.local_addr() {
+            Ok(local) => tokio::task::spawn_blocking(move || crate::peer::owner(peer, local))
+                .await
+                .ok()
+                .flatten(),
+            Err(_) => None,
+        };
         if owner != Some(uid) {
             return refuse(&mut client, c, 403, Denial::Stranger { owner, uid }).await;
         }

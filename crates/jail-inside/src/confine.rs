@@ -296,17 +296,12 @@ pub fn confine(
         ));
     }
 
-    // 11. seccomp, last: it may deny calls the steps above needed.
+    // 11. seccomp, last: it may deny calls the steps above needed. Its listener's thread is
+    // started first, outside the filters (it makes `allowList`'s loopback sockets itself).
     let mut seccomp_filters = 0;
     match &sb.seccomp {
-        Some(f) => match f.install() {
-            Ok(listener) => {
-                seccomp_filters = f.filters();
-                if let Some(l) = listener {
-                    jail_sys::seccomp::serve_notifications(l, f)
-                        .map_err(|e| fail("seccomp", format!("audit listener: {e}")))?;
-                }
-            }
+        Some(f) => match f.install_and_serve() {
+            Ok(n) => seccomp_filters = n,
             Err(e) if required(Protection::Seccomp) => return Err(fail("seccomp", e)),
             Err(e) => degraded.push(Degraded::new(Reduced::Seccomp, e.to_string())),
         },
@@ -318,6 +313,11 @@ pub fn confine(
         }
         None => degraded.push(Degraded::new(Reduced::Seccomp, "no filter")),
     }
+
+    // 11b. `allowList`: every inet socket a command makes is bound to the loopback device, and
+    // cannot be unbound; read back on a socket of our own. Without a network namespace this
+    // and Landlock's port rule are the whole fence, so nothing less is accepted.
+    let loopback_sockets = loopback_fence(sb, seccomp_filters > 0, tcp_fence)?;
 
     let ids = status_lines(&["Uid", "Gid"]);
     let first = |k: &str| {
@@ -348,8 +348,59 @@ pub fn confine(
         namespaces,
         request_dir: base,
         egress_port,
+        loopback_sockets,
     };
     Ok((report, dir))
+}
+
+/// Step 11b: with `network: allowList` and the seccomp filter installed, a socket of ours (made
+/// by the listener, as every command's is) must come back bound to `lo`, and unbinding it must
+/// be refused. `tcp_fence` (no network namespace of the jail's own): required, else the jail
+/// stops here naming the ways out. Whether the fence holds.
+fn loopback_fence(sb: &Sandbox, filtered: bool, tcp_fence: bool) -> Result<bool, ConfineError> {
+    if sb.network != NetworkMode::AllowList {
+        return Ok(false);
+    }
+    let held = if filtered {
+        check_loopback_socket()
+    } else {
+        Err("no seccomp filter is installed".to_owned())
+    };
+    match held {
+        Ok(()) => Ok(true),
+        Err(why) if tcp_fence || filtered => Err(fail(
+            "network",
+            format!(
+                "spec.network.mode allowList: inet sockets must be bound to the loopback device (seccomp user notification, Linux 5.14), and here {why}; without the jail's own network namespace nothing else keeps commands from the proxy's port on other hosts. Give the jail a network namespace (deploy/'s Localhost seccomp profile, or spec.namespaces with net) or use mode none"
+            ),
+        )),
+        Err(_) => Ok(false),
+    }
+}
+
+/// A socket made as a command's would be: bound to `lo`, and not to be unbound.
+fn check_loopback_socket() -> Result<(), String> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let sock = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| format!("a socket could not be made: {e}"))?;
+    let dev = jail_sys::sys::bound_device(sock.as_fd())
+        .map_err(|e| format!("its device binding could not be read: {e}"))?;
+    if dev != b"lo" {
+        return Err(format!(
+            "a new socket is bound to {:?}, not lo",
+            String::from_utf8_lossy(&dev)
+        ));
+    }
+    match jail_sys::sys::bind_to_device(sock.as_fd(), b"") {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        Err(e) => Err(format!("unbinding a socket failed with {e}, not EPERM")),
+        Ok(()) => Err("a command could unbind its socket from lo".to_owned()),
+    }
 }
 
 /// Step 7b: with `network: allowList`, bind the egress listener on 127.0.0.1 and send it to
@@ -374,7 +425,11 @@ fn egress_listener(
             "spec.network.mode allowList needs the jail's own network namespace (doctor's namespace.net; a container runtime's default seccomp profile refuses it: deploy/'s Localhost profile allows it) or Landlock TCP rules (kernel ABI 4 or later; doctor's landlock), and this node has neither; use mode none or egress here",
         ));
     }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail(step, e))?;
+    let listener = if own_namespace {
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail(step, e))?
+    } else {
+        shared_listener().map_err(|e| fail(step, format!("the egress listener: {e}")))?
+    };
     let port = listener.local_addr().map_err(|e| fail(step, e))?.port();
     let tag = if own_namespace {
         jail_wire::protocol::EGRESS_LISTENER
@@ -383,6 +438,39 @@ fn egress_listener(
     };
     hand_over(tag, Some(listener.as_fd())).map_err(|e| handing_over(step, "egress listener", e))?;
     Ok(Some(port))
+}
+
+/// The egress listener on the pod's network (no namespace of the jail's own): bound to every
+/// address (IPv6 and IPv4 at once where the node has IPv6) and to the loopback device. Bound
+/// to every address, it leaves the port to no one else: no other socket of the pod can listen
+/// on that port number at any address, so the commands' loopback sockets (step 11b), which
+/// Landlock lets connect to this port alone, find the proxy and nothing else behind it. Bound
+/// to the loopback device, it accepts nothing that arrives from another host.
+fn shared_listener() -> std::io::Result<std::net::TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    let make = |family: AddressFamily| {
+        rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)
+    };
+    let bound = (|| -> std::io::Result<OwnedFd> {
+        let s = make(AddressFamily::INET6)?;
+        rustix::net::sockopt::set_ipv6_v6only(&s, false)?;
+        jail_sys::sys::bind_to_device(s.as_fd(), b"lo")?;
+        rustix::net::bind(&s, &SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)))?;
+        Ok(s)
+    })();
+    let sock = match bound {
+        Ok(s) => s,
+        // No IPv6 on this node: commands cannot make IPv6 sockets that go anywhere either.
+        Err(_) => {
+            let s = make(AddressFamily::INET)?;
+            jail_sys::sys::bind_to_device(s.as_fd(), b"lo")?;
+            rustix::net::bind(&s, &SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+            s
+        }
+    };
+    rustix::net::listen(&sock, 128)?;
+    Ok(std::net::TcpListener::from(sock))
 }
 
 /// Whether this kernel's Landlock has TCP rules (ABI 4): a ruleset that must handle them can

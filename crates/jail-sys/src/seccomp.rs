@@ -86,6 +86,25 @@ pub struct CompiledFilter {
     rules: Vec<NotifyRule>,
     /// Audit mode: let notified calls continue.
     audit: bool,
+    /// `network: allowList`: the number of `socket`, whose inet and inet6 calls the listener
+    /// answers with a socket of its own bound to the loopback device ([`Answer::OnLoopback`]).
+    inet_on_loopback: Option<u32>,
+}
+
+/// What the listener does with a notified call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Let it run as if unfiltered (audit mode).
+    Continue,
+    /// Fail it with this errno.
+    Errno(i32),
+    /// `socket(AF_INET|AF_INET6, …)` under `network: allowList`: the listener creates the socket
+    /// itself, binds it to the loopback device, and installs it as the call's result. The
+    /// command cannot undo the binding (that needs CAP_NET_RAW), so with Landlock's rule (TCP
+    /// connect to the egress proxy's port only) no packet of it leaves the loopback: the proxy's
+    /// port on another host is as unreachable as any other. Decided from the call's registers
+    /// alone (no memory of the caller is read), so there is nothing to race.
+    OnLoopback,
 }
 
 /// One rule of the notify program, as the listener evaluates it.
@@ -120,6 +139,7 @@ pub struct WireFilter {
     names: Vec<(u32, String)>,
     rules: Vec<NotifyRule>,
     audit: bool,
+    inet_on_loopback: Option<u32>,
 }
 
 impl From<CompiledFilter> for WireFilter {
@@ -134,6 +154,7 @@ impl From<CompiledFilter> for WireFilter {
             names: f.names,
             rules: f.rules,
             audit: f.audit,
+            inet_on_loopback: f.inet_on_loopback,
         }
     }
 }
@@ -154,6 +175,7 @@ impl From<WireFilter> for CompiledFilter {
             names: v.names,
             rules: v.rules,
             audit: v.audit,
+            inet_on_loopback: v.inet_on_loopback,
         }
     }
 }
@@ -337,6 +359,25 @@ fn compile_for(
                 .push(conds.clone());
         }
     }
+    // allowList: every inet and inet6 socket is made by the listener, bound to the loopback
+    // device (`Answer::OnLoopback`); in both modes, as it is the network's fence, not a rule of
+    // the profile's.
+    let inet_on_loopback = if network == NetworkMode::AllowList {
+        let nr = syscall_number("socket", arch)
+            .ok_or_else(|| SeccompError::Compile("no number for socket".into()))?;
+        if !names.iter().any(|(n, _)| *n == nr) {
+            names.push((nr, "socket".into()));
+        }
+        let socket = groups.entry(None).or_default().entry("socket").or_default();
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            socket.push(vec![
+                json!({ "index": 0, "type": "dword", "op": "eq", "val": family }),
+            ]);
+        }
+        Some(nr)
+    } else {
+        None
+    };
     let mut programs = Vec::new();
     let mut notify = None;
     for (action, calls) in groups {
@@ -386,6 +427,7 @@ fn compile_for(
         names,
         rules,
         audit: mode == SeccompMode::Audit,
+        inet_on_loopback,
     })
 }
 
@@ -721,10 +763,10 @@ impl CompiledFilter {
     }
 
     /// Install on the calling thread (and everything it later creates). Also sets
-    /// no_new_privs, which the kernel requires of an unprivileged caller. In audit mode,
-    /// returns the user-notification listener, which must be served ([`serve_notifications`])
-    /// or every audited call blocks until the listener is closed.
-    pub fn install(&self) -> Result<Option<std::os::fd::OwnedFd>, SeccompError> {
+    /// no_new_privs, which the kernel requires of an unprivileged caller. Returns the
+    /// user-notification listener, which must be served ([`Self::install_and_serve`]) or every
+    /// notified call blocks until the listener is closed.
+    fn install(&self) -> Result<Option<std::os::fd::OwnedFd>, SeccompError> {
         let mut listener = None;
         for (i, p) in self.programs.iter().enumerate() {
             if Some(i) == self.notify {
@@ -741,18 +783,30 @@ impl CompiledFilter {
         Ok(listener)
     }
 
-    /// The answer to notified call `nr(args)`: `None` = continue (audit mode), else the errno
-    /// of the first matching rule (EPERM if none matches: fail closed).
-    pub fn verdict(&self, nr: i32, args: &[u64; 6]) -> Option<i32> {
-        if self.audit {
-            return None;
+    /// The answer to notified call `nr(args)`, and what to record of it: the first matching
+    /// rule's errno (EPERM if none matches: fail closed) and `Denied` in enforce mode,
+    /// `Continue` and `Audited` in audit mode. An inet socket under `network: allowList` is made
+    /// on the loopback whatever the mode, and recorded only when a rule of the profile matched.
+    pub fn answer(&self, nr: i32, args: &[u64; 6]) -> (Answer, Option<SeccompAction>) {
+        let rule = self.rules.iter().find(|r| r.matches(nr, args));
+        let inet_socket = self
+            .inet_on_loopback
+            .is_some_and(|n| i64::from(n) == i64::from(nr))
+            && matches!(args[0] as i32, libc::AF_INET | libc::AF_INET6);
+        match (inet_socket, rule, self.audit) {
+            (true, None, _) => (Answer::OnLoopback, None),
+            (true, Some(_), true) => (Answer::OnLoopback, Some(SeccompAction::Audited)),
+            (_, _, true) => (Answer::Continue, Some(SeccompAction::Audited)),
+            (_, rule, false) => (
+                Answer::Errno(rule.map_or(libc::EPERM, |r| r.errno)),
+                Some(SeccompAction::Denied),
+            ),
         }
-        Some(
-            self.rules
-                .iter()
-                .find(|r| r.matches(nr, args))
-                .map_or(libc::EPERM, |r| r.errno),
-        )
+    }
+
+    /// Whether inet sockets are made on the loopback (`network: allowList`).
+    pub fn inet_on_loopback(&self) -> bool {
+        self.inet_on_loopback.is_some()
     }
 
     /// Name of system call `nr` among the audited ones.
@@ -764,69 +818,133 @@ impl CompiledFilter {
     }
 }
 
-/// Calls recorded by [`serve_notifications`]: name → (count, first command, action).
+/// Calls recorded by [`CompiledFilter::install_and_serve`]: name → (count, first command, action).
 static AUDITED: std::sync::Mutex<BTreeMap<String, (u64, String, SeccompAction)>> =
     std::sync::Mutex::new(BTreeMap::new());
 
-/// Serve the listener on a thread of its own: record each notified call, then deny it with its
-/// rule's errno (enforce) or let it proceed (audit). Runs until the listener is closed.
-pub fn serve_notifications(
-    listener: std::os::fd::OwnedFd,
-    filter: &CompiledFilter,
-) -> std::io::Result<()> {
-    let f = filter.clone();
-    std::thread::Builder::new()
-        .name("seccomp-audit".into())
-        .spawn(move || {
-            use std::os::fd::AsFd;
-            loop {
-                let (id, pid, nr, args) = match crate::sys::seccomp_notif_recv(listener.as_fd()) {
-                    Ok(n) => n,
-                    // ENOENT: the caller died before we read it; anything else: give up
-                    // (closing the listener lets waiting calls fail with ENOSYS).
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                    Err(_) => return,
-                };
-                let name = f.name_of(nr);
-                // Only the first call of each kind is logged and attributed: a command looping
-                // on a denied call must not flood the server's log (the count still grows).
-                let first = !AUDITED
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .contains_key(&name);
-                // Read while the caller is still blocked in the call, so the PID is its own.
-                let comm = if first {
-                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                        .map(|s| s.trim().to_owned())
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                let verdict = f.verdict(nr, &args);
-                // Recorded before the answer: once the caller sees the call's result it may
-                // exit, and the jail may build its reply, at once; the record must be there.
-                let action = if verdict.is_some() {
-                    SeccompAction::Denied
-                } else {
-                    SeccompAction::Audited
-                };
-                AUDITED
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(name.clone())
-                    .or_insert((0, comm.clone(), action))
-                    .0 += 1;
-                let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, verdict);
-                if first {
-                    match verdict {
-                        None => tracing::info!(syscall = %name, pid, %comm, "seccomp audit: would be denied in enforce mode"),
-                        Some(errno) => tracing::info!(syscall = %name, pid, %comm, errno, "seccomp: denied"),
+impl CompiledFilter {
+    /// Install the filters on the calling thread (and everything it later creates) and serve
+    /// the user-notification listener on a thread of its own until the listener is closed.
+    /// Returns the number of filters installed.
+    ///
+    /// The serving thread is started *before* the filters are installed, so it is not under
+    /// them: it makes the loopback sockets of [`Answer::OnLoopback`] itself, and a `socket`
+    /// call of its own would otherwise be notified to itself and wait forever. It is under
+    /// everything installed before (Landlock, `no_new_privs`, the empty capability sets), and
+    /// acts only on its own copies (the call's registers), never on the caller's memory.
+    pub fn install_and_serve(&self) -> Result<usize, SeccompError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<std::os::fd::OwnedFd>(1);
+        let f = self.clone();
+        let serving = self.notify.is_some();
+        if serving {
+            std::thread::Builder::new()
+                .name("seccomp-notify".into())
+                .spawn(move || {
+                    if let Ok(listener) = rx.recv() {
+                        serve(&listener, &f);
                     }
-                }
+                })
+                .map_err(|e| SeccompError::Install(format!("notification thread: {e}")))?;
+        }
+        // Dropping `tx` without a listener (an error below) ends the thread.
+        if let Some(listener) = self.install()? {
+            tx.send(listener)
+                .map_err(|_| SeccompError::Install("notification thread gone".into()))?;
+        }
+        Ok(self.filters())
+    }
+}
+
+/// Answer each notified call until the listener is closed: record it, then deny it with its
+/// rule's errno (enforce), let it proceed (audit), or make its socket on the loopback.
+fn serve(listener: &std::os::fd::OwnedFd, f: &CompiledFilter) {
+    use std::os::fd::AsFd;
+    loop {
+        let (id, pid, nr, args) = match crate::sys::seccomp_notif_recv(listener.as_fd()) {
+            Ok(n) => n,
+            // ENOENT: the caller died before we read it; anything else: give up
+            // (closing the listener lets waiting calls fail with ENOSYS).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => return,
+        };
+        let (answer, record) = f.answer(nr, &args);
+        if let Some(action) = record {
+            note(f, nr, pid, action, answer);
+        }
+        match answer {
+            Answer::Continue => {
+                let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, None);
             }
-        })?;
-    Ok(())
+            Answer::Errno(e) => {
+                let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, Some(e));
+            }
+            Answer::OnLoopback => on_loopback(listener, id, &args),
+        }
+    }
+}
+
+/// Record notified call `nr` of `pid` (recorded before the answer: once the caller sees the
+/// call's result it may exit, and the jail may build its reply, at once; the record must be
+/// there).
+fn note(f: &CompiledFilter, nr: i32, pid: u32, action: SeccompAction, answer: Answer) {
+    let name = f.name_of(nr);
+    // Only the first call of each kind is logged and attributed: a command looping on a denied
+    // call must not flood the server's log (the count still grows).
+    let first = !AUDITED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&name);
+    // Read while the caller is still blocked in the call, so the PID is its own.
+    let comm = if first {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    AUDITED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(name.clone())
+        .or_insert((0, comm.clone(), action))
+        .0 += 1;
+    if first {
+        match answer {
+            Answer::Errno(errno) => {
+                tracing::info!(syscall = %name, pid, %comm, errno, "seccomp: denied")
+            }
+            _ => {
+                tracing::info!(syscall = %name, pid, %comm, "seccomp audit: would be denied in enforce mode")
+            }
+        }
+    }
+}
+
+/// [`Answer::OnLoopback`]: the socket the caller asked for (its own domain, type, flags and
+/// protocol), bound to the loopback device, becomes the call's result. Anything that fails
+/// fails the call (fail closed): the caller never gets a socket that is not bound.
+fn on_loopback(listener: &std::os::fd::OwnedFd, id: u64, args: &[u64; 6]) {
+    use std::os::fd::AsFd;
+    let (domain, ty, protocol) = (args[0] as i32, args[1] as i32, args[2] as i32);
+    let made = crate::sys::socket_on_loopback(domain, ty, protocol).and_then(|sock| {
+        crate::sys::seccomp_notif_addfd_send(
+            listener.as_fd(),
+            id,
+            sock.as_fd(),
+            ty & libc::SOCK_CLOEXEC != 0,
+        )
+    });
+    match made {
+        Ok(_) => {}
+        // The caller is gone (killed while it waited): nothing to answer.
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(e) => {
+            let errno = e.raw_os_error().unwrap_or(libc::EACCES);
+            tracing::warn!(error = %e, "network.mode allowList: a socket on the loopback could not be made; the call fails");
+            let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, Some(errno));
+        }
+    }
 }
 
 /// The calls denied (enforce) or that would have been (audit), for the request's record.
@@ -864,16 +982,20 @@ mod tests {
         // The clone3 shim, and one notify filter holding every other rule.
         assert_eq!(audit.filters(), 2);
         assert_eq!(enforce.filters(), 2);
-        // The listener's verdicts reproduce each rule's errno.
+        // The listener's answers reproduce each rule's errno.
         let args = |a: [u64; 6]| a;
+        let denied = |e| (Answer::Errno(e), Some(SeccompAction::Denied));
         assert_eq!(
-            enforce.verdict(272, &args([0x1000_0000, 0, 0, 0, 0, 0])),
-            Some(1)
+            enforce.answer(272, &args([0x1000_0000, 0, 0, 0, 0, 0])),
+            denied(1)
         ); // unshare
-        assert_eq!(enforce.verdict(41, &args([2, 1, 0, 0, 0, 0])), Some(13)); // socket(AF_INET)
-        assert_eq!(enforce.verdict(41, &args([16, 3, 0, 0, 0, 0])), Some(97)); // AF_NETLINK
-        assert_eq!(enforce.verdict(41, &args([1, 1, 0, 0, 0, 0])), Some(1)); // no rule: EPERM
-        assert_eq!(audit.verdict(272, &args([0; 6])), None);
+        assert_eq!(enforce.answer(41, &args([2, 1, 0, 0, 0, 0])), denied(13)); // socket(AF_INET)
+        assert_eq!(enforce.answer(41, &args([16, 3, 0, 0, 0, 0])), denied(97)); // AF_NETLINK
+        assert_eq!(enforce.answer(41, &args([1, 1, 0, 0, 0, 0])), denied(1)); // no rule: EPERM
+        assert_eq!(
+            audit.answer(272, &args([0; 6])),
+            (Answer::Continue, Some(SeccompAction::Audited))
+        );
         let n = audit.notify.expect("notify program");
         assert!(
             audit.programs[n]
@@ -888,6 +1010,75 @@ mod tests {
         assert_eq!(audit.name_of(272), "unshare");
         assert_eq!(audit.name_of(101), "ptrace");
         assert!(enforce.notify.is_some() && !enforce.audit);
+    }
+
+    /// `allowList`: every inet and inet6 socket reaches the listener, which makes it on the
+    /// loopback (also in audit mode, where the profile's own TCP-only rule is recorded and
+    /// not enforced); unix sockets and the other modes never do.
+    #[test]
+    fn allow_list_inet_sockets_are_made_on_the_loopback() {
+        let p = SeccompProfile::default_profile().expect("profile");
+        let arch = target_arch().expect("arch");
+        let nr = syscall_number("socket", arch).expect("socket") as i32;
+        let stream = libc::SOCK_STREAM as u64;
+        let dgram = libc::SOCK_DGRAM as u64;
+        let (inet, inet6, unix) = (
+            libc::AF_INET as u64,
+            libc::AF_INET6 as u64,
+            libc::AF_UNIX as u64,
+        );
+        for mode in [SeccompMode::Enforce, SeccompMode::Audit] {
+            let f = compile(&p, mode, NetworkMode::AllowList).expect("compile");
+            assert!(f.inet_on_loopback());
+            for family in [inet, inet6] {
+                assert_eq!(
+                    f.answer(nr, &[family, stream, 0, 0, 0, 0]),
+                    (Answer::OnLoopback, None),
+                    "{mode:?}"
+                );
+                // The kernel hands it to the listener.
+                let n = f.notify.expect("notify program");
+                assert_eq!(
+                    kernel_verdict_of(&f.programs[n..=n], nr as u32, [family, stream, 0, 0, 0, 0]),
+                    RET_USER_NOTIF
+                );
+            }
+            let udp = f.answer(nr, &[inet, dgram, 0, 0, 0, 0]);
+            match mode {
+                SeccompMode::Enforce => {
+                    assert_eq!(
+                        udp,
+                        (Answer::Errno(libc::EACCES), Some(SeccompAction::Denied))
+                    )
+                }
+                SeccompMode::Audit => {
+                    assert_eq!(udp, (Answer::OnLoopback, Some(SeccompAction::Audited)))
+                }
+            }
+            let n = f.notify.expect("notify program");
+            assert_eq!(
+                kernel_verdict_of(&f.programs[n..=n], nr as u32, [unix, stream, 0, 0, 0, 0]),
+                RET_ALLOW
+            );
+        }
+        for network in [NetworkMode::None, NetworkMode::Egress] {
+            let f = compile(&p, SeccompMode::Enforce, network).expect("compile");
+            assert!(!f.inet_on_loopback());
+            assert_ne!(
+                f.answer(nr, &[inet, stream, 0, 0, 0, 0]).0,
+                Answer::OnLoopback
+            );
+        }
+    }
+
+    fn kernel_verdict_of(programs: &[BpfProgram], nr: u32, args: [u64; 6]) -> u32 {
+        // AUDIT_ARCH_X86_64 / AUDIT_ARCH_AARCH64: the architecture this test runs on.
+        let arch = if cfg!(target_arch = "x86_64") {
+            0xc000_003e
+        } else {
+            0xc000_00b7
+        };
+        verdict_and_steps(programs, arch, nr, args).0
     }
 
     /// The kernel's verdict for one call through every installed program (the action of
@@ -1107,10 +1298,10 @@ mod tests {
             );
             if mode == SeccompMode::Enforce {
                 assert_eq!(
-                    f.verdict(135, &[0x0040000, 0, 0, 0, 0, 0]),
-                    Some(libc::EPERM)
+                    f.answer(135, &[0x0040000, 0, 0, 0, 0, 0]).0,
+                    Answer::Errno(libc::EPERM)
                 );
-                assert_eq!(f.verdict(154, &[0; 6]), Some(libc::EPERM));
+                assert_eq!(f.answer(154, &[0; 6]).0, Answer::Errno(libc::EPERM));
             }
             // i386 through int 0x80: killed by the architecture check.
             assert_eq!(

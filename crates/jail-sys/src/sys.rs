@@ -333,3 +333,94 @@ pub fn dup_to(fd: std::os::fd::BorrowedFd<'_>, at: i32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The device name the kernel calls the loopback interface.
+const LOOPBACK: &[u8] = b"lo";
+
+/// A new socket (`socket(2)` with the caller's own `domain`, `ty` including its
+/// `SOCK_NONBLOCK`/`SOCK_CLOEXEC` flags, and `protocol`) bound to the loopback device
+/// (`SO_BINDTODEVICE`): its packets can leave only through `lo`, whatever address it is later
+/// connected or sent to. A first binding needs no privilege (Linux 5.7); changing it needs
+/// CAP_NET_RAW over the network namespace, which no command has.
+pub fn socket_on_loopback(domain: i32, ty: i32, protocol: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsFd, FromRawFd};
+    // SAFETY: socket(2) takes plain integers and touches no memory of ours.
+    let fd = unsafe { libc::socket(domain, ty, protocol) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success socket(2) returns a new descriptor nothing else owns.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    bind_to_device(sock.as_fd(), LOOPBACK)?;
+    Ok(sock)
+}
+
+/// Bind socket `fd` to the device `name` (`SO_BINDTODEVICE`; empty unbinds).
+pub fn bind_to_device(fd: std::os::fd::BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the option value is `name`, a live slice whose length is passed; the kernel only
+    // reads it (it copies at most IFNAMSIZ bytes and NUL-terminates its copy).
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The device socket `fd` is bound to (`SO_BINDTODEVICE` read back; empty when none).
+pub fn bound_device(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut name = [0u8; libc::IFNAMSIZ];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: `name` and `len` are live, exclusively borrowed locals; the kernel writes at most
+    // `len` bytes into `name` and the length it wrote into `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let got = &name[..(len as usize).min(name.len())];
+    Ok(got.split(|b| *b == 0).next().unwrap_or_default().to_vec())
+}
+
+/// Answer notification `id` by installing `fd` in the notifying process (at the lowest free
+/// number, close-on-exec when `cloexec`) and making that number the call's return value, in
+/// one step (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SEND`, Linux 5.14): the
+/// process gets our descriptor where it asked the kernel for a new one.
+pub fn seccomp_notif_addfd_send(
+    listener: std::os::fd::BorrowedFd<'_>,
+    id: u64,
+    fd: std::os::fd::BorrowedFd<'_>,
+    cloexec: bool,
+) -> io::Result<i32> {
+    use std::os::fd::AsRawFd;
+    let add = libc::seccomp_notif_addfd {
+        id,
+        flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+        srcfd: fd.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // SAFETY: NOTIF_ADDFD reads one `seccomp_notif_addfd` from `add`, a live value of exactly
+    // that type; `listener` and `fd` are open for the duration of the call.
+    let r = unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ADDFD, &add) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
+}

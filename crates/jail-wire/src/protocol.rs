@@ -392,6 +392,10 @@ pub struct Report {
     /// the jail handed to the supervisor (commands get it as `HTTPS_PROXY` and friends).
     #[serde(default)]
     pub egress_port: Option<u16>,
+    /// `network: allowList`: every inet socket of a command is made by the seccomp listener
+    /// bound to the loopback device, which the command cannot undo (read back in each jail).
+    #[serde(default)]
+    pub loopback_sockets: bool,
 }
 
 /// The one byte that comes with the egress listener over the jail's stdin socket: bound in the

@@ -37,7 +37,7 @@ pub fn to_yaml(p: &Policy, profile: &str, notes: &[String]) -> String {
     .collect();
     let mut o = String::new();
     for n in notes {
-        let _ = writeln!(o, "# {n}");
+        let _ = writeln!(o, "# {}", comment_text(n));
     }
     let l = &p.limits;
     let a = &p.archive;
@@ -347,6 +347,21 @@ fn trailing_comment(line: &str) -> Option<&str> {
     None
 }
 
+/// `text` as one comment line: every control character and YAML line break (a note may quote
+/// what a command named, a process name set with `prctl` among it) written as an escape, so
+/// nothing in it can end the comment and become YAML.
+pub fn comment_text(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}') {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
@@ -354,6 +369,30 @@ fn quoted(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A note carrying a newline (a process name set with `prctl`, as the fourth attack round
+    /// did) stays one comment: the policy reads back unchanged, with no line of the note's.
+    #[test]
+    fn a_note_cannot_end_its_comment() {
+        let p = Policy::default_policy().expect("default");
+        let hostile =
+            "seccomp: ptrace by x\nspec: {env: {pass: [AWS_SECRET_ACCESS_KEY]}}\r\u{2028}y";
+        let out = to_yaml(&p, "seccomp/default.json", &[hostile.into()]);
+        assert_eq!(
+            out.lines().filter(|l| l.contains("AWS_SECRET")).count(),
+            1,
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .next()
+                .expect("line")
+                .starts_with("# seccomp: ptrace by x\\u{a}spec"),
+            "{out}"
+        );
+        let back = Policy::parse(&out, None).expect("parses");
+        assert!(!back.env_pass.iter().any(|n| n.starts_with("AWS")), "{out}");
+    }
 
     #[test]
     fn the_input_policys_comments_come_back_on_the_same_keys() {

@@ -245,14 +245,16 @@ impl Policy {
         &self,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Vec<(String, String)> {
-        env.into_iter()
-            .filter(|(k, _)| {
-                self.env_pass.iter().any(|p| match p.strip_suffix('*') {
-                    Some(prefix) => k.starts_with(prefix),
-                    None => k == p,
-                })
-            })
-            .collect()
+        env.into_iter().filter(|(k, _)| self.passes(k)).collect()
+    }
+
+    /// Whether `spec.env.pass` passes the server variable `name` (a name, or a `NAME_*`
+    /// pattern).
+    pub fn passes(&self, name: &str) -> bool {
+        self.env_pass.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == p,
+        })
     }
 
     /// Names of the server's variables `spec.env.pass` keeps from commands, sorted, leaving
@@ -451,6 +453,18 @@ fn check_node_wide<'a>(
 pub struct PolicySet {
     /// The default first, then the selected ones in file-name order.
     policies: Vec<Policy>,
+    /// A directory's entries that are not policies, each with why (start-up and `policy
+    /// check` name them: a policy under another name is never silently dropped).
+    skipped: Vec<String>,
+    /// The file each policy was read from, in the same order (empty for one policy).
+    sources: Vec<String>,
+}
+
+/// Whether a directory entry named `name` is a policy file: `*.yaml` or `*.yml`, in any case
+/// (Kubernetes users write both); not hidden.
+pub fn is_policy_file_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !name.starts_with('.') && (lower.ends_with(".yaml") || lower.ends_with(".yml"))
 }
 
 impl PolicySet {
@@ -458,34 +472,64 @@ impl PolicySet {
     pub fn single(policy: Policy) -> PolicySet {
         PolicySet {
             policies: vec![policy],
+            skipped: Vec::new(),
+            sources: Vec::new(),
         }
     }
 
-    /// A policy file, or a directory of them (every `*.yaml`, hidden files skipped: a
-    /// Kubernetes ConfigMap volume's own entries start with `..`).
+    /// A policy file, or a directory of them: every `*.yaml` and `*.yml` file (any case).
+    /// Everything else is skipped and named in [`Self::skipped`], except the entries of a
+    /// Kubernetes ConfigMap volume's own layout (`..data`, `..2026_11_27_…`), which start
+    /// with `..`.
     pub fn load(path: &Path) -> Result<PolicySet, PolicyError> {
         if !path.is_dir() {
             return Policy::load(path).map(PolicySet::single);
         }
         let entries = std::fs::read_dir(path)
             .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", path.display())))?;
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
-                p.extension().is_some_and(|x| x == "yaml")
-                    && p.file_name()
-                        .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
-            })
-            .collect();
+        let mut files = Vec::new();
+        let mut skipped = Vec::new();
+        for entry in entries.filter_map(Result::ok) {
+            let p = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("..") {
+                continue;
+            }
+            // Followed: a ConfigMap's files are symbolic links into `..data`.
+            let meta = std::fs::metadata(&p);
+            let is_file = meta.as_ref().is_ok_and(|m| m.is_file());
+            match (is_policy_file_name(&name), is_file) {
+                (true, true) => files.push(p),
+                (true, false) => skipped.push(format!("{name}: not a regular file")),
+                // Directories (`seccomp/` holds the profiles) are not policies by layout.
+                (false, _) if meta.is_ok_and(|m| m.is_dir()) => {}
+                (false, _) if name.starts_with('.') => {
+                    skipped.push(format!("{name}: hidden (policies are *.yaml or *.yml)"))
+                }
+                (false, _) => skipped.push(format!("{name}: not *.yaml or *.yml")),
+            }
+        }
         files.sort();
+        skipped.sort();
         let mut texts = Vec::new();
         for f in files {
             let text = std::fs::read_to_string(&f)
                 .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", f.display())))?;
             texts.push((f.display().to_string(), text));
         }
-        Self::from_texts(&path.display().to_string(), &texts, Some(path))
+        let mut set = Self::from_texts(&path.display().to_string(), &texts, Some(path))?;
+        set.skipped = skipped;
+        Ok(set)
+    }
+
+    /// The entries of a policy directory that are not policies, each with why.
+    pub fn skipped(&self) -> &[String] {
+        &self.skipped
+    }
+
+    /// The file policy `i` of [`Self::policies`] was read from (a directory's sets only).
+    pub fn source(&self, i: usize) -> Option<&str> {
+        self.sources.get(i).map(String::as_str)
     }
 
     /// The set `texts` (file name, text) make; `dir` resolves their seccomp profiles.
@@ -554,7 +598,11 @@ impl PolicySet {
             policies.push(p);
             files.push(file);
         }
-        Ok(PolicySet { policies })
+        Ok(PolicySet {
+            policies,
+            skipped: Vec::new(),
+            sources: files.iter().map(|f| (*f).to_owned()).collect(),
+        })
     }
 
     /// The same set with `f` applied to every policy (`doctor` drops the requirements to
@@ -1285,6 +1333,64 @@ mod set_tests {
             .map(|(f, t)| (f.to_string(), t.clone()))
             .collect();
         PolicySet::from_texts("policies", &texts, None)
+    }
+
+    /// A policy directory loads `*.yaml` and `*.yml` in any case, and names every other entry
+    /// it skips (a policy saved as `team-a.yml` once fell to the default unnoticed), except a
+    /// ConfigMap volume's own `..` entries.
+    #[test]
+    fn a_policy_directory_loads_yml_in_any_case_and_names_what_it_skips() {
+        let dir = std::env::temp_dir().join(format!("cmpw-policy-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("..2026_11_27").join("x")).unwrap();
+        std::fs::create_dir_all(dir.join("sub.yaml")).unwrap();
+        std::os::unix::fs::symlink("..2026_11_27", dir.join("..data")).unwrap();
+        std::fs::create_dir_all(dir.join("seccomp")).unwrap();
+        std::fs::write(
+            dir.join("seccomp/default.json"),
+            crate::seccomp::DEFAULT_SECCOMP_JSON,
+        )
+        .unwrap();
+        let files = [
+            ("default.yaml", DEFAULT_POLICY_YAML.to_owned()),
+            (
+                "team-a.yml",
+                selected("team-a", "{projects: [team-a]}", &[]),
+            ),
+            (
+                "team-b.YAML",
+                selected("team-b", "{projects: [team-b]}", &[]),
+            ),
+            (
+                "team-c.Yml",
+                selected("team-c", "{projects: [team-c]}", &[]),
+            ),
+            (
+                ".team-d.yaml",
+                selected("team-d", "{projects: [team-d]}", &[]),
+            ),
+            ("README.md", "policies\n".to_owned()),
+        ];
+        for (f, t) in &files {
+            std::fs::write(dir.join(f), t).unwrap();
+        }
+        let set = PolicySet::load(&dir).expect("set");
+        let _ = std::fs::remove_dir_all(&dir);
+        let names: Vec<&str> = set.policies().iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["default", "team-a", "team-b", "team-c"]);
+        assert_eq!(
+            set.policies()[set.select(&project("team-a"))].name,
+            "team-a"
+        );
+        assert_eq!(
+            set.skipped(),
+            [
+                ".team-d.yaml: hidden (policies are *.yaml or *.yml)",
+                "README.md: not *.yaml or *.yml",
+                "sub.yaml: not a regular file",
+            ]
+        );
+        assert!(is_policy_file_name("a.YmL") && !is_policy_file_name("a.yaml.bak"));
     }
 
     fn project(p: &str) -> Identity {

@@ -11,6 +11,13 @@
 //! 3. closing makes the connection's reads and writes fail at once (its reader is woken), so
 //!    the HTTP/2 server drops it.
 //!
+//! Only authenticated work holds a connection: with a bearer token configured, a stream
+//! without a valid token (a health check, a refused call) does not make its connection busy,
+//! at most [`MAX_UNAUTHENTICATED_STREAMS`] of them are open on one connection at once, and
+//! each must be answered within [`UNAUTHENTICATED_DEADLINE`]. (A client without a token once
+//! kept the cap full with health checks whose request never ended: idle honest connections
+//! were evicted and new ones refused for as long as it stayed.)
+//!
 //! gRPC streams are counted by the [`CountStreams`] layer, which finds the connection in the
 //! request's connect info ([`PeerInfo::Tcp`]); the generator's requests by
 //! its connection task ([`crate::appset::serve`]).
@@ -56,6 +63,8 @@ pub enum PeerInfo {
 pub struct Tracked {
     id: u64,
     streams: AtomicUsize,
+    /// Streams without a valid token open now (never counted in `streams`).
+    unauthenticated: AtomicUsize,
     /// When its last stream ended (or it was admitted), while it has none open.
     idle_since: Mutex<Option<Instant>>,
     closing: AtomicBool,
@@ -115,6 +124,7 @@ impl Registry {
         let t = Arc::new(Tracked {
             id,
             streams: AtomicUsize::new(0),
+            unauthenticated: AtomicUsize::new(0),
             idle_since: Mutex::new(Some(Instant::now())),
             closing: AtomicBool::new(false),
             reader: Mutex::new(None),
@@ -257,45 +267,132 @@ impl Drop for StreamOpen {
     }
 }
 
-/// The layer that counts each tracked connection's open streams.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CountStreams;
+/// Streams without a valid token open at once on one connection.
+pub const MAX_UNAUTHENTICATED_STREAMS: usize = 4;
+
+/// How long a stream without a valid token may take to be answered (a health check is
+/// answered at once; a call without the token is refused at once).
+pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A stream without a valid token on a tracked connection, until dropped with its response
+/// body.
+#[derive(Debug)]
+pub struct UnauthenticatedOpen(Arc<Tracked>);
+
+impl UnauthenticatedOpen {
+    /// A place for one more on `t`, if it has one.
+    fn new(t: Arc<Tracked>) -> Option<Self> {
+        let n = t.unauthenticated.fetch_add(1, Ordering::SeqCst);
+        let open = Self(t);
+        (n < MAX_UNAUTHENTICATED_STREAMS).then_some(open)
+    }
+}
+
+impl Drop for UnauthenticatedOpen {
+    fn drop(&mut self) {
+        self.0.unauthenticated.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What a stream holds of its connection while it is open.
+#[derive(Debug)]
+pub enum Holds {
+    /// Authenticated (or no token is configured): the connection is busy.
+    Busy(StreamOpen),
+    /// Without a valid token: one of the connection's few places, not busy.
+    Unauthenticated(UnauthenticatedOpen),
+}
+
+/// The layer that counts each tracked connection's open streams; with `token`, only those
+/// that carry it make the connection busy.
+#[derive(Debug, Clone, Default)]
+pub struct CountStreams {
+    token: Option<crate::auth::BearerToken>,
+}
+
+impl CountStreams {
+    /// The layer for a listener whose calls need `token` (if any).
+    pub fn new(token: Option<crate::auth::BearerToken>) -> Self {
+        Self { token }
+    }
+}
 
 impl<S> tower_layer::Layer<S> for CountStreams {
     type Service = Counted<S>;
     fn layer(&self, inner: S) -> Counted<S> {
-        Counted(inner)
+        Counted {
+            inner,
+            token: self.token.clone(),
+        }
     }
 }
 
 /// The service the layer wraps.
 #[derive(Debug, Clone)]
-pub struct Counted<S>(S);
+pub struct Counted<S> {
+    inner: S,
+    token: Option<crate::auth::BearerToken>,
+}
 
 impl<S, ReqB, B> tower_service::Service<http::Request<ReqB>> for Counted<S>
 where
     S: tower_service::Service<http::Request<ReqB>, Response = http::Response<B>>,
     S::Future: Send + 'static,
-    S::Error: 'static,
-    B: 'static,
+    S::Error: Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    B::Error: Into<tonic::codegen::StdError>,
 {
-    type Response = http::Response<crate::reply_memory::Guarded<B, Option<StreamOpen>>>;
+    type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: http::Request<ReqB>) -> Self::Future {
-        let open = match req.extensions().get::<Option<PeerInfo>>() {
-            Some(Some(PeerInfo::Tcp { conn: Some(t), .. })) => Some(StreamOpen::new(t.clone())),
+        let conn = match req.extensions().get::<Option<PeerInfo>>() {
+            Some(Some(PeerInfo::Tcp { conn: Some(t), .. })) => Some(t.clone()),
             _ => None,
         };
-        let response = self.0.call(req);
+        let authenticated = self.token.as_ref().is_none_or(|t| {
+            t.check(
+                req.headers()
+                    .get(http::header::AUTHORIZATION)
+                    .map(|v| v.as_bytes()),
+            )
+            .is_ok()
+        });
+        let holds = match conn {
+            None => None,
+            Some(t) if authenticated => Some(Holds::Busy(StreamOpen::new(t))),
+            Some(t) => match UnauthenticatedOpen::new(t) {
+                Some(u) => Some(Holds::Unauthenticated(u)),
+                None => {
+                    let refused =
+                        crate::status::unauthenticated_streams_full(MAX_UNAUTHENTICATED_STREAMS);
+                    return Box::pin(std::future::ready(Ok(refused.into_http())));
+                }
+            },
+        };
+        let response = self.inner.call(req);
+        let unauthenticated = matches!(holds, Some(Holds::Unauthenticated(_)));
         Box::pin(async move {
-            let response = response.await?;
-            Ok(response.map(|body| crate::reply_memory::Guarded::new(body, open)))
+            let response = if unauthenticated {
+                match tokio::time::timeout(UNAUTHENTICATED_DEADLINE, response).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        let status = crate::status::unauthenticated_too_slow(
+                            UNAUTHENTICATED_DEADLINE.as_secs(),
+                        );
+                        return Ok(status.into_http());
+                    }
+                }
+            } else {
+                response.await?
+            };
+            Ok(response
+                .map(|body| tonic::body::Body::new(crate::reply_memory::Guarded::new(body, holds))))
         })
     }
 }

@@ -435,6 +435,8 @@ pub async fn serve(
             }
         }));
     }
+    // Only streams with the token make a TCP connection busy (conns.rs).
+    let token = tcp.as_ref().and_then(|(_, t)| t.token.clone());
     if let Some((listener, t)) = tcp {
         let listener = TcpListener::from_std(listener).map_err(|e| ListenError::Io {
             what: "listening on",
@@ -462,7 +464,7 @@ pub async fn serve(
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .layer(crate::conns::CountStreams)
+        .layer(crate::conns::CountStreams::new(token))
         .layer(crate::reply_memory::HoldReplyMemory)
         .layer(crate::watch_cap::CapHealthWatches::default())
         .add_service(health)

@@ -92,6 +92,20 @@ pub fn health_watches_full(max: usize) -> Status {
     ))
 }
 
+/// An unauthenticated stream beyond a connection's share.
+pub fn unauthenticated_streams_full(max: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "{max} streams without a valid bearer token are open on this connection already: a health check needs one at a time, and CMP calls need the token (the server's --token-file / --token-env)"
+    ))
+}
+
+/// An unauthenticated stream that did not complete its request in time.
+pub fn unauthenticated_too_slow(secs: u64) -> Status {
+    Status::deadline_exceeded(format!(
+        "a call without a valid bearer token must be answered within {secs} s (its request ended by then); send the token (the server's --token-file / --token-env) for longer calls"
+    ))
+}
+
 /// The generator's HTTP answer as a status, for its audit event and metrics.
 pub fn from_http(http: http::StatusCode, message: &str) -> Status {
     let code = match http.as_u16() {

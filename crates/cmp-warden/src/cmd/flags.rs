@@ -27,6 +27,9 @@ pub fn load_policies(file: Option<&Path>) -> anyhow::Result<PolicySet> {
         Some(f) => PolicySet::load(f)?,
         None => PolicySet::single(Policy::default_policy()?),
     };
+    for s in set.skipped() {
+        tracing::warn!(skipped = %s, "policy directory: an entry that is not a policy (policies are *.yaml or *.yml files)");
+    }
     for p in set.policies() {
         for w in p.warnings() {
             tracing::warn!(policy = %p.name, warning = %w, "policy");

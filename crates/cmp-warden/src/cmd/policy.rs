@@ -26,7 +26,9 @@ pub enum PolicyCmd {
         /// Audit log (JSON lines; other log lines are skipped).
         #[arg(long)]
         audit_log: PathBuf,
-        /// The policy the runs used [default: the embedded default].
+        /// The policy the runs used: a file, or the policy directory `serve` ran with (its
+        /// default is the base; the variables its other policies pass are never proposed for
+        /// another) [default: the embedded default].
         #[arg(long)]
         policy: Option<PathBuf>,
         /// Output directory (policy.yaml and seccomp/profile.json).
@@ -60,6 +62,9 @@ pub fn run(cmd: PolicyCmd) -> ExitCode {
     match parsed {
         Ok(set) => {
             let several = file.as_deref().is_some_and(Path::is_dir);
+            for s in set.skipped() {
+                eprintln!("skipped: {s} (policies are *.yaml or *.yml files)");
+            }
             for p in set.policies() {
                 // The profile must also compile for this architecture, as `serve` will do it.
                 if let Some(e) = seccomp_error(p) {
@@ -124,20 +129,41 @@ fn round_up(v: u64, unit: u64) -> u64 {
 #[derive(Debug, Default)]
 struct Observed {
     requests: usize,
+    /// Calls the profile would have denied, let through in audit mode: name → (count, comm).
     denied: std::collections::BTreeMap<String, (u64, String)>,
+    /// Calls the profile denied in enforce mode: never proposed (listed for the reviewer).
+    enforced: std::collections::BTreeMap<String, (u64, String)>,
     peak_memory: u64,
     duration_ms: u64,
     output: u64,
     limits_hit: Vec<(String, String)>,
     /// Destinations commands asked the egress proxy for: (host, port) → needed `internal`.
     egress: std::collections::BTreeMap<(String, u16), bool>,
-    /// Server variables withheld from commands that failed (from the audit events'
-    /// `withheldEnv`, or the server's start-up log line when the whole log is given).
-    withheld: std::collections::BTreeSet<String>,
-    /// Paths Landlock refused (the kernel's records, or the paths a failed command's error
-    /// named outside every `spec.filesystem` rule): whether a write was refused, and in how
-    /// many requests.
+    /// Server variables withheld from a command that failed and that it named (its argv, or
+    /// its error before the server's own note): name → the app whose request named it. The
+    /// full withheld list of an event is not evidence: every failure carries it.
+    withheld: std::collections::BTreeMap<String, String>,
+    /// Paths Landlock refused, from the kernel's own records: whether a write was refused,
+    /// and in how many requests.
     files: std::collections::BTreeMap<String, (bool, u64)>,
+    /// Paths only a failed command's error named as refused (no kernel record): never
+    /// proposed, a command's output being its own to write; listed for the reviewer.
+    claimed_files: std::collections::BTreeSet<String>,
+    /// Destinations the egress proxy refused: never proposed; listed for the reviewer.
+    refused_destinations: std::collections::BTreeSet<String>,
+}
+
+/// Where the server's own note on withheld variables starts in an error (what precedes it is
+/// the command's words).
+const WITHHELD_NOTE: &str = " (server variables not passed to commands:";
+
+/// Whether `text` names `var` as a word of its own (not inside a longer name).
+fn names_var(text: &str, var: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(var).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(word)
+            && !text[i + var.len()..].chars().next().is_some_and(word)
+    })
 }
 
 fn observe(text: &str) -> Observed {
@@ -146,26 +172,41 @@ fn observe(text: &str) -> Observed {
         let Ok(e) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        if let Some(w) = e["withheld"].as_str()
-            // logrus' key (`msg`); `message` in logs of earlier versions.
-            && e["msg"]
-                .as_str()
-                .or(e["message"].as_str())
-                .is_some_and(|m| m.starts_with("server environment variables withheld"))
-        {
-            o.withheld.extend(w.split(", ").map(str::to_owned));
-        }
         if e["log"] != "audit" {
             continue;
         }
-        o.withheld.extend(
-            e["withheldEnv"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|n| n.as_str().map(str::to_owned)),
-        );
+        // A withheld variable counts only where the failed command named it: in its argv
+        // (plugin.yaml's), or in its own words before the server's note.
+        let error = e["error"].as_str().unwrap_or_default();
+        let own_words = error.split(WITHHELD_NOTE).next().unwrap_or_default();
+        let argv: Vec<&str> = e["commands"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c["argv"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        for n in e["withheldEnv"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if names_var(own_words, n) || argv.iter().any(|a| names_var(a, n)) {
+                o.withheld
+                    .entry(n.to_owned())
+                    .or_insert_with(|| e["app"].as_str().unwrap_or_default().to_owned());
+            }
+        }
         for c in e["egress"].as_array().into_iter().flatten() {
+            // Only what the proxy let through (allowed, or admitted in audit mode): a
+            // destination it refused is not something the plugin reached.
+            if !matches!(c["decision"].as_str(), Some("allowed" | "audited")) {
+                if let Some(d) = c["destination"].as_str().filter(|d| !d.is_empty()) {
+                    o.refused_destinations.insert(d.to_owned());
+                }
+                continue;
+            }
             let Some((host, port)) = c["destination"]
                 .as_str()
                 .and_then(|d| d.rsplit_once(':'))
@@ -192,6 +233,12 @@ fn observe(text: &str) -> Observed {
             if !blockers.starts_with("fs") || d["allowedBy"].is_null() || !path.starts_with('/') {
                 continue;
             }
+            // The kernel's records name the access (`fs.read_file`); a path taken from the
+            // command's own error does not.
+            if !blockers.starts_with("fs.") {
+                o.claimed_files.insert(path.to_owned());
+                continue;
+            }
             // The kernel names the access; an error's path is proposed for reading.
             let write = blockers.split(',').any(|b| {
                 b.starts_with("fs.") && !matches!(b, "fs.read_file" | "fs.read_dir" | "fs.execute")
@@ -202,8 +249,14 @@ fn observe(text: &str) -> Observed {
         }
         for d in e["seccompAudit"].as_array().into_iter().flatten() {
             let name = d["syscall"].as_str().unwrap_or("?").to_owned();
-            let ent = o
-                .denied
+            // What audit mode let through is what the plugin did; what enforce mode denied is
+            // what a command tried, which may be an attack: never a grant.
+            let calls = if d["action"] == "audited" {
+                &mut o.denied
+            } else {
+                &mut o.enforced
+            };
+            let ent = calls
                 .entry(name)
                 .or_insert((0, d["comm"].as_str().unwrap_or("").to_owned()));
             ent.0 += d["count"].as_u64().unwrap_or(1);
@@ -237,125 +290,247 @@ fn profile_text(p: &Policy, from_file: bool) -> anyhow::Result<String> {
     }
 }
 
+/// The base of a proposal: the policy the runs used, its text (whose comments the proposal
+/// keeps), whether its profile is a file, and the set it came from (for the variables the
+/// other policies pass).
+struct Base {
+    policy: Policy,
+    input: String,
+    profile: String,
+    set: Option<policy::PolicySet>,
+}
+
+impl Base {
+    fn load(path: Option<&Path>) -> anyhow::Result<Base> {
+        let (policy, input, from_file, set) = match path {
+            None => (
+                Policy::default_policy()?,
+                policy::DEFAULT_POLICY_YAML.to_owned(),
+                false,
+                None,
+            ),
+            Some(dir) if dir.is_dir() => {
+                let set = policy::PolicySet::load(dir)?;
+                let source = set.source(0).context("the policy directory's default")?;
+                let input =
+                    std::fs::read_to_string(source).with_context(|| format!("reading {source}"))?;
+                (set.default_policy().clone(), input, true, Some(set))
+            }
+            Some(f) => (Policy::load(f)?, std::fs::read_to_string(f)?, true, None),
+        };
+        let profile = profile_text(&policy, from_file)?;
+        Ok(Base {
+            policy,
+            input,
+            profile,
+            set,
+        })
+    }
+
+    /// The policies of the set that do not run `project`'s requests: their variables are
+    /// another tenant's, never proposed for these.
+    fn others(&self, project: Option<&str>) -> Vec<Policy> {
+        let Some(set) = &self.set else {
+            return Vec::new();
+        };
+        let id = policy::Identity {
+            project: project.map(str::to_owned),
+            ..Default::default()
+        };
+        let mine = set.select(&id);
+        set.policies()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != mine)
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+}
+
 /// `policy suggest`: one proposal from every audit event; or, when the events come from
 /// several Argo CD projects (their `project`), a policy directory for `serve --policy DIR` with
 /// one selected policy per project, each from that project's events alone, and the default
 /// from the requests without a project (the input policy unchanged when there are none).
+/// Everything is written to a staging directory beside `out` and validated there first:
+/// nothing reaches `out` unless the whole result passes `policy check`.
 fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(audit_log)
         .with_context(|| format!("reading {}", audit_log.display()))?;
-    let input = match base {
-        Some(f) => std::fs::read_to_string(f)?,
-        None => policy::DEFAULT_POLICY_YAML.to_owned(),
-    };
-    let base_policy = match base {
-        Some(f) => Policy::load(f)?,
-        None => Policy::default_policy()?,
-    };
-    let base_profile = profile_text(&base_policy, base.is_some())?;
+    let base = Base::load(base)?;
     let from = audit_log.display().to_string();
     let projects = projects_in(&text);
+    let staging = Staging::new(out)?;
+    let mut written = Vec::new();
+    let mut notes = Vec::new();
     if projects.len() < 2 {
-        let s = propose(&text, &base_policy, &base_profile, &from)?;
+        let s = propose(
+            &text,
+            &base.policy,
+            &base.profile,
+            &from,
+            &base.others(None),
+        )?;
         let Some(s) = s else {
             anyhow::bail!(
                 "{from} holds no audit events (lines with \"log\":\"audit\"): run serve or render with --audit-log under an audit-mode policy first"
             );
         };
-        let (pol_path, prof_path) = s.write(out, "policy.yaml", "profile.json", &input)?;
-        let check = Policy::load(&pol_path).context("the suggested policy does not validate")?;
+        written.push(s.write(&staging.dir, "policy.yaml", "profile.json", &base.input)?);
+        let check =
+            Policy::load(&written[0].0).context("the suggested policy does not validate")?;
         if let Some(e) = seccomp_error(&check) {
             anyhow::bail!("the suggested policy's seccomp profile does not compile: {e}");
         }
-        for n in &s.notes {
-            eprintln!("{n}");
-        }
-        eprintln!("wrote {} and {}", pol_path.display(), prof_path.display());
-        return Ok(());
-    }
-
-    // Several projects: the default first, from the requests without one.
-    let without: String = text
-        .lines()
-        .filter(|l| event_project(l).is_none())
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let mut default = match propose(&without, &base_policy, &base_profile, &from)? {
-        Some(s) => s,
-        None => {
-            // No request of its own to learn from: the input without what only a learning
-            // run may have (an audit-mode allow list, seccomp in audit mode).
-            let mut p = base_policy.clone();
-            let mut notes = vec![format!(
-                "The default policy: every request in {from} named a project, so this runs only what no project's policy selects, and nothing was learnt for it."
-            )];
-            if p.network == NetworkMode::AllowList && p.egress.audit {
-                p.network = NetworkMode::None;
-                p.egress = egress::AllowList::default();
-                notes.push("network: mode none (the input's allow list was in audit mode)".into());
-            }
-            if p.seccomp_mode == SeccompMode::Audit {
-                p.seccomp_mode = SeccompMode::Enforce;
-                notes.push("seccomp: mode enforce (the input's was audit)".into());
-            }
-            Suggested {
-                policy: p,
-                profile: serde_json::from_str(&base_profile)?,
-                notes,
-            }
-        }
-    };
-    default.policy.name = base_policy.name.clone();
-    let mut written = vec![default.write(out, "default.yaml", "default.json", &input)?];
-    for project in &projects {
-        let mine: String = text
+        notes = s.notes;
+    } else {
+        // Several projects: the default first, from the requests without one.
+        let without: String = text
             .lines()
-            .filter(|l| event_project(l).as_deref() == Some(project.as_str()))
+            .filter(|l| event_project(l).is_none())
             .map(|l| format!("{l}\n"))
             .collect();
-        let Some(mut s) = propose(&mine, &base_policy, &base_profile, &from)? else {
-            continue;
+        let mut default = match propose(
+            &without,
+            &base.policy,
+            &base.profile,
+            &from,
+            &base.others(None),
+        )? {
+            Some(s) => s,
+            None => unlearnt_default(&base, &from)?,
         };
-        // Named apart from the default (Argo CD's own project is called `default`).
-        s.policy.name = format!("project-{project}");
-        s.policy.select = Some(policy::Select {
-            projects: vec![policy::Pattern::Exact(project.clone())],
-            ..Default::default()
-        });
-        s.notes.insert(
-            1,
-            format!(
-                "Selected by project {project} (spec.select): only that project's requests in {from} shaped it; the node-wide fields are the default policy's."
-            ),
-        );
-        let file = format!("project-{project}");
-        written.push(s.write(
-            out,
-            &format!("{file}.yaml"),
-            &format!("{file}.json"),
-            &input,
-        )?);
-    }
-    // What we wrote must pass `policy check DIR`.
-    let set = policy::PolicySet::load(out).context("the suggested policies do not validate")?;
-    for p in set.policies() {
-        if let Some(e) = seccomp_error(p) {
-            anyhow::bail!(
-                "policy {:?}: its seccomp profile does not compile: {e}",
-                p.name
+        default.policy.name = base.policy.name.clone();
+        written.push(default.write(&staging.dir, "default.yaml", "default.json", &base.input)?);
+        for project in &projects {
+            let mine: String = text
+                .lines()
+                .filter(|l| event_project(l).as_deref() == Some(project.as_str()))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let others = base.others(Some(project));
+            let Some(mut s) = propose(&mine, &base.policy, &base.profile, &from, &others)? else {
+                continue;
+            };
+            // Named apart from the default (Argo CD's own project is called `default`).
+            s.policy.name = format!("project-{project}");
+            s.policy.select = Some(policy::Select {
+                projects: vec![policy::Pattern::Exact(project.clone())],
+                ..Default::default()
+            });
+            s.notes.insert(
+                1,
+                format!(
+                    "Selected by project {project} (spec.select): only that project's requests in {from} shaped it; the node-wide fields are the default policy's."
+                ),
             );
+            let file = format!("project-{project}");
+            written.push(s.write(
+                &staging.dir,
+                &format!("{file}.yaml"),
+                &format!("{file}.json"),
+                &base.input,
+            )?);
         }
+        // What we wrote must pass `policy check DIR`.
+        let set = policy::PolicySet::load(&staging.dir)
+            .context("the suggested policies do not validate")?;
+        for p in set.policies() {
+            if let Some(e) = seccomp_error(p) {
+                anyhow::bail!(
+                    "policy {:?}: its seccomp profile does not compile: {e}",
+                    p.name
+                );
+            }
+        }
+        notes.push(format!(
+            "requests of {} projects ({}): one policy each, selected by spec.select.projects; serve them with --policy {}",
+            projects.len(),
+            projects.iter().cloned().collect::<Vec<_>>().join(", "),
+            out.display()
+        ));
     }
-    eprintln!(
-        "requests of {} projects ({}): one policy each, selected by spec.select.projects; serve them with --policy {}",
-        projects.len(),
-        projects.iter().cloned().collect::<Vec<_>>().join(", "),
-        out.display()
-    );
-    for (pol, prof) in written {
+    let published = staging.publish(&written)?;
+    for n in &notes {
+        eprintln!("{}", policy::emit::comment_text(n));
+    }
+    for (pol, prof) in published {
         eprintln!("wrote {} and {}", pol.display(), prof.display());
     }
     Ok(())
+}
+
+/// The default of a policy directory when every request named a project: the input without
+/// what only a learning run may have (an audit-mode allow list, seccomp in audit mode).
+fn unlearnt_default(base: &Base, from: &str) -> anyhow::Result<Suggested> {
+    let mut p = base.policy.clone();
+    let mut notes = vec![format!(
+        "The default policy: every request in {from} named a project, so this runs only what no project's policy selects, and nothing was learnt for it."
+    )];
+    if p.network == NetworkMode::AllowList && p.egress.audit {
+        p.network = NetworkMode::None;
+        p.egress = egress::AllowList::default();
+        notes.push("network: mode none (the input's allow list was in audit mode)".into());
+    }
+    if p.seccomp_mode == SeccompMode::Audit {
+        p.seccomp_mode = SeccompMode::Enforce;
+        notes.push("seccomp: mode enforce (the input's was audit)".into());
+    }
+    Ok(Suggested {
+        policy: p,
+        profile: serde_json::from_str(&base.profile)?,
+        notes,
+    })
+}
+
+/// A directory beside `out` the proposal is written to and validated in; only then are its
+/// files moved into `out`. Removed when dropped.
+struct Staging {
+    dir: PathBuf,
+    out: PathBuf,
+}
+
+impl Staging {
+    fn new(out: &Path) -> anyhow::Result<Staging> {
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "suggested".into());
+        let parent = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+        let dir = parent.join(format!(".{name}.suggest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Staging {
+            dir,
+            out: out.to_owned(),
+        })
+    }
+
+    /// Move the validated files into `out` (renames on one filesystem); their new paths.
+    fn publish(&self, files: &[(PathBuf, PathBuf)]) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+        std::fs::create_dir_all(self.out.join("seccomp"))
+            .with_context(|| format!("creating {}", self.out.display()))?;
+        let moved = |p: &Path| -> anyhow::Result<PathBuf> {
+            let rel = p.strip_prefix(&self.dir).context("a staged file")?;
+            let to = self.out.join(rel);
+            std::fs::rename(p, &to).with_context(|| format!("writing {}", to.display()))?;
+            Ok(to)
+        };
+        files
+            .iter()
+            .map(|(pol, prof)| Ok((moved(pol)?, moved(prof)?)))
+            .collect()
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// The Argo CD projects the audit events in `text` name (only names a `spec.select` pattern
@@ -416,6 +591,7 @@ fn propose(
     base: &Policy,
     base_profile: &str,
     from: &str,
+    others: &[Policy],
 ) -> anyhow::Result<Option<Suggested>> {
     let mut p = base.clone();
     let o = observe(text);
@@ -437,8 +613,22 @@ fn propose(
         );
     }
     let mut denied = o.denied.clone();
+    // Inet sockets refused under `network: none` lead to a learning run (an audit-mode allow
+    // list), whichever mode refused them; every other enforced denial stays.
+    if let Some(sockets) = o.enforced.get("socket") {
+        denied
+            .entry("socket".into())
+            .or_insert_with(|| sockets.clone());
+    }
+    for (name, (n, comm)) in &o.enforced {
+        if name != "socket" || p.network != NetworkMode::None {
+            notes.push(format!(
+                "seccomp: NOT allowing {name}, which the profile denied to {comm:?} {n} time(s) in enforce mode (a command's attempt is not a need): run the plugin under seccomp.mode audit to learn what it calls"
+            ));
+        }
+    }
     suggest_network(&mut p, &o, &mut denied, &mut notes)?;
-    suggest_env(&mut p, &o, &mut notes);
+    suggest_env(&mut p, &o, others, &mut notes);
     suggest_files(&mut p, &o, &mut notes);
     allow_denied_calls(&mut profile, &denied, &mut notes);
     p.seccomp_mode = SeccompMode::Enforce;
@@ -462,6 +652,16 @@ fn suggest_network(
     denied: &mut std::collections::BTreeMap<String, (u64, String)>,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<()> {
+    if !o.refused_destinations.is_empty() {
+        notes.push(format!(
+            "network: NOT added, as the egress proxy refused them: {}",
+            o.refused_destinations
+                .iter()
+                .map(|d| format!("{d:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     // A learning run (`allowList` with `audit: true`) that reached nothing: no network.
     if p.network == NetworkMode::AllowList && p.egress.audit && o.egress.is_empty() {
         p.network = NetworkMode::None;
@@ -509,7 +709,7 @@ fn suggest_network(
             };
             let is_host = matches!(target, egress::Target::Host(_));
             notes.push(format!(
-                "network.allow: {host} on {ports:?}{} (the plugin connected to it)",
+                "network.allow: {host:?} on {ports:?}{} (the egress proxy let the plugin through to it)",
                 if internal && is_host {
                     ", internal: true because it resolved to an internal address"
                 } else {
@@ -528,23 +728,24 @@ fn suggest_network(
     Ok(())
 }
 
-/// `spec.env.pass`: the variables a failing command did not get, each to be reviewed.
-fn suggest_env(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
-    // Variables a failing command did not get: proposed as entries, each to be reviewed (every
-    // entry reaches every command of every request, so a secret the plugin does not read
-    // should be taken out again).
-    let new_names: Vec<String> = o
-        .withheld
-        .iter()
-        .filter(|n| !p.env_pass.contains(n) && policy::is_env_name(n))
-        .cloned()
-        .collect();
-    if !new_names.is_empty() {
+/// `spec.env.pass`: the variables a failing command did not get and named, each to be
+/// reviewed; never one another policy of the directory passes (another tenant's secret).
+fn suggest_env(p: &mut Policy, o: &Observed, others: &[Policy], notes: &mut Vec<String>) {
+    for (name, app) in &o.withheld {
+        if p.passes(name) || !policy::is_env_name(name) {
+            continue;
+        }
+        if let Some(owner) = others.iter().find(|q| q.passes(name)) {
+            notes.push(format!(
+                "env.pass: NOT adding {name}, which a failed command of app {app:?} named: policy {:?} passes it, for its own requests only (another tenant's variable)",
+                owner.name
+            ));
+            continue;
+        }
         notes.push(format!(
-            "env.pass: added {} (the server withheld them from commands that failed). REVIEW: each reaches every command; remove those the plugin is not configured by, or use a NAME_* pattern.",
-            new_names.join(", ")
+            "env.pass: added {name} (withheld from a failed command of app {app:?}, which named it). REVIEW: it reaches every command of every request under this policy; remove it unless the plugin is configured by it."
         ));
-        p.env_pass.extend(new_names);
+        p.env_pass.push(name.clone());
     }
 }
 
@@ -570,6 +771,12 @@ fn suggest_files(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
         ));
         rules.push(path);
     }
+    if !o.claimed_files.is_empty() {
+        notes.push(format!(
+            "filesystem: NOT added, as only a command's own error named them as refused (no kernel record of a refusal; a command writes what it likes): {}. Add one by hand if the plugin needs it.",
+            o.claimed_files.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
 }
 
 /// Out of the seccomp profile: exactly the calls the plugin made that it denied.
@@ -591,7 +798,7 @@ fn allow_denied_calls(
                     match denied.get(name) {
                         Some((n, comm)) => {
                             notes.push(format!(
-                                "seccomp: {name} is ALLOWED: {comm} called it {n} time(s); the profile denied it because: {reason}"
+                                "seccomp: {name} is ALLOWED: {comm:?} called it {n} time(s); the profile denied it because: {reason}"
                             ));
                             false
                         }

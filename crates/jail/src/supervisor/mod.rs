@@ -205,27 +205,6 @@ impl Enforcement {
     }
 }
 
-/// Why a cached tree would not answer as a fresh extraction under this policy, if it would
-/// not: a fresh extraction writes the tree into the request's tmpfs (`spec.limits.diskBytes`)
-/// under its `RLIMIT_FSIZE` (`fileSizeBytes`), a cached tree lives beside it; when those are
-/// tighter than the archive limits a tree within the archive limits could be served from the
-/// cache where extracting it would fail.
-fn cache_outside_request_limits(p: &Policy) -> Option<String> {
-    let (disk, extracted) = (p.limits.disk_bytes, p.archive.extracted_bytes);
-    let (fsize, file) = (p.limits.file_size_bytes, p.archive.file_bytes);
-    if disk < extracted {
-        return Some(format!(
-            "spec.limits.diskBytes ({disk}) is below spec.archive.extractedBytes ({extracted}): a cached tree is not on the request's disk, so it would not be held to that limit; raise diskBytes or lower extractedBytes to use spec.cache"
-        ));
-    }
-    if fsize < file {
-        return Some(format!(
-            "spec.limits.fileSizeBytes ({fsize}) is below spec.archive.fileBytes ({file}): a cached file is not written under the request's RLIMIT_FSIZE; raise fileSizeBytes or lower fileBytes to use spec.cache"
-        ));
-    }
-    None
-}
-
 /// Whether the supervisor reads Landlock's denial records from the kernel's audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DenialLog {
@@ -386,6 +365,11 @@ impl Supervisor {
         //    architecture.
         let plans = Arc::new(Plans::new(set, &overrides, std::env::vars()));
         let plan = plans.default_plan().clone();
+        for p in plans.all().iter().skip(1) {
+            if let Some(why) = &p.cache_refused {
+                tracing::warn!(policy = %p.policy_name, why = %why, "tree cache: not used for this policy's requests; each extracts its archive in its own jail");
+            }
+        }
         match plan.network() {
             policy::NetworkMode::Egress => tracing::warn!(
                 "NETWORK EGRESS: commands share the host's network (the pod's own ports, the cloud metadata address, everything the pod reaches); spec.network.mode allowList admits only listed destinations"
@@ -553,8 +537,8 @@ impl Supervisor {
         } else if !(probe.namespaces.has(Namespace::Mount) && probe.namespaces.has(Namespace::Pid))
         {
             Err("the jails have no mount or PID namespace here (see namespaces)".to_owned())
-        } else if let Some(why) = cache_outside_request_limits(policy) {
-            Err(why)
+        } else if let Some(why) = &plan.cache_refused {
+            Err(why.clone())
         } else {
             runner.start_cache(&work_root)
         };

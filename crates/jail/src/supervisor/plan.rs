@@ -78,6 +78,11 @@ pub struct Plan {
     /// The tree cache (`spec.cache`), when on and the jails can take a tree (their own user,
     /// mount and PID namespaces).
     pub cache: Option<super::cache::CacheConfig>,
+    /// Why this policy's requests never take a tree from the cache, if they do not: its
+    /// request limits (`diskBytes`, `fileSizeBytes`) are tighter than its archive limits, so
+    /// a tree the cache holds could be one its own extraction would refuse. Checked per
+    /// policy: a selected policy's requests then extract in their own jail.
+    pub cache_refused: Option<String>,
     /// What each jail applies to itself, without its lease (`spec.filesystem`, `network`,
     /// `limits`, `namespaces`, `require`, and the compiled `seccomp` profile).
     sandbox: Sandbox,
@@ -144,6 +149,7 @@ impl Plan {
                 )
             }),
             cache: cache_config(policy),
+            cache_refused: cache_outside_request_limits(policy),
             sandbox: sandbox(policy, seccomp),
             seccomp_error,
         }
@@ -378,6 +384,27 @@ fn archive_options(policy: &Policy, overrides: &Overrides) -> archive::Options {
     // matched: a second SHA-256 in the jail would only cost CPU.
     opts.skip_digest = true;
     opts
+}
+
+/// Why a cached tree would not answer as a fresh extraction under this policy, if it would
+/// not: a fresh extraction writes the tree into the request's tmpfs (`spec.limits.diskBytes`)
+/// under its `RLIMIT_FSIZE` (`fileSizeBytes`), a cached tree lives beside it; when those are
+/// tighter than the archive limits a tree within the archive limits could be served from the
+/// cache where extracting it would fail.
+pub(super) fn cache_outside_request_limits(p: &Policy) -> Option<String> {
+    let (disk, extracted) = (p.limits.disk_bytes, p.archive.extracted_bytes);
+    let (fsize, file) = (p.limits.file_size_bytes, p.archive.file_bytes);
+    if disk < extracted {
+        return Some(format!(
+            "spec.limits.diskBytes ({disk}) is below spec.archive.extractedBytes ({extracted}): a cached tree is not on the request's disk, so it would not be held to that limit; raise diskBytes or lower extractedBytes to use spec.cache"
+        ));
+    }
+    if fsize < file {
+        return Some(format!(
+            "spec.limits.fileSizeBytes ({fsize}) is below spec.archive.fileBytes ({file}): a cached file is not written under the request's RLIMIT_FSIZE; raise fileSizeBytes or lower fileBytes to use spec.cache"
+        ));
+    }
+    None
 }
 
 /// Fills under way at once: each may need up to `archive.extractedBytes` of the cache's

@@ -339,9 +339,21 @@ pub(super) fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
         yes(tcp),
         match f.report {
             None => NO_PROBE.to_owned(),
-            Some(_) if tcp && f.policy.network == NetworkMode::AllowList => {
-                "TCP bind and connect denied except to the egress proxy (network.mode: allowList)"
-                    .into()
+            Some(r) if f.policy.network == NetworkMode::AllowList => {
+                let fence = if r.namespaces.has(Namespace::Net) {
+                    "the jail's own network namespace holds only the proxy's listener"
+                } else {
+                    "no network namespace of the jail's own"
+                };
+                let sockets = if r.loopback_sockets {
+                    "every inet socket bound to the loopback device by the seccomp listener (commands cannot unbind it)"
+                } else {
+                    "inet sockets not bound to the loopback"
+                };
+                format!(
+                    "TCP bind denied and connect to the egress proxy's port only{}; {sockets}; {fence}: only the proxy is reachable (network.mode: allowList)",
+                    if tcp { "" } else { " (not enforced: kernel Landlock ABI < 4)" }
+                )
             }
             Some(_) if tcp => "TCP bind and connect denied (network.mode: none)".into(),
             Some(_) => "kernel Landlock ABI < 4: TCP is denied by seccomp (socket families) and the empty network namespace only".into(),

@@ -487,6 +487,7 @@ mod tests {
                 landlock_features: LandlockFeature::ALL.to_vec(),
                 self_test: Vec::new(),
                 egress_port: None,
+                loopback_sockets: false,
             },
         }
     }

@@ -49,6 +49,17 @@ impl Inner {
         let Some(cache) = self.cache.get() else {
             return Ok(Feed::Archive(input));
         };
+        // This policy's own limits are tighter than a cached tree is held to.
+        if let Some(why) = &plan.cache_refused {
+            tracing::debug!(
+                why,
+                "tree cache: not for this policy's requests; it extracts in its own jail"
+            );
+            jail_wire::record::update(&spec.record, |r| {
+                r.tree_cache = Some(TreeCacheUse::Uncached)
+            });
+            return Ok(Feed::Archive(input));
+        }
         let mut options = spec.task.archive.clone();
         options.preserve_file_mode = spec.task.config.spec.preserve_file_mode;
         let key = spec
