@@ -123,12 +123,17 @@ impl Connection {
 /// socket (a reserved name that never resolves).
 pub const ASKPASS_HOST: &str = "askpass.cmp-warden.invalid";
 
+/// How the proxy reaches the repo-server's askpass socket (the supervisor's: it connects as
+/// the socket's owner, which its capabilities allow and this crate knows nothing of).
+pub type AskpassConnect =
+    Arc<dyn Fn(&std::path::Path) -> std::io::Result<std::os::unix::net::UnixStream> + Send + Sync>;
+
 /// A request's proxy, before it serves.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Proxy {
     list: Arc<AllowList>,
     limits: Limits,
-    askpass: Option<PathBuf>,
+    askpass: Option<(PathBuf, AskpassConnect)>,
     admit_uid: Option<u32>,
     deadline: Option<Instant>,
 }
@@ -136,7 +141,7 @@ pub struct Proxy {
 struct Shared {
     list: Arc<AllowList>,
     limits: Limits,
-    askpass: Option<PathBuf>,
+    askpass: Option<(PathBuf, AskpassConnect)>,
     admit_uid: Option<u32>,
     deadline: Option<Instant>,
     /// Turns true when the request ends: every task of this proxy returns at once.
@@ -192,6 +197,18 @@ fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
     Ok(RT.get_or_init(|| rt))
 }
 
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("list", &self.list)
+            .field("limits", &self.limits)
+            .field("askpass", &self.askpass())
+            .field("admit_uid", &self.admit_uid)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
 /// The threads the proxies' runtime may use at most (its worker and blocking threads).
 pub const MAX_THREADS: usize = 1 + BLOCKING_THREADS;
 
@@ -215,9 +232,9 @@ impl Proxy {
     }
 
     /// Relay `CONNECT askpass.cmp-warden.invalid:1` to the repo-server's askpass socket at
-    /// `path` (a request of a plugin with `provideGitCreds`).
-    pub fn with_askpass(mut self, path: PathBuf) -> Self {
-        self.askpass = Some(path);
+    /// `path` (a request of a plugin with `provideGitCreds`), reached by `connect`.
+    pub fn with_askpass(mut self, path: PathBuf, connect: AskpassConnect) -> Self {
+        self.askpass = Some((path, connect));
         self
     }
 
@@ -229,7 +246,7 @@ impl Proxy {
 
     /// The askpass socket credential requests are relayed to, if any.
     pub fn askpass(&self) -> Option<&std::path::Path> {
-        self.askpass.as_deref()
+        self.askpass.as_ref().map(|(p, _)| p.as_path())
     }
 
     /// Serve `listener` (a socket in the jail's network namespace) until finished.
@@ -651,19 +668,31 @@ async fn askpass(
     bytes: &Bytes,
     head: &Head,
 ) {
-    let Some(path) = &shared.askpass else {
+    let Some((path, connect)) = &shared.askpass else {
         let d = Denial::BadRequest(
             "git credentials are not available to this request: the plugin does not set provideGitCreds, or the repo-server sent no ARGOCD_ASK_PASS_SOCK".into(),
         );
         return refuse(&mut client, c, 403, d).await;
     };
     c.decision = Decision::Allowed;
-    let socket = match UnixStream::connect(path).await {
+    let (path, connect) = (path.clone(), connect.clone());
+    let connected = tokio::task::spawn_blocking(move || {
+        connect(&path).and_then(|s| {
+            s.set_nonblocking(true)?;
+            UnixStream::from_std(s)
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    let socket = match connected {
         Ok(s) => s,
         Err(e) => {
             let d = Denial::BadRequest(format!(
                 "the repo-server's askpass socket {} cannot be reached: {e}",
-                path.display()
+                shared
+                    .askpass
+                    .as_ref()
+                    .map_or_else(String::new, |(p, _)| p.display().to_string())
             ));
             return refuse(&mut client, c, 502, d).await;
         }

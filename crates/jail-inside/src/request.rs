@@ -34,8 +34,8 @@ pub(crate) struct Request {
 /// class ([`Failure::kind`]) and the message cross the pipe as a [`crate::Failure`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Failure {
-    /// The archive was refused.
-    #[error("error receiving tgz file: {0}")]
+    /// The archive was refused (with the policy field that allows more, where one does).
+    #[error("error receiving tgz file: {0}{field}", field = archive_field(.0))]
     Archive(#[from] ExtractError),
     /// `appRelPath` leaves the tree.
     #[error("illegal appPath: out of workDir bound")]
@@ -65,11 +65,50 @@ pub(crate) enum Failure {
     GeneratorOutput(String),
 }
 
+/// A request's own limit an extraction's I/O error is (a full request disk, a file over the
+/// per-process file size limit), if it is one.
+fn io_limit(e: &ExtractError) -> Option<&'static str> {
+    let archive::Reason::Io { source, .. } = e.reason() else {
+        return None;
+    };
+    match source.raw_os_error() {
+        Some(libc::EFBIG) => Some("spec.limits.fileSizeBytes: one file's size"),
+        Some(libc::ENOSPC | libc::EDQUOT) => {
+            Some("spec.limits.diskBytes: the request's disk, its tree and /tmp together, is full")
+        }
+        _ => None,
+    }
+}
+
+/// ` (policy spec.archive.FIELD)`: the field that allows more of what an archive was refused
+/// for; empty for the extractor's fixed limits and for refusals no field changes.
+fn archive_field(e: &ExtractError) -> String {
+    use archive::LimitKind as K;
+    let field = match e.reason() {
+        archive::Reason::Limit { kind, .. } => match kind {
+            K::CompressedBytes => {
+                Some("spec.archive.compressedBytes, or the server's --max-compressed")
+            }
+            K::ExtractedBytes => Some("spec.archive.extractedBytes"),
+            K::FileBytes => Some("spec.archive.fileBytes"),
+            K::CompressionRatio => Some("spec.archive.maxRatio"),
+            K::Entries => Some("spec.archive.entries"),
+            K::Symlinks => Some("spec.archive.symlinks"),
+            K::PathDepth => Some("spec.archive.pathDepth"),
+            K::WallClock => Some("spec.archive.wallSeconds"),
+            _ => None,
+        },
+        _ => io_limit(e),
+    };
+    field.map_or_else(String::new, |f| format!(" (policy {f})"))
+}
+
 impl Failure {
     /// The error class the client sees (the server maps classes to gRPC codes in one place).
     pub fn kind(&self) -> ErrorKind {
         use archive::ErrorClass;
         match self {
+            Failure::Archive(a) if io_limit(a).is_some() => ErrorKind::ResourceExhausted,
             Failure::Archive(a) => match a.class() {
                 ErrorClass::PolicyViolation => ErrorKind::InvalidArgument,
                 ErrorClass::LimitExceeded => ErrorKind::ResourceExhausted,

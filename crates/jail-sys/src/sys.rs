@@ -424,3 +424,21 @@ pub fn seccomp_notif_addfd_send(
     }
     Ok(r)
 }
+
+/// Connect to the unix socket at `path` as its owner: this thread's filesystem UID is the
+/// socket file's owner for the `connect` (a unix socket admits a connection from whoever may
+/// write the socket file, and Argo CD's repo-server makes its askpass socket `0755` as UID
+/// 999), then back to what it was. Needs CAP_SETUID; without it the filesystem UID does not
+/// change and the connection is attempted as ourselves. Per thread: no other thread's
+/// permissions change.
+pub fn connect_unix_as_owner(path: &std::path::Path) -> io::Result<std::os::unix::net::UnixStream> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::symlink_metadata(path)?.uid();
+    // SAFETY: setfsuid(2) takes a plain integer and changes only this thread's filesystem
+    // UID; the raw system call (not glibc's wrapper) so that no other thread is touched.
+    let before = unsafe { libc::syscall(libc::SYS_setfsuid, owner) } as libc::uid_t;
+    let connected = std::os::unix::net::UnixStream::connect(path);
+    // SAFETY: as above; restores the filesystem UID this thread had.
+    unsafe { libc::syscall(libc::SYS_setfsuid, before) };
+    connected
+}

@@ -66,6 +66,8 @@ struct Ctx {
     record: Option<jail::record::Recorder>,
     limit: Option<Limit>,
     trace: Option<crate::trace::RequestTrace>,
+    /// The caller's trace ID (its `traceparent`), traced here or not.
+    caller_trace: Option<String>,
     timings: crate::trace::Timings,
     /// The plan the request runs under, once its header chose it.
     plan: Option<Arc<Plan>>,
@@ -165,12 +167,12 @@ impl CmpService {
         }
         // Traced only once authenticated: the caller's sampling flag is not trusted before.
         if let Some(ctx) = audit.ctx.as_mut() {
-            ctx.trace = crate::trace::RequestTrace::begin(
-                self.cfg.tracer.as_deref(),
-                req.metadata()
-                    .get("traceparent")
-                    .and_then(|v| v.to_str().ok()),
-            );
+            let traceparent = req
+                .metadata()
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok());
+            ctx.trace = crate::trace::RequestTrace::begin(self.cfg.tracer.as_deref(), traceparent);
+            ctx.caller_trace = crate::trace::caller_trace_id(traceparent);
         }
         let out = self
             .handle_inner(
@@ -220,7 +222,11 @@ impl CmpService {
             op,
             Seen {
                 request_id: request_id.to_string(),
-                trace_id: ctx.trace.as_ref().map(crate::trace::RequestTrace::trace_id),
+                trace_id: ctx
+                    .trace
+                    .as_ref()
+                    .map(crate::trace::RequestTrace::trace_id)
+                    .or(ctx.caller_trace),
                 app: ctx.app,
                 project: ctx.project,
                 app_rel_path: ctx.app_rel_path,
@@ -324,6 +330,12 @@ impl CmpService {
         ctx.project = selected
             .project
             .map(|p| jail::bounded(&p, 256).into_owned());
+        // The application as Argo CD names it, where the repo-server says (the metadata's
+        // `appName` is the last directory of its path).
+        if let Some(a) = selected.application {
+            ctx.app = jail::bounded(&a, 256).into_owned();
+            tracing::Span::current().record("app", ctx.app.as_str());
+        }
         let (deadline, limit) = plan.deadline_from(started, client_deadline);
         clock.deadline = deadline;
         clock.archive_by = started + plan.archive.limits.wall_clock;

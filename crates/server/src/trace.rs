@@ -45,6 +45,14 @@ fn at(unix_nanos: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(unix_nanos)
 }
 
+/// The caller's trace ID from its `traceparent`, whether or not this server exports traces:
+/// the audit event carries it, so that the event is found from the repo-server's trace.
+pub fn caller_trace_id(traceparent: Option<&str>) -> Option<String> {
+    traceparent
+        .and_then(Parent::from_traceparent)
+        .map(|p| p.trace_id.to_string())
+}
+
 impl RequestTrace {
     /// Start tracing a request, when an exporter is configured and the sampler (which follows
     /// the caller's decision) says so.

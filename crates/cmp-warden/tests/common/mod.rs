@@ -558,17 +558,16 @@ pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
     (first, count)
 }
 
-/// The grpc-go client (built once from Debian's packages).
+/// The grpc-go client (built once, as the Go module tests/interop/go, from the module proxy).
 pub fn go_client() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cmpclient-go");
         let script =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/build-go-client.sh");
-        let st =
-            Command::new("bash").arg(&script).arg(&out).status().expect(
-                "run build-go-client.sh (needs golang-go etc.: scripts/setup installs them)",
-            );
+        let st = Command::new("bash").arg(&script).arg(&out).status().expect(
+            "run build-go-client.sh (needs the machine's Go and protoc: scripts/setup checks them)",
+        );
         assert!(st.success(), "building the grpc-go client failed");
         out
     })

@@ -209,7 +209,8 @@ impl Plan {
             .map(|(_, v)| PathBuf::from(v))
             .filter(|p| self.askpass_socket.as_ref() == Some(p));
         Some(match askpass {
-            Some(p) => proxy.with_askpass(p),
+            // As the socket's owner: the repo-server makes it writable by itself alone.
+            Some(p) => proxy.with_askpass(p, Arc::new(jail_sys::sys::connect_unix_as_owner)),
             None => proxy,
         })
     }
@@ -343,9 +344,11 @@ impl Plans {
         let id = Identity::from_env(env);
         if self.plans.len() == 1 {
             // Nothing to choose between: an ambiguous project only goes unnamed.
+            let id = id.ok().unwrap_or_default();
             return Ok(Selected {
                 plan: &self.plans[0],
-                project: id.ok().and_then(|id| id.project),
+                project: id.project,
+                application: id.app,
             });
         }
         let id = id?;
@@ -353,6 +356,7 @@ impl Plans {
         Ok(Selected {
             plan: &self.plans[i],
             project: id.project,
+            application: id.app,
         })
     }
 }
@@ -365,6 +369,10 @@ pub struct Selected<'a> {
     pub plan: &'a Arc<Plan>,
     /// The project, for the audit event.
     pub project: Option<String>,
+    /// The Argo CD application (`ARGOCD_APP_NAME`, which the repo-server sets from the
+    /// Application itself), for the audit event: the metadata's `appName` is only the last
+    /// directory of the application's path.
+    pub application: Option<String>,
 }
 
 /// `spec.archive`, every field, with `--max-compressed` over `compressedBytes`.

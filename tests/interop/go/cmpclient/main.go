@@ -33,7 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	pb "cmpclient/pluginpb"
+	pb "cmpwarden.test/interop/pluginpb"
 )
 
 type envList []string

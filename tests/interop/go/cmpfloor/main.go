@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "cmpclient/pluginpb"
+	pb "cmpwarden.test/interop/pluginpb"
 )
 
 const manifest = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"bench"}}`
