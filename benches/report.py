@@ -124,6 +124,8 @@ def markdown(res, plot_rel):
         _cache_md(res["cache"], L)
     if "versus" in res:
         _versus_md(res["versus"], L)
+    if "reposerver" in res:
+        _reposerver_md(res["reposerver"], L)
     if plot_rel:
         L += [f"![latency vs repo size and vs concurrency]({plot_rel})", ""]
     return "\n".join(L)
@@ -154,6 +156,21 @@ def _versus_md(v, L):
                  + " | ".join(f"{s[n]['per_s']}/s, p99 {s[n]['p99_ms']:.0f} ms" for n in ["floor", *_vs_names(v)]) + " |")
     h = v.get("server_hwm_kib", {})
     L += ["", "cmp-warden server peak RSS (VmHWM): " + ", ".join(f"{k} {kib / 1024:.0f} MiB" for k, kib in h.items()), ""]
+
+
+def _reposerver_md(r, L):
+    L += ["", f"### What an Argo CD user waits for: the repo-server's GenerateManifest (Argo CD {r['argo']})", "",
+          "Argo CD's own repo-server, called through its own client package, in front of upstream's "
+          "`argocd-cmp-server` and in front of cmp-warden (default policy), the same plugin (`cat "
+          "manifest.yaml`). Cold: a new commit every call (the repo-server fetches it and sends a new "
+          "archive); repeated: the same commit with the manifest cache bypassed. ABBA order.", "",
+          "| repository | calls | upstream p50 / p99 | cmp-warden p50 / p99 | cmp-warden ÷ upstream (p50) |",
+          "| --- | --- | --- | --- | --- |"]
+    for c in r["cells"]:
+        u, w = c["sides"]["upstream"], c["sides"]["cmp-warden"]
+        L.append(f"| {c['files']:,} files | {c['mode']} | {u['p50_ms']:.0f} / {u['p99_ms']:.0f} ms | "
+                 f"{w['p50_ms']:.0f} / {w['p99_ms']:.0f} ms | {c['ratio']:.2f}× |")
+    L.append("")
 
 
 def _vs_names(v):

@@ -3,15 +3,16 @@
 The same GenerateManifest calls, made as Argo CD's repo-server makes them (tests/interop's
 grpc-go client in load mode: a new connection per call, the repository packed with Go's
 archive/tar + gzip, streamed in 1 KiB chunks, the reply awaited), to:
-- floor: `cmpfloor` (tests/interop/go/src/cmpfloor), a server that receives the stream and
+- floor: `cmpfloor` (tests/interop/go/cmpfloor), a server that receives the stream and
   checks its SHA-256, then answers; it extracts nothing and runs nothing. The client's own
   packing and the gRPC transport are in the floor, so time over the floor is what a server adds;
-- upstream: Argo CD's own `argocd-cmp-server` (BENCH_UPSTREAM=path to a binary built from Argo
-  CD's source), generate command `cat manifest.yaml`;
+- upstream: Argo CD's own `argocd-cmp-server`, v3.5.7 built from its release module by
+  scripts/argo-build (BENCH_UPSTREAM=PATH another binary; BENCH_UPSTREAM=none skips it),
+  generate command `cat manifest.yaml`;
 - upstream+bwrap: the same server with the command wrapped in `bwrap --unshare-all` (what a
   security-minded user does today: no Landlock, seccomp, unique UID or cgroup);
 - cmp-warden: the default policy; cold calls with the tree cache off.
-Without BENCH_UPSTREAM the two upstream servers are reported as not measured (with why), and
+With BENCH_UPSTREAM=none the two upstream servers are reported as not measured (with why), and
 only the floor and cmp-warden run.
 
 Each cell (files × concurrency × cold/repeated) runs every server in ABBA order, 6 batches
@@ -41,8 +42,8 @@ BWRAP = ("[sh, -c, 'exec bwrap --ro-bind / / --bind \"$PWD\" \"$PWD\" --chdir \"
 
 
 def go_tool(work, program):
-    """tests/interop's grpc-go client (load mode) or the floor server, built from Debian's
-    packages."""
+    """tests/interop's grpc-go client (load mode) or the floor server (the Go module
+    tests/interop/go)."""
     out = os.path.join(work, program)
     subprocess.run(["bash", os.path.join(ROOT, "tests/interop/build-go-client.sh"), out, program], check=True)
     return out
@@ -136,6 +137,14 @@ def summarize(times, wall):
 
 def run(binary, quick):
     upstream = os.environ.get("BENCH_UPSTREAM")
+    if upstream == "none":
+        upstream = None
+    elif not upstream:
+        out = subprocess.run([os.path.join(ROOT, "scripts/argo-build"), "v3"], capture_output=True,
+                             text=True)
+        if out.returncode != 0:
+            sys.exit(f"scripts/argo-build: {out.stderr[-2000:]}")
+        upstream = os.path.join(out.stdout.strip().splitlines()[-1], "argocd-cmp-server")
     if upstream and not os.access(upstream, os.X_OK):
         sys.exit(f"BENCH_UPSTREAM={upstream} is not an executable")
     sizes = QUICK_SIZES if quick else FULL_SIZES
@@ -144,8 +153,7 @@ def run(binary, quick):
     os.chmod(work, 0o755)  # jails (leased UIDs) reach the work root by path
     res = {"upstream": upstream or None, "cells": [], "throughput": []}
     if not upstream:
-        res["not_measured"] = ("upstream, upstream+bwrap: BENCH_UPSTREAM is unset (a path to Argo CD's "
-                               "argocd-cmp-server built from its source)")
+        res["not_measured"] = "upstream, upstream+bwrap: BENCH_UPSTREAM=none"
         log("versus: " + res["not_measured"])
     client = go_tool(work, "cmpclient")
     try:
