@@ -865,10 +865,15 @@ fn spans_reach_a_real_collector_joined_to_the_callers_trace() {
             .iter()
             .any(|s| s["traceId"] == unsampled)
     );
-    // The audit event names the trace, for the way from an event to its spans.
+    // The audit event names the trace, for the way from an event to its spans; the unsampled
+    // request's event names its caller's trace too (exported or not, the event is found from
+    // the caller's trace).
     let ev = events(&audit, 3);
     let trace_ids: Vec<&str> = ev.iter().filter_map(|e| e["traceId"].as_str()).collect();
-    assert_eq!(trace_ids, [ok_trace, fail_trace], "{ev:#?}");
+    assert_eq!(trace_ids.len(), 3, "{ev:#?}");
+    for t in [ok_trace, fail_trace, unsampled] {
+        assert!(trace_ids.contains(&t), "{t}: {ev:#?}");
+    }
 }
 
 /// The SDKs' standard environment alone (as the OpenTelemetry Operator injects it, no
