@@ -162,7 +162,7 @@ class GitServer:
     """git's own `git http-backend` (CGI) behind a small HTTP server on 127.0.0.1:<any>;
     repositories named in `private` need HTTP basic auth with `credentials`."""
 
-    def __init__(self, root, private=(), credentials=("git", "secret")):
+    def __init__(self, root, private=(), credentials=("git", "secret"), bind="127.0.0.1"):
         self.root = root
         token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
         backend = "/usr/lib/git-core/git-http-backend"
@@ -213,7 +213,7 @@ class GitServer:
             def do_POST(self):
                 self.handle_one("POST")
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = http.server.ThreadingHTTPServer((bind, 0), Handler)
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 

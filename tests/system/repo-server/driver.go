@@ -4,7 +4,7 @@
 // repo-server itself, against the same release (import paths rewritten for v2), so the wire
 // types are that release's.
 //
-//	repo-server-driver -address HOST:PORT -rpc generate|details|resolve -request JSON
+//	repo-server-driver -address HOST:PORT [-tls] -rpc generate|details|resolve -request JSON
 //
 // The request JSON: {"repo": URL, "username", "password", "path", "revision", "appName",
 // "namespace", "project", "kubeVersion", "apiVersions": [...], "noCache": bool,
@@ -105,13 +105,14 @@ func main() {
 	rpc := flag.String("rpc", "generate", "generate|details|resolve")
 	raw := flag.String("request", "{}", "request JSON")
 	timeout := flag.Duration("timeout", 60*time.Second, "the caller's deadline (the controller's is 60 s)")
+	useTLS := flag.Bool("tls", false, "TLS, the repo-server's own certificate unverified (as the controller's default)")
 	flag.Parse()
 	var r request
 	if err := json.Unmarshal([]byte(*raw), &r); err != nil {
 		fmt.Fprintln(os.Stderr, "request:", err)
 		os.Exit(2)
 	}
-	cs := apiclient.NewRepoServerClientset(*address, int(timeout.Seconds()), plaintext())
+	cs := apiclient.NewRepoServerClientset(*address, int(timeout.Seconds()), tlsConfig(!*useTLS))
 	closer, c, err := cs.NewRepoServerClient()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dial:", err)

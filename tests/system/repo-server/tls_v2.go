@@ -4,6 +4,8 @@ package main
 
 import "github.com/argoproj/argo-cd/v3/reposerver/apiclient"
 
-// plaintext: the repo-server under test serves without TLS (--disable-tls). v2 keeps the TLS
-// settings in the client package itself.
-func plaintext() apiclient.TLSConfiguration { return apiclient.TLSConfiguration{DisableTLS: true} }
+// tlsConfig: plaintext when the repo-server serves without TLS (--disable-tls), else TLS with
+// its own self-signed certificate, unverified, as Argo CD's controller dials it by default.
+func tlsConfig(plaintext bool) apiclient.TLSConfiguration {
+	return apiclient.TLSConfiguration{DisableTLS: plaintext}
+}

@@ -4,5 +4,8 @@ package main
 
 import utiltls "github.com/argoproj/argo-cd/v3/util/tls"
 
-// plaintext: the repo-server under test serves without TLS (--disable-tls).
-func plaintext() utiltls.Configuration { return utiltls.Configuration{DisableTLS: true} }
+// tlsConfig: plaintext when the repo-server serves without TLS (--disable-tls), else TLS with
+// its own self-signed certificate, unverified, as Argo CD's controller dials it by default.
+func tlsConfig(plaintext bool) utiltls.Configuration {
+	return utiltls.Configuration{DisableTLS: plaintext}
+}
