@@ -6,7 +6,7 @@ module cmpwarden.test/containerd-seccomp
 go 1.26.6
 
 require (
-	github.com/containerd/containerd/v2 v2.4.2
+	github.com/containerd/containerd/v2 v2.2.9
 	github.com/opencontainers/runtime-spec v1.3.0
 	golang.org/x/sys v0.48.0
 )

@@ -163,11 +163,22 @@ pub fn enter(
                     ) {
                         Ok(()) => report.private_proc = true,
                         // A runtime's masked /proc paths make a fresh proc mount "too
-                        // revealing" (EPERM): the old /proc stays, other UIDs' entries still
-                        // closed by ptrace access checks.
-                        Err(e) => report
-                            .failed
-                            .push(NsNote::other(format!("private /proc: {e}"))),
+                        // revealing" (EPERM; a kubelet's pods have them): the container's
+                        // /proc stays, so commands can list the container's processes and
+                        // read their command lines; their environ, fds and memory stay closed
+                        // by ptrace access checks. Said as the PID namespace's shortfall.
+                        Err(e) => {
+                            let note = NsNote::of(
+                                Namespace::Pid,
+                                format!(
+                                    "private /proc: {e} (the runtime's masked /proc paths refuse a fresh proc mount; the container's /proc stays: commands can list its processes and read their command lines, not their environment, descriptors or memory)"
+                                ),
+                            );
+                            // Degraded for the request (and refused where namespaces are
+                            // required), and a shortfall of the PID namespace for doctor.
+                            report.notes.push(note.clone());
+                            report.failed.push(note);
+                        }
                     }
                 }
             }
