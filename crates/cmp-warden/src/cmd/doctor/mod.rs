@@ -265,14 +265,23 @@ fn gaps(checks: &[Check]) -> Vec<Gap> {
         });
     }
     if let Some(c) = get("cgroups").filter(|c| c.status == Status::Unavailable) {
-        gaps.push(Gap {
-            missing: "per-request memory, process and CPU bounds (cgroups): each process is bounded by rlimits, and commands are the OOM killer's first choice within the container's own limit".to_owned(),
-            fix: if c.detail.contains("Read-only file system") {
-                "the container's cgroupfs is read-only (Kubernetes mounts it so): containerd 2.1+ with cgroup_writable = true for the runtime handler on cgroup v2 nodes delegates it".to_owned()
-            } else {
-                format!("{}: run the server in a cgroup of its own with memory, pids and cpu delegated, or point CMP_WARDEN_CGROUP_ROOT at one", c.detail)
-            },
-        });
+        let group_kill = own_memory_oom_group();
+        let mut missing = "per-request memory, process and CPU bounds (cgroups): each process is bounded by rlimits, and commands are the OOM killer's first choice within the container's own limit".to_owned();
+        if group_kill {
+            missing.push_str("; and this container's cgroup has memory.oom.group = 1 (the kubelet sets it on cgroup v2 nodes): one request that reaches the container's memory limit gets the whole container killed, the server and every request in it");
+        }
+        let mut fix = if c.detail.contains("Read-only file system") {
+            "the container's cgroupfs is read-only (Kubernetes mounts it so): containerd 2.1+ with cgroup_writable = true for the runtime handler on cgroup v2 nodes delegates it".to_owned()
+        } else {
+            format!(
+                "{}: run the server in a cgroup of its own with memory, pids and cpu delegated, or point CMP_WARDEN_CGROUP_ROOT at one",
+                c.detail
+            )
+        };
+        if group_kill {
+            fix.push_str("; until then, the kubelet's singleProcessOOMKill: true kills only the process that ran out, and spec.rlimits.dataBytes below the container's limit keeps one command from reaching it");
+        }
+        gaps.push(Gap { missing, fix });
     }
     if let Some(c) = get("landlock").filter(|c| c.status == Status::Partial)
         && let Some(missing) = c
@@ -391,6 +400,23 @@ pub fn render_text(r: &DoctorReport) -> String {
         }
     }
     s
+}
+
+/// Whether the server's own (cgroup v2) cgroup kills as a group on OOM: what a kubelet on a
+/// cgroup v2 node sets for each container (tests/system/kubelet-test saw the sidecar restart).
+fn own_memory_oom_group() -> bool {
+    let Ok(own) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return false;
+    };
+    own.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|path| {
+            Path::new("/sys/fs/cgroup")
+                .join(path.trim_start_matches('/'))
+                .join("memory.oom.group")
+        })
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .is_some_and(|v| v.trim() == "1")
 }
 
 #[cfg(test)]
