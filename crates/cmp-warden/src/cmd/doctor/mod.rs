@@ -405,14 +405,18 @@ pub fn render_text(r: &DoctorReport) -> String {
 /// Whether the server's own (cgroup v2) cgroup kills as a group on OOM: what a kubelet on a
 /// cgroup v2 node sets for each container (tests/system/kubelet-test saw the sidecar restart).
 fn own_memory_oom_group() -> bool {
-    let Ok(own) = std::fs::read_to_string("/proc/self/cgroup") else {
-        return false;
-    };
-    own.lines()
+    std::fs::read_to_string("/proc/self/cgroup")
+        .is_ok_and(|own| memory_oom_group(Path::new("/sys/fs/cgroup"), &own))
+}
+
+/// `memory.oom.group` of the v2 cgroup that `proc_self_cgroup` (the text of /proc/self/cgroup)
+/// names, under the cgroup2 mount `root`.
+fn memory_oom_group(root: &Path, proc_self_cgroup: &str) -> bool {
+    proc_self_cgroup
+        .lines()
         .find_map(|l| l.strip_prefix("0::"))
         .map(|path| {
-            Path::new("/sys/fs/cgroup")
-                .join(path.trim_start_matches('/'))
+            root.join(path.trim_start_matches('/'))
                 .join("memory.oom.group")
         })
         .and_then(|f| std::fs::read_to_string(f).ok())
@@ -421,6 +425,26 @@ fn own_memory_oom_group() -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn memory_oom_group_is_read_from_the_servers_own_v2_cgroup() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let pod = root.path().join("kubepods/pod1/ctr");
+        std::fs::create_dir_all(&pod).expect("mkdir");
+        std::fs::write(pod.join("memory.oom.group"), "1\n").expect("write");
+        std::fs::write(root.path().join("memory.oom.group"), "0\n").expect("write");
+        // A container's own cgroup (the kubelet's setting), the namespace root, a v1-only host.
+        assert!(super::memory_oom_group(
+            root.path(),
+            "0::/kubepods/pod1/ctr\n"
+        ));
+        assert!(!super::memory_oom_group(root.path(), "0::/\n"));
+        assert!(!super::memory_oom_group(
+            root.path(),
+            "4:memory:/kubepods/pod1/ctr\n"
+        ));
+        assert!(!super::memory_oom_group(root.path(), "0::/gone\n"));
+    }
+
     use std::path::PathBuf;
 
     use jail::supervisor::NamespaceReport;
