@@ -433,16 +433,13 @@ mod tests {
         std::fs::write(pod.join("memory.oom.group"), "1\n").expect("write");
         std::fs::write(root.path().join("memory.oom.group"), "0\n").expect("write");
         // A container's own cgroup (the kubelet's setting), the namespace root, a v1-only host.
-        assert!(super::memory_oom_group(
-            root.path(),
-            "0::/kubepods/pod1/ctr\n"
-        ));
-        assert!(!super::memory_oom_group(root.path(), "0::/\n"));
-        assert!(!super::memory_oom_group(
+        assert!(memory_oom_group(root.path(), "0::/kubepods/pod1/ctr\n"));
+        assert!(!memory_oom_group(root.path(), "0::/\n"));
+        assert!(!memory_oom_group(
             root.path(),
             "4:memory:/kubepods/pod1/ctr\n"
         ));
-        assert!(!super::memory_oom_group(root.path(), "0::/gone\n"));
+        assert!(!memory_oom_group(root.path(), "0::/gone\n"));
     }
 
     use std::path::PathBuf;
