@@ -313,6 +313,8 @@ def claims(security):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--security", required=True)
+    ap.add_argument("--arches", default="x86_64,aarch64",
+                    help="the architectures booted: each of SECURITY.md's columns for them must have a run")
     ap.add_argument("consoles", nargs="+")
     a = ap.parse_args()
     table, columns = claims(a.security)
@@ -334,6 +336,11 @@ def main():
             if check not in {c for c, _, _ in run.rows}:
                 failures.append(f"{run.column}: SECURITY.md claims {check!r}, which no run checks")
     missing = [c for c in columns if c not in seen]
+    # A column of an architecture that was booted but left no run is a failure, not a skip.
+    booted = a.arches.split(",")
+    for c in missing:
+        if c.split()[-1] in booted:
+            failures.append(f"{c}: booted ({c.split()[-1]} is in --arches) but no console judged")
     if failures:
         print("\nkernel matrix: differences from SECURITY.md:\n  " + "\n  ".join(failures), file=sys.stderr)
         return 1
