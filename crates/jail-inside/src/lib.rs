@@ -308,13 +308,22 @@ fn run_confined(
                 Failure::Archive(_) if frames.aborted() => ErrorKind::Cancelled,
                 _ => e.kind(),
             };
-            // A failure on a full request tmpfs is the disk limit, whatever the tool said.
+            // A failure on a full disk is that disk, whatever the tool said: the request's
+            // tmpfs (its limit), or, without a mount namespace, the node's disk under the
+            // work directory, which no policy limit bounds.
             let (kind, message) = match report.namespaces.disk_bytes {
-                Some(limit) if disk_full(dir) => {
+                Some(limit) if e.no_space() || disk_full(dir) => {
                     record.limit = Some(Limit::Disk);
                     (
                         ErrorKind::ResourceExhausted,
                         format!("disk limit reached (policy spec.limits.diskBytes: {limit}): {e}"),
+                    )
+                }
+                None if e.no_space() || disk_full(dir) => {
+                    record.limit = Some(Limit::WorkDisk);
+                    (
+                        ErrorKind::ResourceExhausted,
+                        format!("{WORK_DISK_FULL}: {e}"),
                     )
                 }
                 _ => (kind, e.to_string()),
@@ -345,6 +354,12 @@ fn run_confined(
 }
 
 /// Whether the request's tmpfs has (almost) no blocks or inodes left.
+/// What a full work-directory disk is, and what changes it.
+const WORK_DISK_FULL: &str = "the work directory's disk is full (the node's disk under the \
+    server's --work-dir / ARGOCD_CMP_WORKDIR: without a mount namespace the request's tree is \
+    written there and spec.limits.diskBytes does not apply; free space on it, or let the jail \
+    have its mount namespace, spec.namespaces, for a tmpfs of its own)";
+
 fn disk_full(dir: &std::os::fd::OwnedFd) -> bool {
     let full = |st: rfs::StatVfs| {
         // A few pages may stay free when a write of a larger block failed.

@@ -65,17 +65,17 @@ pub(crate) enum Failure {
     GeneratorOutput(String),
 }
 
-/// A request's own limit an extraction's I/O error is (a full request disk, a file over the
-/// per-process file size limit), if it is one.
-fn io_limit(e: &ExtractError) -> Option<&'static str> {
+/// A limit an extraction's I/O error is (a file over the per-process file size limit, a full
+/// disk), if it is one: the policy field that allows more, where one does. Which field a full
+/// disk is depends on where the tree is (the request's tmpfs or the work directory's disk):
+/// the jail, which knows, says it in front of the message (`lib.rs`, the failure's reply).
+fn io_limit(e: &ExtractError) -> Option<Option<&'static str>> {
     let archive::Reason::Io { source, .. } = e.reason() else {
         return None;
     };
     match source.raw_os_error() {
-        Some(libc::EFBIG) => Some("spec.limits.fileSizeBytes: one file's size"),
-        Some(libc::ENOSPC | libc::EDQUOT) => {
-            Some("spec.limits.diskBytes: the request's disk, its tree and /tmp together, is full")
-        }
+        Some(libc::EFBIG) => Some(Some("spec.limits.fileSizeBytes: one file's size")),
+        Some(libc::ENOSPC | libc::EDQUOT) => Some(None),
         _ => None,
     }
 }
@@ -98,12 +98,17 @@ fn archive_field(e: &ExtractError) -> String {
             K::WallClock => Some("spec.archive.wallSeconds"),
             _ => None,
         },
-        _ => io_limit(e),
+        _ => io_limit(e).flatten(),
     };
     field.map_or_else(String::new, |f| format!(" (policy {f})"))
 }
 
 impl Failure {
+    /// An extraction that found its disk full (which disk: the caller knows).
+    pub fn no_space(&self) -> bool {
+        matches!(self, Failure::Archive(a) if io_limit(a) == Some(None))
+    }
+
     /// The error class the client sees (the server maps classes to gRPC codes in one place).
     pub fn kind(&self) -> ErrorKind {
         use archive::ErrorClass;

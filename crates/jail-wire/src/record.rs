@@ -21,6 +21,9 @@ pub enum Limit {
     Pids,
     /// The request's tmpfs filled up (`spec.limits.diskBytes`).
     Disk,
+    /// The node's disk under the work directory filled up: without a mount namespace the
+    /// request's tree is written there and `spec.limits.diskBytes` does not apply.
+    WorkDisk,
     /// A deadline: the client's, the policy's wall clock or `ARGOCD_EXEC_TIMEOUT`.
     Timeout,
     /// A command's stdout or stderr budget (`spec.limits.outputBytes`).
@@ -46,6 +49,7 @@ impl Limit {
             Limit::Memory => "memory",
             Limit::Pids => "pids",
             Limit::Disk => "disk",
+            Limit::WorkDisk => "workDisk",
             Limit::Timeout => "timeout",
             Limit::Output => "output",
             Limit::Seccomp => "seccomp",
@@ -270,6 +274,7 @@ mod tests {
             Limit::Memory,
             Limit::Pids,
             Limit::Disk,
+            Limit::WorkDisk,
             Limit::Timeout,
             Limit::Output,
             Limit::Seccomp,

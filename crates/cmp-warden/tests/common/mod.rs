@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 pub struct Server {
     pub child: Option<Child>,
+    /// ARGOCD_CMP_WORKDIR (under `dir` unless the test gave its own).
+    pub work: PathBuf,
     pub dir: tempfile::TempDir,
     pub sock: PathBuf,
     pub log: PathBuf,
@@ -107,7 +109,11 @@ impl Server {
             .expect("tmp");
         let cfg = dir.path().join("config");
         let socks = dir.path().join("plugins");
-        let work = dir.path().join("work");
+        // The work directory: the test's own when it gives ARGOCD_CMP_WORKDIR (e.g. a small disk).
+        let work = env
+            .iter()
+            .find(|(k, _)| *k == "ARGOCD_CMP_WORKDIR")
+            .map_or_else(|| dir.path().join("work"), |(_, v)| PathBuf::from(v));
         for d in [&cfg, &socks, &work] {
             std::fs::create_dir_all(d).expect("mkdir");
         }
@@ -140,6 +146,7 @@ impl Server {
             .expect("spawn server");
         let mut s = Server {
             child: Some(child),
+            work,
             dir,
             sock: PathBuf::new(),
             log,
@@ -302,7 +309,7 @@ impl Server {
     /// A work dir that cannot be read is a failure, not an empty directory (only one that does
     /// not exist yet is empty).
     pub fn work_entries(&self) -> Vec<PathBuf> {
-        let w = self.dir.path().join("work/_cmp_server");
+        let w = self.work.join("_cmp_server");
         match std::fs::read_dir(&w) {
             Ok(r) => r
                 .map(|e| {
