@@ -14,7 +14,9 @@ use common::*;
 
 const NEEDS_ROOT: &str = "fault tests need root (CI runs as root): a tmpfs mount, leased UIDs";
 
-const SPEC: &str = "  generate:\n    command: [sh, -c, 'cat cm.yaml']\n";
+/// `ARGOCD_ENV_MODE=fill`: write until the disk is full (`dd` fails), then print the manifest
+/// (the failure is hidden from the exit code, as a careless script's would be).
+const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        cat cm.yaml\n";
 
 /// A tmpfs of `size` at `at`, unmounted (lazily) when dropped.
 struct Tmpfs(std::path::PathBuf);
@@ -112,11 +114,21 @@ fn a_full_work_disk_fails_the_request_naming_the_disk_and_the_next_one_succeeds(
         free.f_bavail * free.f_bsize
     );
     // ... and the server, still serving, answers the next request.
-    let v = go(
+    let small_dir = small.path().to_str().expect("utf8");
+    let v = go(&s, "generate", &["-dir", small_dir]).expect("the next request, with room again");
+    assert_eq!(manifests(&v), vec![r#"{"kind":"ConfigMap"}"#]);
+    // Mid-command: a command that fills the disk and hides it (its script exits 0) is not
+    // served as a success with whatever it printed; the disk is named.
+    let (code, msg) = go(
         &s,
         "generate",
-        &["-dir", small.path().to_str().expect("utf8")],
+        &["-dir", small_dir, "-env", "ARGOCD_ENV_MODE=fill"],
     )
-    .expect("the next request, with room again");
-    assert_eq!(manifests(&v), vec![r#"{"kind":"ConfigMap"}"#]);
+    .expect_err("a command that filled the work disk");
+    assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
+    assert!(msg.contains("the work directory's disk is full"), "{msg}");
+    s.wait_settled(3);
+    assert_eq!(s.audit_events()[2]["limit"], "workDisk");
+    s.assert_work_dir_empties();
+    go(&s, "generate", &["-dir", small_dir]).expect("served again once the tree is gone");
 }

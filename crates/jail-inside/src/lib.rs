@@ -296,6 +296,21 @@ fn run_confined(
     let mut record = jail_wire::record::snapshot(&req.record);
     record.seccomp_audit = jail_sys::seccomp::audited();
     match result {
+        // Commands that succeeded on a disk that filled up may have written only part of what
+        // they meant to (a script that hid the failed write): not served as a success.
+        Ok(_) if disk_full(dir) => {
+            let (limit, cause) = full_disk(report.namespaces.disk_bytes);
+            record.limit = Some(limit);
+            reply(&Reply::Err {
+                kind: ErrorKind::ResourceExhausted,
+                message: format!(
+                    "{cause}: the disk filled up while the commands ran, so their output may be \
+                     incomplete and is not served"
+                ),
+                report: Some(report),
+                record,
+            })
+        }
         Ok(outcome) => reply(&Reply::Ok {
             outcome: Some(outcome),
             report,
@@ -308,25 +323,13 @@ fn run_confined(
                 Failure::Archive(_) if frames.aborted() => ErrorKind::Cancelled,
                 _ => e.kind(),
             };
-            // A failure on a full disk is that disk, whatever the tool said: the request's
-            // tmpfs (its limit), or, without a mount namespace, the node's disk under the
-            // work directory, which no policy limit bounds.
-            let (kind, message) = match report.namespaces.disk_bytes {
-                Some(limit) if e.no_space() || disk_full(dir) => {
-                    record.limit = Some(Limit::Disk);
-                    (
-                        ErrorKind::ResourceExhausted,
-                        format!("disk limit reached (policy spec.limits.diskBytes: {limit}): {e}"),
-                    )
-                }
-                None if e.no_space() || disk_full(dir) => {
-                    record.limit = Some(Limit::WorkDisk);
-                    (
-                        ErrorKind::ResourceExhausted,
-                        format!("{WORK_DISK_FULL}: {e}"),
-                    )
-                }
-                _ => (kind, e.to_string()),
+            // A failure on a full disk is that disk, whatever the tool said.
+            let (kind, message) = if e.no_space() || disk_full(dir) {
+                let (limit, cause) = full_disk(report.namespaces.disk_bytes);
+                record.limit = Some(limit);
+                (ErrorKind::ResourceExhausted, format!("{cause}: {e}"))
+            } else {
+                (kind, e.to_string())
             };
             if record.limit.is_none() {
                 record.limit = match &e {
@@ -353,13 +356,27 @@ fn run_confined(
     }
 }
 
-/// Whether the request's tmpfs has (almost) no blocks or inodes left.
 /// What a full work-directory disk is, and what changes it.
 const WORK_DISK_FULL: &str = "the work directory's disk is full (the node's disk under the \
     server's --work-dir / ARGOCD_CMP_WORKDIR: without a mount namespace the request's tree is \
     written there and spec.limits.diskBytes does not apply; free space on it, or let the jail \
     have its mount namespace, spec.namespaces, for a tmpfs of its own)";
 
+/// The full disk a request's tree is on, as its limit and the cause said in front of the
+/// message: the request's tmpfs (its policy limit) or, without a mount namespace, the node's
+/// disk under the work directory, which no policy limit bounds.
+fn full_disk(disk_bytes: Option<u64>) -> (Limit, String) {
+    match disk_bytes {
+        Some(limit) => (
+            Limit::Disk,
+            format!("disk limit reached (policy spec.limits.diskBytes: {limit})"),
+        ),
+        None => (Limit::WorkDisk, WORK_DISK_FULL.to_owned()),
+    }
+}
+
+/// Whether the request's tmpfs (or, without one, the work directory's disk) has (almost) no
+/// blocks or inodes left.
 fn disk_full(dir: &std::os::fd::OwnedFd) -> bool {
     let full = |st: rfs::StatVfs| {
         // A few pages may stay free when a write of a larger block failed.
