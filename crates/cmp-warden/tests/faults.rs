@@ -1,7 +1,12 @@
-//! Faults, not attacks: the node's disk under the work directory fills up while a request
-//! extracts. The request fails with a message that names that disk (not the request's own
-//! limit, which was not reached), the server keeps serving, nothing of the request is left, and
-//! the next request succeeds once there is room again.
+//! Faults, not attacks.
+//! - The node's disk under the work directory fills up while a request extracts, or while its
+//!   command writes: the request fails with a message that names that disk (not the request's
+//!   own limit, which was not reached), the server keeps serving, nothing of the request is
+//!   left, and the next request succeeds once there is room again.
+//! - Kubernetes stops the container under load (SIGTERM): health watchers hear NOT_SERVING,
+//!   the socket is gone at once (Argo CD's repo-server, which lists the socket directory per
+//!   request, stops offering the plugin), the requests in flight finish within the grace
+//!   period, and the server exits 0 with nothing left.
 #![allow(clippy::print_stderr)] // a skip must say why
 
 #[macro_use]
@@ -15,8 +20,9 @@ use common::*;
 const NEEDS_ROOT: &str = "fault tests need root (CI runs as root): a tmpfs mount, leased UIDs";
 
 /// `ARGOCD_ENV_MODE=fill`: write until the disk is full (`dd` fails), then print the manifest
-/// (the failure is hidden from the exit code, as a careless script's would be).
-const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        cat cm.yaml\n";
+/// (the failure is hidden from the exit code, as a careless script's would be); `slow`: take
+/// two seconds first.
+const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        if [ \"$ARGOCD_ENV_MODE\" = slow ]; then sleep 2; fi\n        cat cm.yaml\n";
 
 /// A tmpfs of `size` at `at`, unmounted (lazily) when dropped.
 struct Tmpfs(std::path::PathBuf);
@@ -131,4 +137,114 @@ fn a_full_work_disk_fails_the_request_naming_the_disk_and_the_next_one_succeeds(
     assert_eq!(s.audit_events()[2]["limit"], "workDisk");
     s.assert_work_dir_empties();
     go(&s, "generate", &["-dir", small_dir]).expect("served again once the tree is gone");
+}
+
+/// A gRPC health Watch on the unix socket (grpcio, as a load balancer or mesh would hold one):
+/// prints each status as hex (0801 SERVING, 0802 NOT_SERVING) and ends after NOT_SERVING.
+const WATCH: &str = r#"
+import sys, grpc
+ch = grpc.insecure_channel('unix:' + sys.argv[1])
+watch = ch.unary_stream('/grpc.health.v1.Health/Watch', request_serializer=lambda x: x, response_deserializer=lambda x: x)
+for r in watch(b'', timeout=60):
+    print(r.hex(), flush=True)
+    if r.hex() == '0802':
+        break
+"#;
+
+#[test]
+fn sigterm_under_load_refuses_new_requests_and_finishes_the_ones_in_flight() {
+    needs_root!(NEEDS_ROOT);
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[]);
+    let mut s = Server::start(
+        &plugin(SPEC),
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--shutdown-grace",
+            "20",
+        ],
+    );
+    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let mut watcher = Command::new("/usr/bin/python3")
+        .args(["-c", WATCH])
+        .arg(&s.sock)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (python3-grpcio: scripts/setup)");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        watcher.stdout.take().expect("stdout"),
+    ));
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("0801"));
+    let started = s.logs().matches("command started").count();
+    go_client();
+    let in_flight: Vec<_> = (0..2)
+        .map(|_| {
+            let (sock, d) = (s.sock.clone(), dir.clone());
+            std::thread::spawn(move || {
+                let out = Command::new(go_client())
+                    .arg("-socket")
+                    .arg(&sock)
+                    .args([
+                        "-rpc",
+                        "generate",
+                        "-dir",
+                        &d,
+                        "-env",
+                        "ARGOCD_ENV_MODE=slow",
+                    ])
+                    .args(["-timeout", "60s"])
+                    .output()
+                    .expect("go client");
+                parse_client_output(&out)
+            })
+        })
+        .collect();
+    s.wait_logged("command started", started + 2);
+    let mut child = s.child.take().expect("running");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .expect("SIGTERM");
+    // The watcher hears NOT_SERVING (mutant: the listener's NotServing update removed -> it
+    // never does, and its stream ends with the connection instead).
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("0802"));
+    watcher.wait().expect("watcher");
+    // A new request finds no socket (Argo CD's repo-server lists the socket directory for
+    // each request, so it no longer offers the plugin), and a client that still dials the
+    // path is refused at once (no such file), not at its deadline.
+    s.wait_logged("shutting down: socket removed, draining", 1);
+    assert!(!s.sock.exists(), "the socket outlived SIGTERM");
+    let out = Command::new(bin())
+        .args(["client", "--socket"])
+        .arg(&s.sock)
+        .arg("check")
+        .output()
+        .expect("cmp-warden client");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("connecting to the plugin socket")
+            && err.contains("No such file or directory"),
+        "{err}"
+    );
+    // The ones in flight are answered in full.
+    for h in in_flight {
+        let v = h
+            .join()
+            .expect("thread")
+            .unwrap_or_else(|e| panic!("an in-flight request was not drained: {e:?}"));
+        assert_eq!(manifests(&v), vec![r#"{"kind":"ConfigMap"}"#]);
+    }
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "{}", s.logs());
+    s.assert_work_dir_empties();
+    assert!(
+        jail::processes_in_range(Path::new("/proc"), first, count).is_empty(),
+        "processes survived the server"
+    );
+    assert_eq!(s.audit_events().len(), 2, "one event per answered request");
 }

@@ -482,6 +482,10 @@ pub async fn serve(
         active = service.active(),
         "shutting down: socket removed, draining"
     );
+    // Health watchers (a load balancer's, a mesh's) hear it before their connection closes.
+    health_reporter
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
     let _ = std::fs::remove_file(&socket_path);
     let _ = stop_tx.send(true);
     for a in &acceptors {
