@@ -3,6 +3,9 @@
 //!   command writes: the request fails with a message that names that disk (not the request's
 //!   own limit, which was not reached), the server keeps serving, nothing of the request is
 //!   left, and the next request succeeds once there is room again.
+//! - The server is killed (SIGKILL) while a request's command runs: the client gets an error
+//!   at once, not at its deadline; the restarted server (same directories, policy and UID
+//!   range) finds and removes everything of the dead one's request, serves, and stops clean.
 //! - Kubernetes stops the container under load (SIGTERM): health watchers hear NOT_SERVING,
 //!   the socket is gone at once (Argo CD's repo-server, which lists the socket directory per
 //!   request, stops offering the plugin), the requests in flight finish within the grace
@@ -21,8 +24,9 @@ const NEEDS_ROOT: &str = "fault tests need root (CI runs as root): a tmpfs mount
 
 /// `ARGOCD_ENV_MODE=fill`: write until the disk is full (`dd` fails), then print the manifest
 /// (the failure is hidden from the exit code, as a careless script's would be); `slow`: take
-/// two seconds first.
-const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        if [ \"$ARGOCD_ENV_MODE\" = slow ]; then sleep 2; fi\n        cat cm.yaml\n";
+/// two seconds first; `hang`: sleep for a minute; `daemon`: also leave a daemon in a new
+/// session that ignores SIGTERM (it outlives its jail where there is no PID namespace).
+const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        if [ \"$ARGOCD_ENV_MODE\" = slow ]; then sleep 2; fi\n        if [ \"$ARGOCD_ENV_MODE\" = daemon ]; then setsid sh -c \"trap '' TERM; exec sleep 300\" </dev/null >/dev/null 2>&1 & fi\n        if [ \"$ARGOCD_ENV_MODE\" = hang ] || [ \"$ARGOCD_ENV_MODE\" = daemon ]; then sleep 60; fi\n        cat cm.yaml\n";
 
 /// A tmpfs of `size` at `at`, unmounted (lazily) when dropped.
 struct Tmpfs(std::path::PathBuf);
@@ -247,4 +251,156 @@ fn sigterm_under_load_refuses_new_requests_and_finishes_the_ones_in_flight() {
         "processes survived the server"
     );
     assert_eq!(s.audit_events().len(), 2, "one event per answered request");
+}
+
+#[test]
+fn a_server_killed_mid_command_leaves_nothing_once_restarted() {
+    needs_root!(NEEDS_ROOT);
+    crash_mid_command(&[], "hang");
+}
+
+/// Without a PID namespace (containerd's RuntimeDefault profile) a request's daemon outlives
+/// its jail when the crash takes the jails too (a jail that survives the server kills its UID
+/// itself): the restart's sweep kills what is left by UID (mutant: the reclaim helper's kill
+/// skipped -> the daemon survives the restart).
+#[test]
+fn a_daemon_that_outlived_a_killed_server_is_swept_by_the_restart() {
+    needs_root!(NEEDS_ROOT);
+    crash_mid_command(
+        &[(
+            "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+            "namespaces: [mount, net, ipc, uts, cgroup]",
+        )],
+        "daemon",
+    );
+}
+
+fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, edits);
+    let mut s = Server::start(
+        &plugin(SPEC),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let started = s.logs().matches("command started").count();
+    go_client();
+    let sock = s.sock.clone();
+    let d = dir.clone();
+    let in_flight = std::thread::spawn(move || {
+        let out = Command::new(go_client())
+            .arg("-socket")
+            .arg(&sock)
+            .args(["-rpc", "generate", "-dir", &d, "-env"])
+            .arg(format!("ARGOCD_ENV_MODE={mode}"))
+            .args(["-timeout", "50s"])
+            .output()
+            .expect("go client");
+        parse_client_output(&out)
+    });
+    s.wait_logged("command started", started + 1);
+    if mode == "daemon" {
+        assert!(
+            wait_until(std::time::Duration::from_secs(10), || {
+                jail::processes_in_range(Path::new("/proc"), first, count)
+                    .iter()
+                    .any(|p| {
+                        std::fs::read(format!("/proc/{p}/cmdline"))
+                            .is_ok_and(|c| c == b"sleep\x00300\x00")
+                    })
+            }),
+            "the request's daemon never started"
+        );
+    }
+    // Every process in the range now (the request's, the spare jail's), by PID and start
+    // time: the restarted server leases the same UIDs again, so a UID says nothing.
+    let before: Vec<(i32, String)> = jail::processes_in_range(Path::new("/proc"), first, count)
+        .into_iter()
+        .filter_map(|pid| Some((pid, start_time(pid)?)))
+        .collect();
+    assert!(
+        !s.busy_uids(first, count).is_empty(),
+        "no process of the request in the range: {before:?}"
+    );
+    let alive = |(pid, started): &&(i32, String)| start_time(*pid).as_ref() == Some(started);
+    // In `daemon` mode the crash takes the jails with the server (as an OOM kill of the
+    // sidecar's processes might): stopped first, so that none reacts to the server's death by
+    // killing its UID itself, then killed after it. The request's commands are left for the
+    // restart to find.
+    let jails: Vec<i32> = if mode == "daemon" {
+        before
+            .iter()
+            .map(|(pid, _)| *pid)
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(b"/proc/self/exe\0"))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let signal = |pid: i32, sig| {
+        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(p, sig);
+        }
+    };
+    for pid in &jails {
+        signal(*pid, rustix::process::Signal::STOP);
+    }
+    let mut child = s.child.take().expect("running");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    for pid in &jails {
+        signal(*pid, rustix::process::Signal::KILL);
+    }
+    // The client hears of it at once (the connection closed), not at its deadline.
+    let (code, msg) = in_flight
+        .join()
+        .expect("thread")
+        .expect_err("a request whose server died");
+    assert_eq!(code, UNAVAILABLE, "{msg}");
+    s.restart();
+    // The restarted server swept what the dead one left: the request's processes (its UID),
+    // its tree, its request cgroup.
+    // (Killed by the sweep, they may take a moment to be gone.)
+    wait_until(std::time::Duration::from_secs(5), || {
+        !before.iter().any(|p| alive(&p))
+    });
+    let survivors: Vec<_> = before
+        .iter()
+        .filter(|p| alive(p))
+        .map(|(pid, _)| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            format!("{stat} [{}]", cmd.replace('\0', " "))
+        })
+        .collect();
+    assert!(
+        survivors.is_empty(),
+        "processes of the dead server survived its restart: {survivors:#?}"
+    );
+    s.assert_work_dir_empties();
+    let v = go(&s, "generate", &["-dir", &dir]).expect("served after the restart");
+    assert_eq!(manifests(&v), vec![r#"{"kind":"ConfigMap"}"#]);
+    let status = s.stop();
+    assert_eq!(status.code(), Some(0), "{}", s.logs());
+    assert!(
+        jail::processes_in_range(Path::new("/proc"), first, count).is_empty(),
+        "processes left after the restarted server stopped"
+    );
+    s.assert_work_dir_empties();
+    let left: Vec<_> = instance_cgroups(first)
+        .into_iter()
+        .filter(|d| d.exists())
+        .collect();
+    assert!(left.is_empty(), "instance cgroups left: {left:?}");
+}
+
+/// A process's start time (field 22 of /proc/PID/stat), which tells a PID's reuse apart.
+fn start_time(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19).map(str::to_owned)
 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 pub struct Server {
     pub child: Option<Child>,
+    /// How it was started (program, arguments, environment), for [`Server::restart`].
+    spawn: (String, Vec<String>, Vec<(String, String)>),
     /// ARGOCD_CMP_WORKDIR (under `dir` unless the test gave its own).
     pub work: PathBuf,
     pub dir: tempfile::TempDir,
@@ -132,35 +134,77 @@ impl Server {
             Some((p, rest)) => (*p, [rest, &[bin()]].concat()),
             None => (bin(), Vec::new()),
         };
+        let argv: Vec<String> = before
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(["--loglevel", "debug", "--config-dir-path"].map(str::to_owned))
+            .chain([cfg.to_str().expect("utf8").to_owned()])
+            .chain(args.iter().map(|a| (*a).to_owned()))
+            .collect();
+        let envs: Vec<(String, String)> = [
+            ("ARGOCD_PLUGINSOCKFILEPATH", socks.to_str().expect("utf8")),
+            ("ARGOCD_CMP_WORKDIR", work.to_str().expect("utf8")),
+        ]
+        .into_iter()
+        .chain(env.iter().copied())
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
         let child = Command::new(program)
-            .args(before)
-            .args(["--loglevel", "debug", "--config-dir-path"])
-            .arg(&cfg)
-            .args(&args)
-            .env("ARGOCD_PLUGINSOCKFILEPATH", &socks)
-            .env("ARGOCD_CMP_WORKDIR", &work)
-            .envs(env.iter().copied())
+            .args(&argv)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(logf)
             .spawn()
             .expect("spawn server");
         let mut s = Server {
             child: Some(child),
+            spawn: (program.to_owned(), argv, envs),
             work,
             dir,
             sock: PathBuf::new(),
             log,
         };
+        s.wait_for_socket(&socks);
+        s
+    }
+
+    /// Start the same server again (same directories, policy and UID range), as a container
+    /// restart does after the old one died. The old log moves to `server.log.previous`, so
+    /// [`Server::logs`] (and what is read from it: idle jails, audit events) is the new one's.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart: the server is still running");
+        std::fs::rename(&self.log, self.log.with_extension("log.previous")).expect("old log");
+        let logf = std::fs::File::create(&self.log).expect("log");
+        let (program, argv, envs) = &self.spawn;
+        self.child = Some(
+            Command::new(program)
+                .args(argv)
+                .envs(envs.iter().map(|(k, v)| (k, v)))
+                .stdout(Stdio::null())
+                .stderr(logf)
+                .spawn()
+                .expect("spawn server"),
+        );
+        // The dead server's socket is still there (and a new one may get its inode number):
+        // wait for the new server to say it serves.
+        self.wait_logged("serving on", 1);
+        let socks = self.dir.path().join("plugins");
+        self.wait_for_socket(&socks);
+    }
+
+    fn wait_for_socket(&mut self, socks: &Path) {
+        let s = self;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // The socket (the directory also holds the lease locks, as in a pod).
-            if let Some(p) = std::fs::read_dir(&socks).ok().and_then(|r| {
+            if let Some(p) = std::fs::read_dir(socks).ok().and_then(|r| {
                 r.flatten()
                     .map(|e| e.path())
                     .find(|p| p.extension().is_some_and(|x| x == "sock"))
             }) {
                 s.sock = p;
-                return s;
+                return;
             }
             if let Some(st) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("server exited early ({st}):\n{}", s.logs());
