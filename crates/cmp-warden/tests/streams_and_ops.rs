@@ -204,8 +204,10 @@ fn client_cancel_mid_stream_and_mid_command() {
     );
     let rt = rt();
     let tgz = good_tgz();
-    // Mid-stream: send metadata and half the archive, then drop the call.
-    rt.block_on(async {
+    // Mid-stream: send metadata and half the archive, then drop the call. The sender stays
+    // open until the server has judged the request: closed first, the stream would end
+    // cleanly (END_STREAM) before the reset, a checksum mismatch rather than an abandonment.
+    let tx = rt.block_on(async {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tx.send(meta(&sha(&tgz), ".")).await.expect("send");
         tx.send(file(&tgz[..tgz.len() / 2])).await.expect("send");
@@ -218,12 +220,13 @@ fn client_cancel_mid_stream_and_mid_command() {
         // Cancelled once the server has the metadata (whatever the machine's pace).
         logged_within(&s, "request received", received).await;
         call.abort();
-        drop(tx);
+        tx
     });
     s.assert_work_dir_empties();
     let abandoned = |s: &Server| s.logs().matches("request abandoned by the client").count();
     let audits = |s: &Server| -> Vec<serde_json::Value> { s.audit_events().into_iter().collect() };
     settle_until(|| audits(&s).len() == 1, || s.logs());
+    drop(tx);
     assert_eq!(abandoned(&s), 1, "{}", s.logs());
     // Mid-stream: no command ran.
     assert_eq!(audits(&s)[0]["commands"], serde_json::json!([]));
