@@ -185,26 +185,7 @@ fn sigterm_under_load_refuses_new_requests_and_finishes_the_ones_in_flight() {
     let started = s.logs().matches("command started").count();
     go_client();
     let in_flight: Vec<_> = (0..2)
-        .map(|_| {
-            let (sock, d) = (s.sock.clone(), dir.clone());
-            std::thread::spawn(move || {
-                let out = Command::new(go_client())
-                    .arg("-socket")
-                    .arg(&sock)
-                    .args([
-                        "-rpc",
-                        "generate",
-                        "-dir",
-                        &d,
-                        "-env",
-                        "ARGOCD_ENV_MODE=slow",
-                    ])
-                    .args(["-timeout", "60s"])
-                    .output()
-                    .expect("go client");
-                parse_client_output(&out)
-            })
-        })
+        .map(|_| generate_in_background(&s, &dir, "slow"))
         .collect();
     s.wait_logged("command started", started + 2);
     let mut child = s.child.take().expect("running");
@@ -294,19 +275,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str, check_stop: boo
     let dir = r.path().to_str().expect("utf8").to_owned();
     let started = s.logs().matches("command started").count();
     go_client();
-    let sock = s.sock.clone();
-    let d = dir.clone();
-    let in_flight = std::thread::spawn(move || {
-        let out = Command::new(go_client())
-            .arg("-socket")
-            .arg(&sock)
-            .args(["-rpc", "generate", "-dir", &d, "-env"])
-            .arg(format!("ARGOCD_ENV_MODE={mode}"))
-            .args(["-timeout", "50s"])
-            .output()
-            .expect("go client");
-        parse_client_output(&out)
-    });
+    let in_flight = generate_in_background(&s, &dir, mode);
     s.wait_logged("command started", started + 1);
     if mode == "daemon" {
         assert!(
@@ -378,11 +347,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str, check_stop: boo
     let survivors: Vec<_> = before
         .iter()
         .filter(|p| alive(p))
-        .map(|(pid, _)| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            format!("{stat} [{}]", cmd.replace('\0', " "))
-        })
+        .map(|(pid, _)| describe(*pid))
         .collect();
     assert!(
         survivors.is_empty(),
@@ -402,11 +367,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str, check_stop: boo
     });
     let left: Vec<String> = jail::processes_in_range(Path::new("/proc"), first, count)
         .iter()
-        .map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            format!("{stat} [{}]", cmd.replace('\0', " "))
-        })
+        .map(|pid| describe(*pid))
         .collect();
     assert!(
         left.is_empty(),
@@ -426,4 +387,35 @@ fn start_time(pid: i32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().nth(19).map(str::to_owned)
+}
+
+/// A process as a failure message shows it: its stat line and command line.
+fn describe(pid: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    format!("{stat} [{}]", cmd.replace('\0', " "))
+}
+
+/// A generate call with `ARGOCD_ENV_MODE=mode` (grpc-go, as the repo-server dials), on a thread.
+fn generate_in_background(
+    s: &Server,
+    dir: &str,
+    mode: &str,
+) -> std::thread::JoinHandle<CallResult> {
+    let (sock, dir, env) = (
+        s.sock.clone(),
+        dir.to_owned(),
+        format!("ARGOCD_ENV_MODE={mode}"),
+    );
+    std::thread::spawn(move || {
+        let out = Command::new(go_client())
+            .arg("-socket")
+            .arg(&sock)
+            .args([
+                "-rpc", "generate", "-dir", &dir, "-env", &env, "-timeout", "60s",
+            ])
+            .output()
+            .expect("go client");
+        parse_client_output(&out)
+    })
 }
