@@ -501,6 +501,34 @@ fn read_params_file(path: &std::path::Path) -> Result<String, HttpError> {
     jail::parse_generated(&json).map_err(|e| fail(format!("{}: {e}", path.display())))
 }
 
+/// One HTTP/1.1 connection (after TLS and the connection cap): requests until the peer closes,
+/// each through [`AppSetService::handle`]. Public for the fuzz target, which feeds it bytes.
+pub async fn serve_connection<I>(
+    svc: Arc<AppSetService>,
+    io: I,
+    remote: Option<SocketAddr>,
+    tracked: Option<Arc<crate::conns::Tracked>>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let header_timeout = Duration::from_secs(svc.config.timeout_seconds.min(10));
+    let service = hyper::service::service_fn(move |req| {
+        // Open from the head until the response's body is dropped (written).
+        let open = tracked.clone().map(crate::conns::StreamOpen::new);
+        let handled = svc.clone().handle(req, remote);
+        async move {
+            let resp = handled.await?;
+            Ok::<_, Infallible>(resp.map(|b| crate::reply_memory::Guarded::new(b, open)))
+        }
+    });
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    if let Err(e) = b.serve_connection(TokioIo::new(io), service).await {
+        tracing::debug!(error = %e, "connection ended");
+    }
+}
+
 /// Serve the generator on `listener` (TLS when configured) until `shutdown`, then stop
 /// accepting and give in-flight requests `grace` to finish. Connections are tracked by
 /// `registry` (capped, idle ones closed), a request counting as an open stream until its
@@ -517,7 +545,6 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let (conn_tx, mut conn_rx) = mpsc::channel::<std::io::Result<Conn>>(64);
     let acceptor = spawn_tcp_acceptor(listener, tls, conn_tx, stop_rx, registry);
-    let header_timeout = Duration::from_secs(svc.config.timeout_seconds.min(10));
     let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -529,23 +556,7 @@ pub async fn serve(
                     Some(crate::conns::PeerInfo::Tcp { remote, conn, .. }) => (remote, conn),
                     _ => (None, None),
                 };
-                let svc = svc.clone();
-                tasks.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        // Open from the head until the response's body is dropped (written).
-                        let open = tracked.clone().map(crate::conns::StreamOpen::new);
-                        let handled = svc.clone().handle(req, remote);
-                        async move {
-                            let resp = handled.await?;
-                            Ok::<_, Infallible>(resp.map(|b| crate::reply_memory::Guarded::new(b, open)))
-                        }
-                    });
-                    let mut b = hyper::server::conn::http1::Builder::new();
-                    b.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-                    if let Err(e) = b.serve_connection(TokioIo::new(conn), service).await {
-                        tracing::debug!(error = %e, "connection ended");
-                    }
-                });
+                tasks.spawn(serve_connection(svc.clone(), conn, remote, tracked));
                 // Finished connection tasks are collected as we go.
                 while tasks.try_join_next().is_some() {}
             }

@@ -389,9 +389,14 @@ impl Server {
         while !self.leftover_work_entries().is_empty() {
             assert!(
                 Instant::now() < deadline,
-                "request trees left behind: {:?} (idle jails {:?})",
+                "request trees left behind: {:?} (idle jails {:?})\nthe server's jail log:\n{}",
                 self.leftover_work_entries(),
-                self.idle_jails()
+                self.idle_jails(),
+                self.logs()
+                    .lines()
+                    .filter(|l| l.contains("\"jail\"") || l.contains("reclaim"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             );
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -228,7 +228,6 @@ impl Inner {
         let jail = self.prepare(&plan);
         let spare = &self.spares[i];
         let mut slot = lock(&spare.slot);
-        slot.preparing = false;
         let extra = match jail {
             Ok(j) if slot.closed || slot.ready.is_some() => Some(j),
             Ok(j) => {
@@ -240,11 +239,16 @@ impl Inner {
                 None
             }
         };
+        if let Some(j) = extra {
+            // Still "preparing" while it is retired: `shutdown` waits for that, so the server
+            // cannot exit (and end this thread) with the jail's process and directory left.
+            drop(slot);
+            self.discard(j);
+            slot = lock(&spare.slot);
+        }
+        slot.preparing = false;
         drop(slot);
         spare.changed.notify_all();
-        if let Some(j) = extra {
-            self.discard(j);
-        }
     }
 
     /// Policy `i`'s idle preparer: wait up to [`PREPARER_IDLE`] to be asked for another
