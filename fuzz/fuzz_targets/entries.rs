@@ -6,7 +6,9 @@
 use arbitrary::Arbitrary;
 use testkit::{Hdr, Magic, TarBuilder, pax_record};
 
-const PARTS: &[&str] = &["a", "b", "..", ".", "", "c", "/", "d", "\\", "x\0", "link", "üñ"];
+const PARTS: &[&str] = &[
+    "a", "b", "..", ".", "", "c", "/", "d", "\\", "x\0", "link", "üñ",
+];
 
 #[derive(Debug, Arbitrary)]
 struct Name(Vec<u8>);
@@ -48,7 +50,15 @@ struct Input {
     trailer: Vec<u8>,
 }
 
-const PAX_KEYS: &[&str] = &["path", "linkpath", "size", "mtime", "uid", "comment", "GNU.sparse.size"];
+const PAX_KEYS: &[&str] = &[
+    "path",
+    "linkpath",
+    "size",
+    "mtime",
+    "uid",
+    "comment",
+    "GNU.sparse.size",
+];
 
 libfuzzer_sys::fuzz_target!(|input: Input| {
     let mut t = TarBuilder::new();
@@ -58,12 +68,21 @@ libfuzzer_sys::fuzz_target!(|input: Input| {
                 .pax
                 .iter()
                 .take(4)
-                .flat_map(|(k, v)| pax_record(PAX_KEYS[*k as usize % PAX_KEYS.len()], v.render().as_bytes()))
+                .flat_map(|(k, v)| {
+                    pax_record(
+                        PAX_KEYS[*k as usize % PAX_KEYS.len()],
+                        v.render().as_bytes(),
+                    )
+                })
                 .collect();
             t.pax_raw(&body);
         }
         let (tf, link, data): (u8, String, Vec<u8>) = match &op.kind {
-            Kind::File(len, fill) => (b'0', String::new(), vec![*fill as u8; (*len % 2048) as usize]),
+            Kind::File(len, fill) => (
+                b'0',
+                String::new(),
+                vec![*fill as u8; (*len % 2048) as usize],
+            ),
             Kind::Dir => (b'5', String::new(), Vec::new()),
             Kind::Symlink(n) => (b'2', n.render(), Vec::new()),
             Kind::Hardlink(n) => (b'1', n.render(), Vec::new()),

@@ -8,6 +8,9 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         let again = cmp_warden_fuzz::plugin_yaml(&loaded.config);
         let back = plugin::PluginConfig::parse(&again)
             .unwrap_or_else(|e| panic!("the written-back config does not parse: {e}\n{again}"));
-        assert_eq!(back.config, loaded.config, "round trip changed the config\n{again}");
+        assert_eq!(
+            back.config, loaded.config,
+            "round trip changed the config\n{again}"
+        );
     }
 });

@@ -29,7 +29,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 .unwrap_or_else(|e| panic!("its own output does not split: {e}\n{joined}"))
         };
         let again = resplit(&docs);
-        assert_eq!(again.len(), docs.len(), "documents merged or lost: {docs:?} → {again:?}");
+        assert_eq!(
+            again.len(),
+            docs.len(),
+            "documents merged or lost: {docs:?} → {again:?}"
+        );
         if json_stream {
             assert_eq!(again, docs, "JSON values are not passed through");
         } else {

@@ -30,7 +30,9 @@ pub fn options() -> Options {
 pub fn run_tgz(tgz: &[u8]) {
     let s = Sentinel::new();
     let fd = archive::DirWriter::open_root(&s.root).expect("open root");
-    let mut w = archive::DirWriter::new(fd, Resolver::Auto).expect("read root").expect("empty root");
+    let mut w = archive::DirWriter::new(fd, Resolver::Auto)
+        .expect("read root")
+        .expect("empty root");
     let extracted = archive::extract(tgz, &mut w, &options());
     let checked = archive::check(tgz, &options());
     match (&extracted, &checked) {
@@ -46,7 +48,11 @@ pub fn run_tgz(tgz: &[u8]) {
             same_content(tgz, &s.root);
         }
         (Err(a), Err(b)) => {
-            assert_eq!(a.to_string(), b.to_string(), "check and extract refuse differently");
+            assert_eq!(
+                a.to_string(),
+                b.to_string(),
+                "check and extract refuse differently"
+            );
             s.assert_root_empty();
         }
         (a, b) => panic!("check and extract disagree: extract {a:?}, check {b:?}"),
@@ -168,7 +174,11 @@ fn rebased(link: &std::path::Path, target: &std::path::Path) -> std::path::PathB
             _ => {}
         }
     }
-    let common = dir.iter().zip(&resolved).take_while(|(a, b)| a == b).count();
+    let common = dir
+        .iter()
+        .zip(&resolved)
+        .take_while(|(a, b)| a == b)
+        .count();
     let mut out = PathBuf::new();
     for _ in common..dir.len() {
         out.push("..");
@@ -200,10 +210,17 @@ pub fn plugin_yaml(c: &plugin::PluginConfig) -> String {
         o
     }
     fn list(v: &[String]) -> String {
-        format!("[{}]", v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
+        format!(
+            "[{}]",
+            v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", ")
+        )
     }
     fn cmd(c: &plugin::config::Command) -> String {
-        format!("{{\"command\": {}, \"args\": {}}}", list(&c.command), list(&c.args))
+        format!(
+            "{{\"command\": {}, \"args\": {}}}",
+            list(&c.command),
+            list(&c.args)
+        )
     }
     let s = &c.spec;
     let statics: Vec<String> = s
@@ -251,4 +268,181 @@ pub fn gzip_fast(data: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     e.write_all(data).expect("vec");
     e.finish().expect("vec")
+}
+
+/// A policy file, and a policy directory (the input split at NUL bytes into its files): any
+/// text parses or is refused, never panics; a policy that parses is written back (as `policy
+/// suggest` writes one) and reads back as the same policy; a directory that loads has a
+/// default, and every identity selects one of its policies.
+pub fn policy_text(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(p) = policy::Policy::parse(text, None) {
+        let _ = p.warnings();
+        let again = policy::emit::to_yaml(&p, "seccomp/default.json", &[]);
+        let mut back = policy::Policy::parse(&again, None)
+            .unwrap_or_else(|e| panic!("the written-back policy does not parse: {e}\n{again}"));
+        // The digest is of the file's text, which differs by construction.
+        back.sha256.clone_from(&p.sha256);
+        assert_eq!(back, p, "round trip changed the policy\n{again}");
+    }
+    let files: Vec<(String, String)> = text
+        .split('\0')
+        .enumerate()
+        .map(|(i, t)| (format!("p{i}.yaml"), t.to_owned()))
+        .collect();
+    if files.len() > 1
+        && let Ok(set) = policy::PolicySet::from_texts("fuzz", &files, None)
+    {
+        assert!(!set.policies().is_empty(), "a set without policies");
+        let _ = set.default_policy();
+        for project in ["", "team-a", "a", "*"] {
+            let id = policy::Identity {
+                project: Some(project.to_owned()),
+                ..policy::Identity::default()
+            };
+            assert!(
+                set.select(&id) < set.policies().len(),
+                "selected out of range"
+            );
+        }
+    }
+}
+
+/// The ApplicationSet generator's front door: any bytes as an HTTP/1.1 connection, through
+/// the server's own connection handler and the generator service (a static source: nothing
+/// runs). Never a panic, never a hang (10 minutes of the runtime's paused clock; libFuzzer's
+/// `-timeout` for real time), never a 5xx; every response a JSON error or,
+/// only for an authenticated POST to the one path, the parameters.
+pub fn appset_connection(data: &[u8]) {
+    use std::sync::{Arc, OnceLock};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    static SVC: OnceLock<Arc<server::appset::AppSetService>> = OnceLock::new();
+    let rt = RT.get_or_init(|| {
+        // Paused time: the runtime jumps ahead whenever it idles, so a client that waits
+        // (and the server's header timeout) cost no real time.
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    });
+    let svc = SVC.get_or_init(|| {
+        let config = policy::generator::GeneratorConfig::parse(
+            "apiVersion: cmp-warden.io/v1alpha1\nkind: AppSetGenerator\nmetadata: {name: fuzz}\nspec:\n  static: [{env: dev}]\n  limits: {bodyBytes: 4Ki, timeoutSeconds: 2, concurrency: 2}\n",
+            std::path::Path::new("."),
+        )
+        .expect("generator config");
+        let policy = policy::Policy::default_policy().expect("default policy");
+        let plan = jail::Plan::new(&policy, &jail::supervisor::Overrides::default(), std::iter::empty());
+        Arc::new(server::appset::AppSetService::new(
+            config,
+            Arc::new(NoCommands),
+            server::auth::BearerToken::new(b"fuzz-token", "fuzz").expect("token"),
+            std::env::temp_dir().join("_cmp_appset_fuzz"),
+            Arc::new(plan),
+            server::audit::AuditSink::file(std::path::Path::new("/dev/null")).expect("sink"),
+            Arc::new(server::metrics::Metrics::default()),
+        ))
+    });
+    // A body the fuzzer changed keeps a matching Content-Length (else nearly every mutation
+    // is a framing error and the handler behind it is never reached).
+    let data = &fix_content_length(data);
+    let out = rt.block_on(async {
+        let (client, server_side) = tokio::io::duplex(1 << 16);
+        let conn = tokio::spawn(server::appset::serve_connection(
+            svc.clone(),
+            server_side,
+            None,
+            None,
+        ));
+        let (mut rd, mut wr) = tokio::io::split(client);
+        // As a client would: send, wait for the answers, then close (the server does not
+        // answer a request whose connection was half-closed).
+        let writer = async {
+            let _ = wr.write_all(data).await;
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            let _ = wr.shutdown().await;
+        };
+        let mut out = Vec::new();
+        let reader = rd.read_to_end(&mut out);
+        let done = tokio::time::timeout(std::time::Duration::from_secs(600), async {
+            let ((), read) = tokio::join!(writer, reader);
+            let _ = read;
+            let _ = conn.await;
+        })
+        .await;
+        assert!(
+            done.is_ok(),
+            "the connection hung: {:?}",
+            String::from_utf8_lossy(data)
+        );
+        out
+    });
+    let text = String::from_utf8_lossy(&out);
+    for (i, _) in text.match_indices("HTTP/1.1 ") {
+        let code: u16 = text[i + 9..]
+            .get(..3)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            code == 200 || (400..500).contains(&code) || code == 501 || code == 505,
+            "status {code} for {:?}\n{text}",
+            String::from_utf8_lossy(data)
+        );
+        if code == 200 {
+            let req = String::from_utf8_lossy(data);
+            assert!(
+                req.contains(server::appset::PATH) && req.contains("fuzz-token"),
+                "200 without the path and token: {req:?}"
+            );
+            assert!(
+                text[i..].contains(r#"{"output":{"parameters":[{"env":"dev"}]}}"#),
+                "200 without the static source's parameters: {text}"
+            );
+        }
+    }
+}
+
+/// The first request's `Content-Length` set to the length of what follows its head.
+fn fix_content_length(data: &[u8]) -> Vec<u8> {
+    let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return data.to_vec();
+    };
+    let head = String::from_utf8_lossy(&data[..end]);
+    let body_len = data.len() - end - 4;
+    let mut out = Vec::with_capacity(data.len() + 8);
+    for (i, line) in head.split("\r\n").enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b"\r\n");
+        }
+        if line.to_ascii_lowercase().starts_with("content-length:") {
+            out.extend_from_slice(format!("Content-Length: {body_len}").as_bytes());
+        } else {
+            out.extend_from_slice(line.as_bytes());
+        }
+    }
+    out.extend_from_slice(&data[end..]);
+    out
+}
+
+/// The runner of a generator without a command source (never asked to run anything).
+#[derive(Debug)]
+struct NoCommands;
+
+impl jail::Runner for NoCommands {
+    fn execute(
+        &self,
+        _spec: &jail::RequestSpec,
+        _input: Box<dyn std::io::Read + Send>,
+        _cancel: &jail::CancelToken,
+    ) -> Result<jail::Executed, jail::RequestError> {
+        panic!("a static generator ran a command")
+    }
+    fn reclaim(&self, _spec: &jail::RequestSpec) {}
+    fn describe(&self) -> &'static str {
+        "none"
+    }
 }
