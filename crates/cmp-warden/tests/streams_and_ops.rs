@@ -447,6 +447,114 @@ fn health_service() {
     );
 }
 
+/// One HTTP/2 frame: its 9-byte header and payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Read one HTTP/2 frame: (type, flags, stream, payload).
+fn h2_read(r: &mut impl std::io::Read) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
+    let mut h = [0u8; 9];
+    r.read_exact(&mut h)?;
+    let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload)?;
+    Ok((h[3], h[4], stream, payload))
+}
+
+/// An attacker opens 200 streams at once on one unix-socket connection, written as raw
+/// frames (a well-behaved client library would queue them at the advertised limit): the
+/// server advertises `SETTINGS_MAX_CONCURRENT_STREAMS` 128 and refuses every stream past
+/// the 128 it holds open (`RST_STREAM` REFUSED_STREAM), while an honest call on another
+/// connection is answered (mutant: the listener's `max_concurrent_streams` removed -> no
+/// limit advertised and none refused).
+#[test]
+fn one_connection_holds_at_most_128_streams() {
+    use std::io::Write;
+    let s = Server::start(&plugin(CAT), &[]);
+    let mut c = std::os::unix::net::UnixStream::connect(&s.sock).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .expect("preface");
+    c.write_all(&h2_frame(0x4, 0, 0, &[])).expect("settings");
+    // The server's SETTINGS: which limit it advertises.
+    let advertised = loop {
+        let (kind, flags, _, payload) = h2_read(&mut c).expect("the server's settings");
+        if kind == 0x4 && flags & 0x1 == 0 {
+            break payload
+                .chunks(6)
+                .find(|p| p.len() == 6 && u16::from_be_bytes([p[0], p[1]]) == 0x3)
+                .map(|p| u32::from_be_bytes([p[2], p[3], p[4], p[5]]));
+        }
+    };
+    assert_eq!(
+        advertised,
+        Some(server::listener::MAX_STREAMS_PER_CONNECTION),
+        "SETTINGS_MAX_CONCURRENT_STREAMS"
+    );
+    assert_eq!(advertised, Some(128));
+    c.write_all(&h2_frame(0x4, 0x1, 0, &[]))
+        .expect("settings ack");
+    // 200 health checks whose request message never comes: each stream stays open.
+    let literal = |name: &str, value: &str| {
+        let mut b = vec![0x00, name.len() as u8];
+        b.extend_from_slice(name.as_bytes());
+        b.push(value.len() as u8);
+        b.extend_from_slice(value.as_bytes());
+        b
+    };
+    let block: Vec<u8> = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/grpc.health.v1.Health/Check"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    .iter()
+    .flat_map(|(n, v)| literal(n, v))
+    .collect();
+    let ids: Vec<u32> = (0..200).map(|i| 1 + 2 * i).collect();
+    let burst: Vec<u8> = ids
+        .iter()
+        .flat_map(|id| h2_frame(0x1, 0x4, *id, &block))
+        .collect();
+    c.write_all(&burst).expect("the streams");
+    let mut refused = std::collections::BTreeSet::new();
+    while refused.len() < 72 {
+        let (kind, _, stream, payload) = match h2_read(&mut c) {
+            Ok(f) => f,
+            Err(e) => panic!("after {} refusals: {e}", refused.len()),
+        };
+        match kind {
+            // RST_STREAM: REFUSED_STREAM (7) is the only answer expected.
+            0x3 => {
+                let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                assert_eq!(code, 7, "stream {stream} reset with code {code}");
+                refused.insert(stream);
+            }
+            // GOAWAY would end the honest streams too.
+            0x7 => panic!("the server sent GOAWAY: {payload:?}"),
+            _ => {}
+        }
+    }
+    // Exactly the streams past the 128th.
+    assert_eq!(
+        refused.into_iter().collect::<Vec<_>>(),
+        ids[128..].to_vec(),
+        "refused streams"
+    );
+    // Beside the 128 held open, an honest call on its own connection.
+    let v = go(&s, "check", &[]).expect("an honest call beside the attacker's connection");
+    assert_eq!(v["isDiscoveryConfigured"], false, "{v}");
+}
+
 /// `grpc.health.v1.Health/Watch` is open without authentication and keeps its stream: at
 /// most 64 are open at once (each holding its place until it ends), more are refused
 /// `ResourceExhausted` at once naming the bound, `Check` and CMP calls work beside them, and
