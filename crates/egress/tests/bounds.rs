@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 
 use egress::{AllowList, HostPattern, Limits, Proxy, Rule, Target};
 
-fn proxy_threads() -> usize {
+/// Every thread of this process but the echo upstream's (named `echo`): whatever the proxies
+/// start is counted, however it is named. Less `base`, the threads before any proxy started.
+fn threads_besides_echo() -> usize {
     std::fs::read_dir("/proc/self/task")
         .expect("tasks")
         .flatten()
         .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("egress"))
+            !std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("echo"))
         })
         .count()
 }
@@ -27,9 +29,9 @@ fn proxy_threads() -> usize {
 fn echo_upstream() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = l.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
+    echo_thread(move || {
         for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
+            echo_thread(move || {
                 let mut s = s;
                 let mut buf = [0u8; 256];
                 while let Ok(n) = s.read(&mut buf) {
@@ -41,6 +43,14 @@ fn echo_upstream() -> u16 {
         }
     });
     port
+}
+
+/// A thread of the echo upstream (named so, to be told apart from the proxies').
+fn echo_thread(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .name("echo".into())
+        .spawn(f)
+        .expect("echo thread");
 }
 
 /// `CONNECT` through the proxy on `port` to the echo upstream, and one exchange.
@@ -80,6 +90,9 @@ fn trickling_floods_cost_no_thread_each_and_meet_one_head_deadline() {
         head_timeout: Duration::from_secs(3),
         ..Limits::default()
     };
+    // This process's own threads (the test harness's, the echo upstream's acceptor aside).
+    let base = threads_besides_echo();
+    let proxy_threads = || threads_besides_echo().saturating_sub(base);
     let proxies: Vec<_> = (0..3)
         .map(|_| {
             let l = TcpListener::bind("127.0.0.1:0").expect("bind");
