@@ -3,6 +3,8 @@
 //!   command writes: the request fails with a message that names that disk (not the request's
 //!   own limit, which was not reached), the server keeps serving, nothing of the request is
 //!   left, and the next request succeeds once there is room again.
+//! - A request's jail process is killed (SIGKILL) mid-command: its client hears which signal,
+//!   and that no policy limit did it, at once; nothing of the request is left.
 //! - The server is killed (SIGKILL) while a request's command runs: the client gets an error
 //!   at once, not at its deadline; the restarted server (same directories, policy and UID
 //!   range) finds and removes everything of the dead one's request, serves, and stops clean.
@@ -254,6 +256,91 @@ fn a_daemon_that_outlived_a_killed_server_is_swept_by_the_restart() {
         )],
         "daemon",
     );
+}
+
+/// The request's jail process (its supervisor inside the sandbox, which runs the commands)
+/// is killed mid-command, as the OOM killer might pick it: the client gets a clear error at
+/// once (not at its deadline), the command it ran is gone, the request's tree and cgroup
+/// are reclaimed, its audit event is written, and the server serves the next request.
+#[test]
+fn a_jail_killed_mid_command_fails_its_request_and_leaves_nothing() {
+    needs_root!(NEEDS_ROOT);
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[]);
+    let s = Server::start(
+        &plugin(SPEC),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let started = s.logs().matches("command started").count();
+    go_client();
+    let t0 = std::time::Instant::now();
+    let in_flight = generate_in_background(&s, &dir, "hang");
+    s.wait_logged("command started", started + 1);
+    let busy = s.busy_uids(first, count);
+    assert_eq!(busy.len(), 1, "one request runs: {busy:?}");
+    let uid = *busy.first().expect("uid");
+    let of_request: Vec<i32> = jail::processes_in_range(Path::new("/proc"), uid, 1);
+    let jail_pid = of_request
+        .iter()
+        .copied()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"/proc/self/exe\0"))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no jail process among the request's: {:#?}",
+                of_request.iter().map(|p| describe(*p)).collect::<Vec<_>>()
+            )
+        });
+    let pid = rustix::process::Pid::from_raw(jail_pid).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
+    let (code, msg) = in_flight
+        .join()
+        .expect("thread")
+        .expect_err("a request whose jail was killed");
+    // At once: the command would have slept for a minute.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "answered after {:?}",
+        t0.elapsed()
+    );
+    // What happened, and that no limit of the policy did it (mutant: the jail's signal left
+    // out of the message -> "the jail exited without a reply" alone).
+    assert_eq!(code, INTERNAL, "{msg}");
+    assert!(
+        msg.contains("the jail exited without a reply")
+            && msg.contains("killed by signal 9 (SIGKILL)")
+            && msg.contains("no limit of the policy"),
+        "{msg}"
+    );
+    // Its command (`sleep 60`) is gone with it, and its tree.
+    wait_until(std::time::Duration::from_secs(10), || {
+        jail::processes_in_range(Path::new("/proc"), uid, 1).is_empty()
+    });
+    let left: Vec<String> = jail::processes_in_range(Path::new("/proc"), uid, 1)
+        .iter()
+        .map(|p| describe(*p))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the killed jail's processes stay: {left:#?}"
+    );
+    s.assert_work_dir_empties();
+    s.wait_settled(1);
+    let ev = s.audit_events();
+    assert_eq!(ev[0]["outcome"], "error", "{ev:?}");
+    assert!(
+        ev[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("SIGKILL")),
+        "{ev:?}"
+    );
+    let v = go(&s, "generate", &["-dir", &dir]).expect("served after the jail's death");
+    assert_eq!(manifests(&v), vec![r#"{"kind":"ConfigMap"}"#]);
 }
 
 /// SIGTERM right after an answer, with two policies' spare jails prepared (one taken by the

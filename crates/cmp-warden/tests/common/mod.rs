@@ -710,6 +710,7 @@ pub const UNKNOWN: i64 = 2;
 pub const PERMISSION_DENIED: i64 = 7;
 pub const DATA_LOSS: i64 = 15;
 pub const UNAVAILABLE: i64 = 14;
+pub const INTERNAL: i64 = 13;
 
 /// Turns the host's kernel audit on for a test and restores what it was (even on a panic), so
 /// that Landlock's denial records reach the server.

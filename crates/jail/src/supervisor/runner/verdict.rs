@@ -97,6 +97,20 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     }
 }
 
+/// A signal's name, for messages.
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        _ => "another signal",
+    }
+}
+
 /// The request's result from the jail's raw reply and what its cgroup saw: an OOM kill or a
 /// refused fork is named as the limit that ended the request (ResourceExhausted with the
 /// policy field), whatever the jail itself made of the failure; the jail's part of the audit
@@ -155,7 +169,15 @@ pub(super) fn verdict(
         None => {
             return Err(match cancel.reason() {
                 Some(_) => RequestError::new(ErrorKind::Cancelled, "context canceled"),
-                None => internal("the jail exited without a reply"),
+                None => internal(match jail_signal {
+                    // Not a limit of the request's (its cgroup saw no OOM kill): something
+                    // outside it, such as the node's OOM killer or an operator.
+                    Some(sig) => format!(
+                        "the jail exited without a reply: it was killed by signal {sig} ({}) from outside the request (no limit of the policy ended it; the node's kernel log or the pod's events say who sent it)",
+                        signal_name(sig)
+                    ),
+                    None => "the jail exited without a reply".to_owned(),
+                }),
             });
         }
     };
