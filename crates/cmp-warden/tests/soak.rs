@@ -6,9 +6,10 @@
 //! traffic stops, everything is back to the idle spares.
 //!
 //! CI runs the short form (`CMP_WARDEN_SOAK_SECONDS`, 150 by default, a sample every 10 s);
-//! BENCHMARKS.md's 30-minute run and its plot come from the command given there
-//! (`CMP_WARDEN_SOAK_SECONDS=1800 CMP_WARDEN_SOAK_SAMPLE_SECONDS=60
-//! CMP_WARDEN_SOAK_CSV=FILE`, then `benches/soak-plot FILE`).
+//! BENCHMARKS.md's 30-minute run and its plot come from `benches/soak --minutes 30`, which
+//! runs this test with `CMP_WARDEN_SOAK_SECONDS`, `CMP_WARDEN_SOAK_SAMPLE_SECONDS` and
+//! `CMP_WARDEN_SOAK_CSV`; every run (this short one too) plots its samples with
+//! `benches/soak --plot`.
 #![allow(clippy::print_stderr)] // the samples are the test's report
 
 #[macro_use]
@@ -312,14 +313,32 @@ fn mixed_traffic_leaves_every_resource_flat() {
     std::thread::sleep(Duration::from_secs(2));
     let idle = sample(&s, pid, first, t0, requests);
     eprintln!("{} (idle)", idle.csv());
-    if let Ok(path) = std::env::var("CMP_WARDEN_SOAK_CSV") {
-        let mut text = format!("{}\n", Sample::HEADER);
-        for x in samples.iter().chain(std::iter::once(&idle)) {
-            text.push_str(&x.csv());
-            text.push('\n');
-        }
-        std::fs::write(&path, text).expect("write the samples");
+    // The samples as benches/soak reads them, and its plot of them (the long run's figure).
+    let scratch = tempfile::tempdir().expect("tmp");
+    let csv = std::env::var("CMP_WARDEN_SOAK_CSV").map_or_else(
+        |_| scratch.path().join("soak.csv"),
+        std::path::PathBuf::from,
+    );
+    let mut text = format!("{}\n", Sample::HEADER);
+    for x in samples.iter().chain(std::iter::once(&idle)) {
+        text.push_str(&x.csv());
+        text.push('\n');
     }
+    std::fs::write(&csv, text).expect("write the samples");
+    let png = scratch.path().join("soak.png");
+    let plotted = std::process::Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/soak"),
+    )
+    .arg("--plot")
+    .arg(&csv)
+    .arg("--png")
+    .arg(&png)
+    .status()
+    .expect("benches/soak");
+    assert!(
+        plotted.success() && std::fs::metadata(&png).is_ok_and(|m| m.len() > 1000),
+        "benches/soak --plot made no picture"
+    );
     assert!(samples.len() >= 6, "too few samples: {}", samples.len());
     let warm = samples.len() / 3;
     let (warmup, steady) = samples.split_at(warm);

@@ -8,71 +8,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::grpc::*;
 use common::*;
-use proto::plugin::config_management_plugin_service_client::ConfigManagementPluginServiceClient;
-use proto::plugin::{AppStreamRequest, File, ManifestRequestMetadata, app_stream_request};
+use proto::plugin::AppStreamRequest;
 use tonic::Code;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-async fn channel(s: &Server) -> tonic::transport::Channel {
-    let sock = s.sock.clone();
-    tonic::transport::Endpoint::try_from("http://localhost")
-        .expect("endpoint")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let p = sock.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(p).await?,
-                ))
-            }
-        }))
-        .await
-        .expect("connect")
-}
-
-async fn client(s: &Server) -> ConfigManagementPluginServiceClient<tonic::transport::Channel> {
-    ConfigManagementPluginServiceClient::new(channel(s).await)
-}
-
-fn meta(checksum: &str, app_rel_path: &str) -> AppStreamRequest {
-    AppStreamRequest {
-        request: Some(app_stream_request::Request::Metadata(
-            ManifestRequestMetadata {
-                app_name: "app".into(),
-                app_rel_path: app_rel_path.into(),
-                checksum: checksum.into(),
-                size: 0,
-                env: vec![],
-            },
-        )),
-    }
-}
-
-fn file(chunk: &[u8]) -> AppStreamRequest {
-    AppStreamRequest {
-        request: Some(app_stream_request::Request::File(File {
-            chunk: chunk.to_vec(),
-        })),
-    }
-}
-
-fn sha(b: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(b))
-}
-
-fn good_tgz() -> Vec<u8> {
-    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
-    let mut buf = Vec::new();
-    archive::pack_dir(r.path(), &|_| false, &mut buf).expect("pack");
-    buf
-}
 
 async fn generate(s: &Server, msgs: Vec<AppStreamRequest>) -> Result<Vec<String>, tonic::Status> {
     let mut c = client(s).await;

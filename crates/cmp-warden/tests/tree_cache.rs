@@ -295,16 +295,24 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
             if others.iter().any(|(u, _)| *u == uid) {
                 continue;
             }
+            // It says when it holds the lock (no guess from a fixed wait); exit 9: taken.
             let mut c = std::process::Command::new("flock")
                 .args(["-n", "-E", "9"])
                 .arg(leases.join(uid.to_string()))
-                .args(["sleep", "120"])
+                .args(["sh", "-c", "echo locked; exec sleep 120"])
+                .stdout(std::process::Stdio::piped())
                 .spawn()
                 .expect("flock");
-            std::thread::sleep(Duration::from_millis(200));
-            match c.try_wait().expect("flock") {
-                None => others.push((uid, c)),
-                Some(st) => assert_eq!(st.code(), Some(9), "flock: {st}"),
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(c.stdout.take().expect("stdout")),
+                &mut line,
+            );
+            if line == "locked\n" {
+                others.push((uid, c));
+            } else {
+                let st = c.wait().expect("flock");
+                assert_eq!(st.code(), Some(9), "flock: {st}");
             }
         }
     }
@@ -623,12 +631,14 @@ fn a_keeper_that_dies_is_restarted_a_bounded_number_of_times() {
     let mut expected = vec!["filled"];
     for round in 0..4 {
         kill_the_keeper(&s);
-        let broken = Instant::now();
         // A new archive: the fill cannot start; answered from its own jail.
         let a = repo(&[("a.txt", &format!("round {round} a\n"))]);
         go(&s, "generate", &["-dir", a.path().to_str().expect("utf8")])
             .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
         expected.push("uncached");
+        // The server found the cache broken at the latest now: 5 s from here are at least
+        // 5 s from its own moment, however slowly this machine ran the request above.
+        let broken = Instant::now();
         std::thread::sleep(
             Duration::from_secs(5).saturating_sub(broken.elapsed()) + Duration::from_millis(300),
         );
