@@ -344,7 +344,7 @@ fn mixed_traffic_leaves_every_resource_flat() {
     let (warmup, steady) = samples.split_at(warm);
     let peak = |f: &dyn Fn(&Sample) -> u64, xs: &[Sample]| xs.iter().map(f).max().unwrap_or(0);
     // Counts bounded by the warm-up's peak (plus a little jitter of requests in flight).
-    let bounded: [(&str, &dyn Fn(&Sample) -> u64, u64); 5] = [
+    let bounded: [(&str, Figure, u64); 5] = [
         ("descriptors", &|x| x.fds as u64, 16),
         ("threads", &|x| x.threads as u64, 4),
         ("leased UIDs", &|x| x.uids_in_use, 2),
@@ -392,6 +392,9 @@ fn mixed_traffic_leaves_every_resource_flat() {
     let idle_jails = s.idle_jails();
     assert!(idle_jails.len() <= 2, "{idle_jails:?}");
 }
+
+/// One figure of a sample.
+type Figure = &'static dyn Fn(&Sample) -> u64;
 
 /// Least-squares slope of RSS over time, KiB per minute.
 fn slope_kib_per_min(xs: &[Sample]) -> f64 {
