@@ -158,9 +158,10 @@ fn cgroups_available() -> bool {
     false
 }
 
-/// `ARGOCD_ENV_MODE=bomb-memory`: allocate far past the limit; `bomb-fork`: a fork bomb;
-/// otherwise print the manifest.
-const BOMBS: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        case \"$ARGOCD_ENV_MODE\" in\n          bomb-memory) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;\n          bomb-fork) b() { b | b & }; b; sleep 30 ;;\n        esac\n        cat cm.yaml\n";
+/// `ARGOCD_ENV_MODE=bomb-memory`: allocate far past the limit; `hidden-oom`: the same in a
+/// child whose failure the script hides (`wait` without arguments returns 0), then print the
+/// manifest; `bomb-fork`: a fork bomb; otherwise print the manifest.
+const BOMBS: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        case \"$ARGOCD_ENV_MODE\" in\n          bomb-memory) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;\n          hidden-oom) /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]' & wait ;;\n          bomb-fork) b() { b | b & }; b; sleep 30 ;;\n        esac\n        cat cm.yaml\n";
 
 #[test]
 fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed() {
@@ -208,8 +209,9 @@ fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed()
     let taken = s.jails_taken();
     let mem = bomb("bomb-memory");
     let fork = bomb("bomb-fork");
-    // The honest requests once both bombs hold their jails.
-    s.wait_logged("\"msg\":\"jail taken\"", taken + 2);
+    let hidden = bomb("hidden-oom");
+    // The honest requests once the bombs hold their jails.
+    s.wait_logged("\"msg\":\"jail taken\"", taken + 3);
     for _ in 0..3 {
         let v = go(&s, "generate", &["-dir", &dir]).expect("honest request beside the bombs");
         assert_eq!(
@@ -222,6 +224,16 @@ fn memory_and_fork_bombs_are_contained_and_named_while_honest_requests_succeed()
     assert!(
         msg.contains("memory limit exceeded (policy spec.limits.memoryBytes: 100663296)"),
         "{msg}"
+    );
+    // A process killed by the memory limit while the script still exited 0: its (possibly
+    // partial) output is not served (mutant: the verdict's Ok-with-an-OOM-kill arm removed ->
+    // the manifest comes back as a success).
+    let (code, msg) = hidden.join().expect("thread");
+    assert!(
+        code == 8
+            && msg.contains("memory limit exceeded (policy spec.limits.memoryBytes: 100663296)")
+            && msg.contains("output may be incomplete and is not served"),
+        "{code}: {msg}"
     );
     // The fork bomb is stopped by the process limit: forks are refused by pids.max, or by
     // RLIMIT_NPROC just above it, and the error names spec.limits.pids even when the wall

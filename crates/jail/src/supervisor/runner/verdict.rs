@@ -208,6 +208,12 @@ pub(super) fn verdict(
     };
     Ok(match reply {
         Reply::Err { message, .. } if oom => rewritten(oom_error(&format!(": {message}"))),
+        // The request's own cgroup killed a process, yet the commands exited 0 (a script whose
+        // `wait` or `|| true` hid it): what they printed may be cut short, and Argo CD would
+        // apply (and prune by) it. Not served.
+        Reply::Ok { .. } if stats.is_some_and(|s| s.oom_kills > 0) => rewritten(oom_error(
+            "; the commands exited 0 nonetheless, so their output may be incomplete and is not served",
+        )),
         // A failure after forks were refused: name the limit (the tool's own message, e.g.
         // "Cannot fork", follows).
         Reply::Err { message, .. } if pids_hit => {
