@@ -1024,3 +1024,57 @@ fn the_monitoring_kit_names_only_exported_metrics_and_its_alerts_fire() {
     let missing: Vec<_> = named.difference(&exported).collect();
     assert!(missing.is_empty(), "not exported: {missing:?}\n{body}");
 }
+
+/// The end of an error is where a reader looks for its cause. A command that failed on its
+/// own gets the server variables it did not get, those its own words name first (here
+/// `VAULT_TOKEN`, which sorts after some fifty of the test's own variables: mutant, the
+/// names in alphabetical order -> it is among "and N more"); a request a limit ended gets no
+/// such note (the limit is the cause: mutant, the note on every failed command -> the wall
+/// clock's error ends with it); a tool out of heap gets the per-process limit that refused
+/// the allocation, `spec.limits.dataBytes`, not the request's memory (mutant: no such hint).
+#[test]
+fn an_errors_end_names_its_cause() {
+    needs_root!(NEEDS_ROOT);
+    const FAILS: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        case \"$ARGOCD_ENV_MODE\" in\n          token) echo \"error: VAULT_TOKEN is not set\" >&2; exit 1 ;;\n          hang) sleep 60 ;;\n          heap) exec /usr/bin/python3 -c 'b = bytearray(2 << 30)' ;;\n        esac\n        cat cm.yaml\n";
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    write_policy(&pol_file, &[("wallSeconds: 300", "wallSeconds: 2")]);
+    let s = Server::start_env(
+        &plugin(FAILS),
+        &["--policy", pol_file.to_str().expect("utf8")],
+        &[("VAULT_TOKEN", "s.not-for-commands")],
+    );
+    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let dir = r.path().to_str().expect("utf8");
+    let run = |mode: &str| {
+        go(
+            &s,
+            "generate",
+            &["-dir", dir, "-env", &format!("ARGOCD_ENV_MODE={mode}")],
+        )
+        .expect_err(mode)
+    };
+    let (_, msg) = run("token");
+    assert!(
+        msg.contains("(server variables not passed to commands: VAULT_TOKEN, "),
+        "{msg}"
+    );
+    let (code, msg) = run("hang");
+    assert_eq!(code, DEADLINE_EXCEEDED, "{msg}");
+    assert!(
+        msg.contains("spec.limits.wallSeconds") && !msg.contains("server variables"),
+        "{msg}"
+    );
+    let (_, msg) = run("heap");
+    assert!(
+        msg.contains("MemoryError")
+            && msg.ends_with(
+                "(an allocation was refused: each process's heap is bounded by policy spec.limits.dataBytes: 1073741824; spec.limits.memoryBytes bounds the request as a whole)"
+            ),
+        "{msg}"
+    );
+    assert!(
+        !s.logs().contains("s.not-for-commands"),
+        "the value is logged"
+    );
+}

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// How tools say an allocation failed (Python, C/glibc, C++, Go, Node.js, Java).
+const OUT_OF_MEMORY: &[&str] = &[
+    "MemoryError",
+    "Cannot allocate memory",
+    "std::bad_alloc",
+    "runtime: out of memory",
+    "JavaScript heap out of memory",
+    "OutOfMemoryError",
+];
+
 /// A failed request in which the sandbox refused something says what and which policy field
 /// allows it, after the tool's own message (which may only say "403" or "no such host"):
 /// destinations the egress proxy refused, calls the seccomp profile denied (inet sockets under
@@ -59,26 +69,22 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
             ),
         });
     }
-    let mut message = if refused.is_empty() {
-        message
-    } else {
-        format!("{message} (the sandbox refused: {})", refused.join("; "))
-    };
-    // A command failed: it may have missed a server variable it is configured by. (Not when
-    // its output was refused: Argo CD's own words then stand alone.)
-    let command_failed = rec
-        .commands
-        .last()
-        .is_some_and(|c| c.exit_code != Some(0) || c.signal.is_some());
+    // A command failed on its own (no limit of the policy ended it): it may have missed a
+    // server variable it is configured by. The ones its own message names come first. (Not
+    // when its output was refused: Argo CD's own words then stand alone.)
+    let command_failed = rec.limit.is_none()
+        && rec
+            .commands
+            .last()
+            .is_some_and(|c| c.exit_code != Some(0) || c.signal.is_some());
+    let original = message.clone();
+    let mut message = message;
     if command_failed && !plan.withheld_env.is_empty() {
         jail_wire::record::update(record, |r| r.withheld_env = plan.withheld_env.clone());
-        let shown: Vec<&str> = plan
-            .withheld_env
-            .iter()
-            .take(8)
-            .map(String::as_str)
-            .collect();
-        let more = plan.withheld_env.len() - shown.len();
+        let mut withheld: Vec<&str> = plan.withheld_env.iter().map(String::as_str).collect();
+        withheld.sort_by_key(|n| !original.contains(n));
+        let shown = &withheld[..withheld.len().min(8)];
+        let more = withheld.len() - shown.len();
         message = format!(
             "{message} (server variables not passed to commands: {}{}; spec.env.pass allows them)",
             shown.join(", "),
@@ -87,6 +93,18 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
             } else {
                 String::new()
             }
+        );
+    }
+    // What the sandbox refused is the likelier cause: it comes last, where a reader looks.
+    if !refused.is_empty() {
+        message = format!("{message} (the sandbox refused: {})", refused.join("; "));
+    }
+    // A tool that ran out of memory with no OOM kill of the request's cgroup: an allocation
+    // refused under the per-process heap limit, not the request's memory limit.
+    if command_failed && OUT_OF_MEMORY.iter().any(|m| original.contains(m)) {
+        message = format!(
+            "{message} (an allocation was refused: each process's heap is bounded by policy spec.limits.dataBytes: {}; spec.limits.memoryBytes bounds the request as a whole)",
+            plan.data_bytes()
         );
     }
     Reply::Err {
