@@ -113,6 +113,43 @@ fn a_cidr_entry_covering_loopback_and_link_local_is_named_in_a_warning() {
     assert_eq!(v["egress"]["searchDomains"], true, "{v}");
 }
 
+/// `audit: true` lets everything through: `policy check` says so, and that it is for learning
+/// (mutant: no warning for audit mode -> none printed).
+#[test]
+fn audit_mode_is_named_in_a_warning() {
+    let d = tempfile::tempdir().expect("tmp");
+    let f = d.path().join("p.yaml");
+    let default = include_str!("../../../policies/default.yaml");
+    std::fs::write(
+        &f,
+        default.replacen(
+            "network: {mode: none}",
+            "network: {mode: allowList, audit: true}",
+            1,
+        ),
+    )
+    .expect("write");
+    std::fs::create_dir_all(d.path().join("seccomp")).expect("mkdir");
+    std::fs::write(
+        d.path().join("seccomp/default.json"),
+        include_str!("../../../policies/seccomp/default.json"),
+    )
+    .expect("profile");
+    let out = bin()
+        .args(["policy", "check"])
+        .arg(&f)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(
+        warnings,
+        [format!("warning: policy: {}", egress::AUDIT_WARNING)],
+        "{err}"
+    );
+}
+
 #[test]
 fn the_seccomp_profile_is_checked_with_the_policy() {
     let d = tempfile::tempdir().expect("tmp");

@@ -420,6 +420,15 @@ fn policy_suggest_writes_a_policy_per_project_that_serves_as_a_directory() {
         &["--policy", learning.to_str().expect("utf8")],
         &server_env,
     );
+    // The log says what audit mode does: nothing refused (mutant: the allowList line as for
+    // an enforced list -> "commands reach only spec.network.allow").
+    let logs = s.logs();
+    assert!(
+        logs.contains(
+            "NETWORK AUDIT MODE: spec.network.audit: true lets every destination through"
+        ) && !logs.contains("commands reach only spec.network.allow"),
+        "{logs}"
+    );
     let (_, msg) = call(&s, "team-a").expect_err("the token is withheld");
     assert!(msg.contains("TEAM_A_VAULT_TOKEN"), "{msg}");
     call(&s, "team-b").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));

@@ -36,7 +36,7 @@ pub use proxy::{
     ASKPASS_HOST, BLOCKING_THREADS, Connection, Decision, Limits, MAX_CONNECTIONS_TOTAL,
     MAX_THREADS, Proxy, ProxyHandle,
 };
-pub use rules::{AllowList, Cidr, Denial, HostPattern, Rule, Target, is_internal};
+pub use rules::{AUDIT_WARNING, AllowList, Cidr, Denial, HostPattern, Rule, Target, is_internal};
 
 /// Errors building an allow list.
 #[derive(Debug, thiserror::Error)]

@@ -404,6 +404,9 @@ impl AllowList {
     /// addresses without `internal: true` (those addresses stay refused).
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.audit {
+            out.push(AUDIT_WARNING.to_owned());
+        }
         for (i, r) in self.rules.iter().enumerate() {
             let Target::Cidr(c) = &r.target else { continue };
             if r.internal {
@@ -424,6 +427,9 @@ impl AllowList {
         out
     }
 }
+
+/// What `audit: true` means, for `policy check` and the server's start-up log.
+pub const AUDIT_WARNING: &str = "spec.network.audit: true lets every destination through (each connection is recorded, none refused): spec.network.allow is not enforced; a setting for learning what a plugin reaches (policy suggest), not for production (audit: false enforces the list)";
 
 /// Blocks a cidr entry admits only with `internal: true`, as a reviewer reads them.
 const SENSITIVE_BLOCKS: &[(&str, &str)] = &[

@@ -374,9 +374,17 @@ impl Supervisor {
             policy::NetworkMode::Egress => tracing::warn!(
                 "NETWORK EGRESS: commands share the host's network (the pod's own ports, the cloud metadata address, everything the pod reaches); spec.network.mode allowList admits only listed destinations"
             ),
+            policy::NetworkMode::AllowList
+                if plan.egress.as_ref().is_some_and(|(l, _)| l.audit) =>
+            {
+                tracing::warn!(
+                    destinations = plan.egress.as_ref().map_or(0, |(l, _)| l.rules.len()),
+                    "NETWORK AUDIT MODE: {}",
+                    egress::AUDIT_WARNING
+                );
+            }
             policy::NetworkMode::AllowList => tracing::info!(
                 destinations = plan.egress.as_ref().map_or(0, |(l, _)| l.rules.len()),
-                audit = plan.egress.as_ref().is_some_and(|(l, _)| l.audit),
                 "network allowList: commands reach only spec.network.allow, through the egress proxy; every connection is audited"
             ),
             policy::NetworkMode::None => {}

@@ -69,10 +69,23 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
             ),
         });
     }
-    // A command failed on its own (no limit of the policy ended it): it may have missed a
+    // A command failed on its own (no resource limit or deadline ended it; a refusal of the
+    // sandbox may be why, and is named below): it may have missed a
     // server variable it is configured by. The ones its own message names come first. (Not
     // when its output was refused: Argo CD's own words then stand alone.)
-    let command_failed = rec.limit.is_none()
+    let ended_by_a_limit = matches!(
+        rec.limit,
+        Some(
+            Limit::Memory
+                | Limit::Pids
+                | Limit::Disk
+                | Limit::WorkDisk
+                | Limit::Timeout
+                | Limit::Output
+                | Limit::Cancelled
+        )
+    );
+    let command_failed = !ended_by_a_limit
         && rec
             .commands
             .last()
