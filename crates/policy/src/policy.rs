@@ -315,10 +315,20 @@ impl Policy {
     /// What a reviewer should look at in a valid policy (each names its field): cidr entries
     /// that cover loopback, link-local or unspecified addresses without `internal: true`.
     pub fn warnings(&self) -> Vec<String> {
-        if self.network != NetworkMode::AllowList {
-            return Vec::new();
+        let mut out: Vec<String> = self
+            .env_pass
+            .iter()
+            .filter(|n| JAIL_SETS.contains(&n.as_str()))
+            .map(|n| {
+                format!(
+                    "spec.env.pass: {n} is set by the jail (the request's own home and /tmp, inside its tree), so the sidecar's {n} is never passed; a file a command reads from the sidecar's home belongs in the image under a spec.filesystem.readOnly path"
+                )
+            })
+            .collect();
+        if self.network == NetworkMode::AllowList {
+            out.extend(self.egress.warnings());
         }
-        self.egress.warnings()
+        out
     }
 
     /// Read and validate a policy file (its seccomp profile is resolved beside it).
@@ -459,6 +469,9 @@ pub struct PolicySet {
     /// The file each policy was read from, in the same order (empty for one policy).
     sources: Vec<String>,
 }
+
+/// Variables every jail sets for its commands, whatever `spec.env.pass` says.
+const JAIL_SETS: &[&str] = &["HOME", "TMPDIR"];
 
 /// Whether a directory entry named `name` is a policy file: `*.yaml` or `*.yml`, in any case
 /// (Kubernetes users write both); not hidden.
@@ -1095,6 +1108,30 @@ mod tests {
     fn with(from: &str, to: &str) -> Result<Policy, PolicyError> {
         assert!(DEFAULT_POLICY_YAML.contains(from), "fixture: {from}");
         Policy::parse(&DEFAULT_POLICY_YAML.replacen(from, to, 1), None)
+    }
+
+    /// `env.pass: [HOME]` is accepted (an existing policy keeps working) but changes nothing:
+    /// the jail sets HOME and TMPDIR. The reviewer is told so (mutant: no such warning).
+    #[test]
+    fn passing_what_the_jail_sets_is_named_in_a_warning() {
+        assert!(
+            Policy::default_policy()
+                .expect("default")
+                .warnings()
+                .is_empty()
+        );
+        let p = with(
+            "pass: [PATH, LANG, LC_ALL, TZ]",
+            "pass: [PATH, LANG, LC_ALL, TZ, HOME, TMPDIR]",
+        )
+        .expect("accepted");
+        let w = p.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("spec.env.pass: HOME is set by the jail")
+                && w[1].starts_with("spec.env.pass: TMPDIR is set by the jail"),
+            "{w:?}"
+        );
     }
 
     #[test]
