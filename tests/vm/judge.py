@@ -163,7 +163,7 @@ def judge(run):
         cgroup = (ev or {}).get("cgroup") or "?"
         kept = [l for l in r.get(f"root/cgroups-after-{app}").split() if l.endswith("/" + cgroup)]
         if app == "overrun":
-            ended = ev and ev.get("code") == "DeadlineExceeded" and ev.get("limit") == "timeout"
+            ended = ev and ev.get("code") == "DeadlineExceeded" and ev.get("limit") in ("timeout", "clientDeadline")
         else:
             ended = ev and ev.get("outcome") == "ok"
         r.row(

@@ -14,7 +14,7 @@ use plugin::{glob, params, split_manifests_within};
 use super::run::{CmdError, CmdSpec, run_recorded};
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::{STDERR_LINE, StderrLine};
-use jail_wire::record::Phase;
+use jail_wire::record::{Limit, Phase};
 use jail_wire::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
 
 /// One request as the jail runs it: its task, where its tree is, its clock and its record.
@@ -290,6 +290,10 @@ fn command_with_stdin(
         ..Default::default()
     };
     let out = run_recorded(&cs, deadline, cancel, &mut rec);
+    // Killed at the client's deadline, not one of ours.
+    if rec.ended_by == Some(Limit::Timeout) && limit == TimeLimit::Client {
+        rec.ended_by = Some(Limit::ClientDeadline);
+    }
     jail_wire::record::update(&req.record, |r| r.commands.push(rec));
     let out = out.map_err(|e| match e {
         CmdError::Deadline { argv, stderr, .. } => CmdError::Deadline {

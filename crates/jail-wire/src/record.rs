@@ -24,8 +24,11 @@ pub enum Limit {
     /// The node's disk under the work directory filled up: without a mount namespace the
     /// request's tree is written there and `spec.limits.diskBytes` does not apply.
     WorkDisk,
-    /// A deadline: the client's, the policy's wall clock or `ARGOCD_EXEC_TIMEOUT`.
+    /// A deadline of the server's: the policy's wall clock or `ARGOCD_EXEC_TIMEOUT`.
     Timeout,
+    /// The client's deadline (`grpc-timeout`: Argo CD's repo-server passes its caller's,
+    /// `controller.repo.server.timeout.seconds`), reached before the policy's wall clock.
+    ClientDeadline,
     /// A command's stdout or stderr budget (`spec.limits.outputBytes`).
     Output,
     /// A seccomp rule denied a call (or killed a command with SIGSYS).
@@ -51,6 +54,7 @@ impl Limit {
             Limit::Disk => "disk",
             Limit::WorkDisk => "workDisk",
             Limit::Timeout => "timeout",
+            Limit::ClientDeadline => "clientDeadline",
             Limit::Output => "output",
             Limit::Seccomp => "seccomp",
             Limit::Archive => "archive",
@@ -67,6 +71,7 @@ impl Limit {
         matches!(
             self,
             Limit::Timeout
+                | Limit::ClientDeadline
                 | Limit::Memory
                 | Limit::Pids
                 | Limit::Output
@@ -276,6 +281,7 @@ mod tests {
             Limit::Disk,
             Limit::WorkDisk,
             Limit::Timeout,
+            Limit::ClientDeadline,
             Limit::Output,
             Limit::Seccomp,
             Limit::Archive,

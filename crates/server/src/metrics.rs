@@ -85,7 +85,7 @@ pub struct Finished<'a> {
     pub bytes_in: u64,
     /// Manifest bytes returned.
     pub bytes_out: u64,
-    /// The limit that killed it (`timeout`, `memory`, `pids`, `output`, `seccomp`, `disk`).
+    /// The limit that killed it (`timeout`, `clientDeadline`, `memory`, `pids`, `output`, `seccomp`, `disk`).
     pub kill: Option<&'a str>,
     /// Extraction rejection class (`policy`, `limit`, `integrity`).
     pub rejection: Option<&'a str>,

@@ -589,7 +589,10 @@ impl CmpService {
                 Err(_) => {
                     // The runner kills its commands (TERM, then KILL) once cancelled.
                     cancel.cancel(CancelReason::Cancelled);
-                    ctx.limit = Some(Limit::Timeout);
+                    ctx.limit = Some(match limit {
+                        TimeLimit::Client => Limit::ClientDeadline,
+                        _ => Limit::Timeout,
+                    });
                     return Err(match limit {
                         TimeLimit::Request { seconds } => {
                             crate::status::request_wall_clock(seconds)

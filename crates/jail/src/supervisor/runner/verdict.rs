@@ -81,6 +81,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
                 | Limit::Disk
                 | Limit::WorkDisk
                 | Limit::Timeout
+                | Limit::ClientDeadline
                 | Limit::Output
                 | Limit::Cancelled
         )
