@@ -337,3 +337,55 @@ fn a_policy_directory_loads_yml_and_policy_check_names_what_it_skips() {
     );
     assert!(err.contains("policy \"team-b\" runs requests of"), "{err}");
 }
+
+/// `policy suggest` lowers a limit to what the runs needed only when every run finished: a
+/// request that failed after 135 ms says nothing of how long a finished one takes (once, it
+/// proposed wallSeconds 30, which then killed a 35 s init). Mutant: the failed run's figures
+/// used as a finished one's -> wallSeconds 30.
+#[test]
+fn suggest_never_lowers_a_limit_from_runs_that_did_not_finish() {
+    let d = tempfile::tempdir().expect("tmp");
+    let event = |outcome: &str| {
+        format!(
+            r#"{{"log":"audit","schema":"cmp-warden.audit/v1","rpc":"GenerateManifest","app":"a","outcome":"{outcome}","durationMs":135,"peakMemoryBytes":1048576,"commands":[{{"phase":"generate","argv":["sh"],"exitCode":{},"durationMs":120,"peakRssBytes":1048576,"stdoutBytes":10,"stderrBytes":10}}]}}"#,
+            if outcome == "ok" { 0 } else { 1 }
+        )
+    };
+    let suggest = |name: &str, events: &[String]| -> String {
+        let log = d.path().join(format!("{name}.jsonl"));
+        std::fs::write(&log, events.join("\n") + "\n").expect("log");
+        let out = d.path().join(name);
+        let run = bin()
+            .args(["policy", "suggest", "--audit-log"])
+            .arg(&log)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("suggest");
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        std::fs::read_to_string(out.join("policy.yaml")).expect("policy.yaml")
+    };
+    // The request wall clock (spec.limits', the first wallSeconds; the archive's follows).
+    let wall = |text: &str| -> Option<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| l.trim_start().strip_prefix("wallSeconds: "))
+            .and_then(|v| v.split_whitespace().next())
+            .map(str::to_owned)
+    };
+    // Finished runs: room above what they needed (x3, at least 30 s).
+    let finished = suggest("finished", &[event("ok")]);
+    assert_eq!(wall(&finished).as_deref(), Some("30"), "{finished}");
+    // One of them failed: the input's 300 s stays, and the note says why.
+    let failed = suggest("failed", &[event("ok"), event("error")]);
+    assert_eq!(wall(&failed).as_deref(), Some("300"), "{failed}");
+    assert!(
+        failed.contains("limits.wallSeconds: 300 kept")
+            && failed.contains("1 request(s) did not finish"),
+        "{failed}"
+    );
+}

@@ -137,6 +137,9 @@ struct Observed {
     duration_ms: u64,
     output: u64,
     limits_hit: Vec<(String, String)>,
+    /// Requests that did not finish `ok`: their figures (time, memory, output) stop where
+    /// they failed, short of what a finished run needs.
+    unfinished: usize,
     /// Destinations commands asked the egress proxy for: (host, port) → needed `internal`.
     egress: std::collections::BTreeMap<(String, u16), bool>,
     /// Server variables withheld from a command that failed and that it named (its argv, or
@@ -265,6 +268,9 @@ fn observe(text: &str) -> Observed {
             .peak_memory
             .max(e["peakMemoryBytes"].as_u64().unwrap_or(0));
         o.duration_ms = o.duration_ms.max(e["durationMs"].as_u64().unwrap_or(0));
+        if e["outcome"] != "ok" {
+            o.unfinished += 1;
+        }
         for c in e["commands"].as_array().into_iter().flatten() {
             o.peak_memory = o.peak_memory.max(c["peakRssBytes"].as_u64().unwrap_or(0));
             o.output = o
@@ -811,32 +817,50 @@ fn allow_denied_calls(
     }
 }
 
-/// Limits: room above what was observed, never below it.
+/// Limits: room above what was observed, never below it; and, when a request did not
+/// finish, never below the input policy either (its figures stop where it failed: a 135 ms
+/// failure once proposed wallSeconds 30 for a 35 s init).
 fn suggest_limits(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
+    let keep = o.unfinished > 0;
+    // `want`, or the input's value when it is larger and some request did not finish.
+    let mut set = |field: &str, current: &mut u64, want: u64, why: String| {
+        if keep && want < *current {
+            notes.push(format!(
+                "limits.{field}: {current} kept ({why} would lower it, but {} request(s) did not finish, so their figures are short of a finished run's)",
+                o.unfinished
+            ));
+        } else {
+            notes.push(format!("limits.{field}: {want} ({why})"));
+            *current = want;
+        }
+    };
     if o.peak_memory > 0 {
         let want = round_up(o.peak_memory.saturating_mul(2), 64 * MI).max(256 * MI);
-        notes.push(format!(
-            "limits.memoryBytes: {want} (observed peak {} bytes, x2)",
-            o.peak_memory
-        ));
-        p.limits.memory_bytes = want;
-        p.limits.data_bytes = p.limits.data_bytes.max(want);
+        set(
+            "memoryBytes",
+            &mut p.limits.memory_bytes,
+            want,
+            format!("observed peak {} bytes, x2", o.peak_memory),
+        );
+        p.limits.data_bytes = p.limits.data_bytes.max(p.limits.memory_bytes);
     }
     if o.duration_ms > 0 {
         let want = (o.duration_ms.saturating_mul(3).div_ceil(1000)).max(30);
-        notes.push(format!(
-            "limits.wallSeconds: {want} (slowest request {} ms, x3)",
-            o.duration_ms
-        ));
-        p.limits.wall_seconds = want;
+        set(
+            "wallSeconds",
+            &mut p.limits.wall_seconds,
+            want,
+            format!("slowest request {} ms, x3", o.duration_ms),
+        );
     }
     if o.output > 0 {
         let want = round_up(o.output.saturating_mul(4), MI);
-        notes.push(format!(
-            "limits.outputBytes: {want} (largest stdout/stderr {} bytes, x4)",
-            o.output
-        ));
-        p.limits.output_bytes = want;
+        set(
+            "outputBytes",
+            &mut p.limits.output_bytes,
+            want,
+            format!("largest stdout/stderr {} bytes, x4", o.output),
+        );
     }
     for (limit, app) in &o.limits_hit {
         notes.push(format!(
