@@ -146,7 +146,13 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
         assert!(cg.contains(held), "{held} in {cg}");
     }
     let rl = check(&v, "rlimits")["detail"].as_str().unwrap_or("");
-    assert!(rl.contains("CORE=0") && rl.contains("NOFILE=4096"), "{rl}");
+    // Each with the policy field an operator changes it by (mutant: the values alone).
+    assert!(
+        rl.contains("CORE=0")
+            && rl.contains("NOFILE=4096 (spec.limits.openFiles)")
+            && rl.contains("DATA=1073741824 (spec.limits.dataBytes)"),
+        "{rl}"
+    );
     // This VM's root filesystem is writable, and doctor says so.
     assert_check(&v, "readOnlyRootFilesystem", false, false, "unavailable");
     // The tree cache's keeper started as `serve` starts it (and stopped with doctor).

@@ -472,6 +472,18 @@ pub(super) fn cgroups_check(f: &Found<'_>) -> Check {
     check("cgroups", true, required, status, detail)
 }
 
+/// The policy field an rlimit of the jail comes from (CORE is always 0).
+fn rlimit_field(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "NOFILE" => "spec.limits.openFiles",
+        "FSIZE" => "spec.limits.fileSizeBytes",
+        "DATA" => "spec.limits.dataBytes",
+        "AS" => "spec.limits.addressSpaceBytes",
+        "NPROC" => "spec.limits.pids",
+        _ => return None,
+    })
+}
+
 pub(super) fn rlimits_check(f: &Found<'_>) -> Check {
     let rl = f.report.map(|r| &r.rlimits);
     // RLIMIT_NPROC counts a UID's processes: a bound per request only when the UID is the
@@ -495,10 +507,15 @@ pub(super) fn rlimits_check(f: &Found<'_>) -> Check {
                     .iter()
                     .filter(|(n, _)| unique || n != "NPROC")
                     .map(|(n, x)| {
-                        if *x == u64::MAX {
+                        let value = if *x == u64::MAX {
                             format!("{n}=unlimited")
                         } else {
                             format!("{n}={x}")
+                        };
+                        // The policy field each comes from, as an operator changes it.
+                        match rlimit_field(n) {
+                            Some(field) => format!("{value} ({field})"),
+                            None => value,
                         }
                     })
                     .collect::<Vec<_>>()
