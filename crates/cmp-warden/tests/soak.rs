@@ -5,7 +5,7 @@
 //! third), each stays within what the warm-up reached, and RSS does not climb; once the
 //! traffic stops, everything is back to the idle spares.
 //!
-//! CI runs the short form (`CMP_WARDEN_SOAK_SECONDS`, 150 by default, a sample every 10 s);
+//! CI runs the short form (`CMP_WARDEN_SOAK_SECONDS`, 90 by default, a sample every 10 s);
 //! BENCHMARKS.md's 30-minute run and its plot come from `benches/soak --minutes 30`, which
 //! runs this test with `CMP_WARDEN_SOAK_SECONDS`, `CMP_WARDEN_SOAK_SAMPLE_SECONDS` and
 //! `CMP_WARDEN_SOAK_CSV`; every run (this short one too) plots its samples with
@@ -240,7 +240,7 @@ fn request(s: &Server, kind: Kind, n: u64, hit: &Path) -> Result<(), String> {
 #[test]
 fn mixed_traffic_leaves_every_resource_flat() {
     needs_root!(NEEDS_ROOT);
-    let seconds = env_secs("CMP_WARDEN_SOAK_SECONDS", 150);
+    let seconds = env_secs("CMP_WARDEN_SOAK_SECONDS", 90);
     let every = env_secs("CMP_WARDEN_SOAK_SAMPLE_SECONDS", 10);
     let pol = tempfile::tempdir().expect("tmp");
     let (first, _) = policies(pol.path());
