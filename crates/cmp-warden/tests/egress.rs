@@ -240,6 +240,35 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
         msg.contains("spec.network.mode is none; allowList with spec.network.allow"),
         "{msg}"
     );
+
+    // The same repository by its address: helm (Go) skips the proxy for an IP address, so
+    // its direct connect is refused, and it says only "permission denied". The note names
+    // the bypass and the fix (mutant: no such note -> helm's words alone).
+    let plugin = std::fs::read_to_string(examples_dir().join("helm-dependencies/plugin.yaml"))
+        .expect("plugin.yaml")
+        .replace(
+            "https://charts.example.test:18443/",
+            "https://127.0.0.1:18443/",
+        );
+    let path = path_with_tools();
+    let p = example_policy("helm-dependencies", &pol.path().join("by-address"));
+    let a = Server::start_env(
+        &plugin,
+        &[
+            "--policy",
+            p.to_str().expect("utf8"),
+            "--allowed-uids",
+            "any",
+        ],
+        &[("PATH", path.as_str())],
+    );
+    let (_, msg) = generate(&a, "helm-dependencies").expect_err("a direct connection");
+    assert!(
+        msg.contains("dial tcp 127.0.0.1:18443: connect: permission denied")
+            && msg.contains("a direct connection to 127.0.0.1:18443, not through the egress proxy")
+            && msg.contains("spec.network.hosts"),
+        "{msg}"
+    );
 }
 
 const VAULT_ENV: &[(&str, &str)] = &[

@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// The address of a direct TCP connect Go reports as refused (`dial tcp ADDR: connect:
+/// permission denied`, as Landlock's refusal reads).
+fn direct_connect_refused(message: &str) -> Option<&str> {
+    let (before, _) = message.split_once(": connect: permission denied")?;
+    let (_, addr) = before.rsplit_once("dial tcp ")?;
+    (!addr.is_empty() && addr.len() < 300).then_some(addr)
+}
+
 /// How tools say an allocation failed (Python, C/glibc, C++, Go, Node.js, Java).
 const OUT_OF_MEMORY: &[&str] = &[
     "MemoryError",
@@ -108,6 +116,15 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
                 String::new()
             }
         );
+    }
+    // A Go tool (helm, kustomize, …) skips the proxy for loopback and IP destinations: the
+    // direct connect is refused, and its error says only "permission denied".
+    if network == policy::NetworkMode::AllowList
+        && let Some(addr) = direct_connect_refused(&original)
+    {
+        refused.push(format!(
+            "a direct connection to {addr}, not through the egress proxy: under spec.network.mode allowList commands reach destinations only through HTTPS_PROXY/HTTP_PROXY, which Go tools skip for localhost and IP addresses (NO_PROXY cannot change that); name the destination by a hostname in spec.network.allow, pinned to its address in spec.network.hosts"
+        ));
     }
     // What the sandbox refused is the likelier cause: it comes last, where a reader looks.
     if !refused.is_empty() {
