@@ -175,6 +175,69 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
     );
 }
 
+/// Every field `doctor --json` writes is in docs/audit.md's example of the format, and every
+/// check it runs is in the doc's list of stable check names (mutant: a field or check the
+/// doc leaves out, as `gaps` and `environment` were).
+#[test]
+fn every_doctor_field_and_check_is_documented() {
+    needs_root!(NEEDS_ROOT);
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/audit.md"))
+            .expect("docs/audit.md");
+    let section = doc
+        .split("## Audit events")
+        .next()
+        .expect("the doctor section");
+    let example = section
+        .split("```json")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the doctor JSON example");
+    let documented: Value = serde_json::from_str(example).expect("the example parses");
+    // A policy directory adds `selected`: run with one, so every optional field is there.
+    let pol = tempfile::tempdir().expect("tmp");
+    write_policy(&pol.path().join("default.yaml"), &[]);
+    let default = std::fs::read_to_string(pol.path().join("default.yaml")).expect("read");
+    let team: String = default
+        .lines()
+        .filter(|l| {
+            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
+                .iter()
+                .any(|f| l.starts_with(f))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replacen("name: default", "name: team-a", 1)
+        .replacen("spec:\n", "spec:\n  select: {projects: [team-a]}\n", 1);
+    std::fs::write(pol.path().join("team-a.yaml"), team).expect("write");
+    let (out, v) = doctor(&[], &["--policy", pol.path().to_str().expect("utf8")], &[]);
+    assert!(out.status.success(), "{v:#}");
+    let missing: Vec<&String> = v
+        .as_object()
+        .expect("object")
+        .keys()
+        .filter(|k| documented.get(k.as_str()).is_none())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in docs/audit.md's example: {missing:?}"
+    );
+    for c in v["checks"].as_array().expect("checks") {
+        let name = c["name"].as_str().expect("name");
+        let listed = match name.strip_prefix("namespace.") {
+            Some(ns) => {
+                section.contains("`namespace.user|mount|pid|net|ipc|uts|cgroup`")
+                    && ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"].contains(&ns)
+            }
+            None => section.contains(&format!("`{name}`")),
+        };
+        assert!(
+            listed,
+            "check {name} is not in docs/audit.md's stable names"
+        );
+    }
+}
+
 #[test]
 fn unprivileged_with_the_default_policy_refuses_and_says_why() {
     needs_root!(NEEDS_ROOT);
