@@ -238,6 +238,33 @@ fn every_doctor_field_and_check_is_documented() {
     }
 }
 
+/// doctor says what the network policy lets commands reach, in its fields' names (mutant:
+/// no `network` check -> "no check network").
+#[test]
+fn doctor_shows_the_network_policy_with_its_fields() {
+    needs_root!(NEEDS_ROOT);
+    let pol = tempfile::tempdir().expect("tmp");
+    let file = pol.path().join("policy.yaml");
+    write_policy(
+        &file,
+        &[(
+            "network: {mode: none}",
+            "network: {mode: allowList, allow: [{host: vault.example, ports: [8200]}, {host: charts.example.test, ports: [443], internal: true}], hosts: {charts.example.test: [127.0.0.1]}}",
+        )],
+    );
+    let (out, v) = doctor(&[], &["--policy", file.to_str().expect("utf8")], &[]);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(
+        check(&v, "network")["detail"],
+        "spec.network.mode: allowList, through the egress proxy; spec.network.allow: vault.example:8200, charts.example.test:443 (internal); spec.network.hosts: charts.example.test -> 127.0.0.1"
+    );
+    let (_, v) = doctor(&[], &[], &[]);
+    assert_eq!(
+        check(&v, "network")["detail"],
+        "spec.network.mode: none: commands get no network (no inet socket; loopback only)"
+    );
+}
+
 #[test]
 fn unprivileged_with_the_default_policy_refuses_and_says_why() {
     needs_root!(NEEDS_ROOT);

@@ -61,6 +61,7 @@ pub(super) fn assemble_as(
     let mut checks = vec![unique_uid_check(&f)];
     checks.extend(shared_uid_check(&f));
     checks.push(environment_check(policy, env));
+    checks.push(network_check(policy));
     checks.extend([
         capabilities_check(&f),
         supervisor_capabilities_check(held, &kept),
@@ -178,6 +179,56 @@ pub(super) fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> 
             }
         ),
     )
+}
+
+/// What the policy lets commands reach, with the fields that say it: the mode, and under
+/// `allowList` each destination, the pinned names and whether audit mode lets all through.
+pub(super) fn network_check(policy: &Policy) -> Check {
+    let detail = match policy.network {
+        NetworkMode::None => {
+            "spec.network.mode: none: commands get no network (no inet socket; loopback only)"
+                .to_owned()
+        }
+        NetworkMode::Egress => "spec.network.mode: egress: commands share the pod's network (every destination the pod reaches)".to_owned(),
+        NetworkMode::AllowList => {
+            let l = &policy.egress;
+            let allow: Vec<String> = l
+                .rules
+                .iter()
+                .map(|r| {
+                    let target = match &r.target {
+                        egress::Target::Host(h) => h.to_string(),
+                        egress::Target::Cidr(c) => c.to_string(),
+                    };
+                    let ports: Vec<String> = r.ports.iter().map(u16::to_string).collect();
+                    format!(
+                        "{target}:{}{}",
+                        ports.join("|"),
+                        if r.internal { " (internal)" } else { "" }
+                    )
+                })
+                .collect();
+            let hosts: Vec<String> = l
+                .hosts
+                .iter()
+                .map(|(n, a)| {
+                    let a: Vec<String> = a.iter().map(ToString::to_string).collect();
+                    format!("{n} -> {}", a.join(", "))
+                })
+                .collect();
+            format!(
+                "spec.network.mode: allowList, through the egress proxy; spec.network.allow: {}; spec.network.hosts: {}{}",
+                if allow.is_empty() { "none".to_owned() } else { allow.join(", ") },
+                if hosts.is_empty() { "none".to_owned() } else { hosts.join("; ") },
+                if l.audit {
+                    "; spec.network.audit: true: every destination is let through and recorded, the list is not enforced"
+                } else {
+                    ""
+                }
+            )
+        }
+    };
+    check("network", true, false, Status::Info, detail)
 }
 
 /// Only in the shared-UID model: what it cannot give on this node.
