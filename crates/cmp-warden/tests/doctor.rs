@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{Server, bin, plugin, write_policy};
+use common::{Server, bin, plugin, selected_policy, write_policy};
 use serde_json::Value;
 
 /// Why these tests need root (printed when one skips).
@@ -198,17 +198,7 @@ fn every_doctor_field_and_check_is_documented() {
     let pol = tempfile::tempdir().expect("tmp");
     write_policy(&pol.path().join("default.yaml"), &[]);
     let default = std::fs::read_to_string(pol.path().join("default.yaml")).expect("read");
-    let team: String = default
-        .lines()
-        .filter(|l| {
-            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                .iter()
-                .any(|f| l.starts_with(f))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect::<String>()
-        .replacen("name: default", "name: team-a", 1)
-        .replacen("spec:\n", "spec:\n  select: {projects: [team-a]}\n", 1);
+    let team = selected_policy(&default, "team-a", "team-a");
     std::fs::write(pol.path().join("team-a.yaml"), team).expect("write");
     let (out, v) = doctor(&[], &["--policy", pol.path().to_str().expect("utf8")], &[]);
     assert!(out.status.success(), "{v:#}");

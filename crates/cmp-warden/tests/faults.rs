@@ -58,19 +58,6 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Incompressible bytes (the archive's limits are not what this test is about).
-fn noise(n: usize) -> String {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
-        .collect()
-}
-
 #[test]
 fn a_full_work_disk_fails_the_request_naming_the_disk_and_the_next_one_succeeds() {
     needs_root!(NEEDS_ROOT);
@@ -95,7 +82,7 @@ fn a_full_work_disk_fails_the_request_naming_the_disk_and_the_next_one_succeeds(
         &["--policy", pol.to_str().expect("utf8")],
         &[("ARGOCD_CMP_WORKDIR", work.to_str().expect("utf8"))],
     );
-    let big = noise(6 << 20);
+    let big = noise(6 << 20, 1);
     let full = repo(&[("cm.yaml", "a: 1\n"), ("big.txt", &big)]);
     let small = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
     let (code, msg) = go(
@@ -361,17 +348,7 @@ fn a_stop_while_a_spare_is_prepared_leaves_nothing() {
     let (first, count) = write_policy(&pol.path().join("default.yaml"), &[]);
     let default = std::fs::read_to_string(pol.path().join("default.yaml")).expect("read");
     // The default's file with what is node-wide left out, selecting one project.
-    let team: String = default
-        .lines()
-        .filter(|l| {
-            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                .iter()
-                .any(|f| l.starts_with(f))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect::<String>()
-        .replacen("name: default", "name: team-a", 1)
-        .replacen("spec:\n", "spec:\n  select: {projects: [team-a]}\n", 1);
+    let team = selected_policy(&default, "team-a", "team-a");
     std::fs::write(pol.path().join("team-a.yaml"), team).expect("write");
     let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
     let dir = r.path().to_str().expect("utf8").to_owned();
@@ -597,8 +574,7 @@ fn describe(pid: i32) -> String {
 /// A generate call (tonic) that sends the header and half the archive, then waits with its
 /// stream open: the server is receiving when something happens to it.
 fn receiving_in_background(s: &Server) -> std::thread::JoinHandle<CallResult> {
-    use common::grpc::{channel_at, file, good_tgz, meta, rt, sha};
-    use proto::plugin::config_management_plugin_service_client::ConfigManagementPluginServiceClient;
+    use common::grpc::{client_at, file, good_tgz, meta, rt, sha};
     let tgz = good_tgz();
     let sock = s.sock.clone();
     std::thread::spawn(move || {
@@ -606,7 +582,7 @@ fn receiving_in_background(s: &Server) -> std::thread::JoinHandle<CallResult> {
             let (tx, rx) = tokio::sync::mpsc::channel(4);
             tx.send(meta(&sha(&tgz), ".")).await.expect("send");
             tx.send(file(&tgz[..tgz.len() / 2])).await.expect("send");
-            let mut c = ConfigManagementPluginServiceClient::new(channel_at(sock).await);
+            let mut c = client_at(sock).await;
             let got = c
                 .generate_manifest(tokio_stream::wrappers::ReceiverStream::new(rx))
                 .await;

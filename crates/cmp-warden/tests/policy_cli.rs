@@ -71,22 +71,14 @@ fn refuses_malformed_policies_with_the_field_named() {
     assert_eq!(out.status.code(), Some(1));
 }
 
-/// A cidr entry that covers loopback and the metadata address without `internal: true` is
-/// valid (those addresses stay refused) and the reviewer is told which, naming the entry.
-#[test]
-fn a_cidr_entry_covering_loopback_and_link_local_is_named_in_a_warning() {
+/// `policy check` of the default policy with `network` for its network line (its seccomp
+/// profile beside it), which must pass: its output, stderr and warning lines.
+fn check_with_network(network: &str) -> (std::process::Output, String, Vec<String>) {
     let d = tempfile::tempdir().expect("tmp");
     let f = d.path().join("p.yaml");
     let default = include_str!("../../../policies/default.yaml");
-    std::fs::write(
-        &f,
-        default.replacen(
-            "network: {mode: none}",
-            "network: {mode: allowList, allow: [{host: vault.example, ports: [8200]}, {cidr: 0.0.0.0/0, ports: [443]}, {cidr: 10.0.0.0/8, ports: [443]}, {cidr: '::/0', ports: [443], internal: true}], searchDomains: true}",
-            1,
-        ),
-    )
-    .expect("write");
+    assert!(default.contains("network: {mode: none}"), "policy fixture");
+    std::fs::write(&f, default.replacen("network: {mode: none}", network, 1)).expect("write");
     std::fs::create_dir_all(d.path().join("seccomp")).expect("mkdir");
     std::fs::write(
         d.path().join("seccomp/default.json"),
@@ -98,9 +90,23 @@ fn a_cidr_entry_covering_loopback_and_link_local_is_named_in_a_warning() {
         .arg(&f)
         .output()
         .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+    let warnings = err
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .map(str::to_owned)
+        .collect();
+    (out, err, warnings)
+}
+
+/// A cidr entry that covers loopback and the metadata address without `internal: true` is
+/// valid (those addresses stay refused) and the reviewer is told which, naming the entry.
+#[test]
+fn a_cidr_entry_covering_loopback_and_link_local_is_named_in_a_warning() {
+    let (out, err, warnings) = check_with_network(
+        "network: {mode: allowList, allow: [{host: vault.example, ports: [8200]}, {cidr: 0.0.0.0/0, ports: [443]}, {cidr: 10.0.0.0/8, ports: [443]}, {cidr: '::/0', ports: [443], internal: true}], searchDomains: true}",
+    );
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(
         warnings[0]
@@ -117,32 +123,7 @@ fn a_cidr_entry_covering_loopback_and_link_local_is_named_in_a_warning() {
 /// (mutant: no warning for audit mode -> none printed).
 #[test]
 fn audit_mode_is_named_in_a_warning() {
-    let d = tempfile::tempdir().expect("tmp");
-    let f = d.path().join("p.yaml");
-    let default = include_str!("../../../policies/default.yaml");
-    std::fs::write(
-        &f,
-        default.replacen(
-            "network: {mode: none}",
-            "network: {mode: allowList, audit: true}",
-            1,
-        ),
-    )
-    .expect("write");
-    std::fs::create_dir_all(d.path().join("seccomp")).expect("mkdir");
-    std::fs::write(
-        d.path().join("seccomp/default.json"),
-        include_str!("../../../policies/seccomp/default.json"),
-    )
-    .expect("profile");
-    let out = bin()
-        .args(["policy", "check"])
-        .arg(&f)
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+    let (_, err, warnings) = check_with_network("network: {mode: allowList, audit: true}");
     assert_eq!(
         warnings,
         [format!("warning: policy: {}", egress::AUDIT_WARNING)],
@@ -303,17 +284,7 @@ fn a_policy_directory_loads_yml_and_policy_check_names_what_it_skips() {
     .expect("profile");
     let default = include_str!("../../../policies/default.yaml");
     std::fs::write(d.path().join("default.yaml"), default).expect("write");
-    let team: String = default
-        .lines()
-        .filter(|l| {
-            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                .iter()
-                .any(|f| l.starts_with(f))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect::<String>()
-        .replacen("name: default", "name: team-b", 1)
-        .replacen("spec:\n", "spec:\n  select: {projects: [team-b]}\n", 1);
+    let team = common::selected_policy(default, "team-b", "team-b");
     std::fs::write(d.path().join("team-b.yml"), team).expect("write");
     std::fs::write(d.path().join("notes.txt"), "not a policy\n").expect("write");
     let out = bin()

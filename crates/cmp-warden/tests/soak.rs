@@ -172,32 +172,9 @@ fn policies(dir: &Path) -> (u32, u32) {
     }
     let (first, count) = write_policy(&dir.join("default.yaml"), &edits);
     let default = std::fs::read_to_string(dir.join("default.yaml")).expect("read");
-    let team: String = default
-        .lines()
-        .filter(|l| {
-            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                .iter()
-                .any(|f| l.starts_with(f))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect::<String>()
-        .replacen("name: default", "name: team-a", 1)
-        .replacen("spec:\n", "spec:\n  select: {projects: [team-a]}\n", 1);
+    let team = selected_policy(&default, "team-a", "team-a");
     std::fs::write(dir.join("team-a.yaml"), team).expect("write");
     (first, count)
-}
-
-/// Incompressible text, different for each `seed`.
-fn noise(n: usize, seed: u64) -> String {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
-        .collect()
 }
 
 /// One request of `kind`; `Err` says what was wrong with its answer.

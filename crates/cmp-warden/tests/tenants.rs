@@ -49,21 +49,8 @@ fn secret_store() -> u16 {
 fn policy_dir(dir: &Path, port: u16) {
     write_policy(&dir.join("default.yaml"), &[]);
     let default = std::fs::read_to_string(dir.join("default.yaml")).expect("read");
-    let mut team_a: String = default
-        .lines()
-        .filter(|l| {
-            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                .iter()
-                .any(|f| l.starts_with(f))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let mut team_a = selected_policy(&default, "team-a", "team-a");
     for (from, to) in [
-        ("name: default", "name: team-a".to_owned()),
-        (
-            "spec:\n",
-            "spec:\n  select: {projects: [team-a]}\n".to_owned(),
-        ),
         (
             "pass: [PATH, LANG, LC_ALL, TZ]",
             "pass: [PATH, LANG, LC_ALL, TZ, TEAM_A_VAULT_TOKEN]".to_owned(),

@@ -413,18 +413,8 @@ fn a_selected_policys_disk_and_file_limits_hold_on_cached_trees() {
     let t = tempfile::tempdir().expect("tmp");
     write_policy(&t.path().join("default.yaml"), &[]);
     let default = std::fs::read_to_string(t.path().join("default.yaml")).expect("read");
-    let mut tenant: String = default
-        .lines()
-        .filter(|l| {
-            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                .iter()
-                .any(|f| l.starts_with(f))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let mut tenant = selected_policy(&default, "small-disk", "small");
     for (from, to) in [
-        ("name: default", "name: small-disk"),
-        ("spec:\n", "spec:\n  select: {projects: [small]}\n"),
         ("fileSizeBytes: 1Gi", "fileSizeBytes: 4Mi"),
         ("diskBytes: 2Gi", "diskBytes: 16Mi"),
     ] {

@@ -90,6 +90,27 @@ impl AppSetService {
     }
 }
 
+/// The runner of a generator without a command source: never asked to run anything.
+#[derive(Debug)]
+pub struct NoCommands;
+
+impl Runner for NoCommands {
+    fn execute(
+        &self,
+        _spec: &jail::RequestSpec,
+        _input: Box<dyn std::io::Read + Send>,
+        _cancel: &CancelToken,
+    ) -> Result<jail::Executed, jail::RequestError> {
+        Err(jail::RequestError::internal(
+            "this generator has no command source",
+        ))
+    }
+    fn reclaim(&self, _spec: &jail::RequestSpec) {}
+    fn describe(&self) -> &'static str {
+        "no commands (static or file source)"
+    }
+}
+
 /// An HTTP error: status, a short machine word and the message the controller shows.
 #[derive(Debug, Clone)]
 pub struct HttpError {

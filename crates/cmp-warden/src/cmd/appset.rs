@@ -186,7 +186,7 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
             );
             (
                 None,
-                Arc::new(NoCommands) as Arc<dyn jail::Runner>,
+                Arc::new(server::appset::NoCommands) as Arc<dyn jail::Runner>,
                 Arc::new(plan),
             )
         };
@@ -207,25 +207,4 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
         grace: Duration::from_secs(a.shutdown_grace),
         metrics: metrics_listener,
     })
-}
-
-/// The runner of a generator without a command source: never asked to run anything.
-#[derive(Debug)]
-struct NoCommands;
-
-impl jail::Runner for NoCommands {
-    fn execute(
-        &self,
-        _spec: &jail::RequestSpec,
-        _input: Box<dyn std::io::Read + Send>,
-        _cancel: &jail::CancelToken,
-    ) -> Result<jail::Executed, jail::RequestError> {
-        Err(jail::RequestError::internal(
-            "this generator has no command source",
-        ))
-    }
-    fn reclaim(&self, _spec: &jail::RequestSpec) {}
-    fn describe(&self) -> &'static str {
-        "no commands (static or file source)"
-    }
 }

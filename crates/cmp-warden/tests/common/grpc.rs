@@ -32,7 +32,14 @@ pub async fn channel_at(sock: PathBuf) -> tonic::transport::Channel {
 }
 
 pub async fn client(s: &Server) -> ConfigManagementPluginServiceClient<tonic::transport::Channel> {
-    ConfigManagementPluginServiceClient::new(channel(s).await)
+    client_at(s.sock.clone()).await
+}
+
+/// A client of the unix socket `sock` (for a thread that does not hold the [`Server`]).
+pub async fn client_at(
+    sock: PathBuf,
+) -> ConfigManagementPluginServiceClient<tonic::transport::Channel> {
+    ConfigManagementPluginServiceClient::new(channel_at(sock).await)
 }
 
 pub fn meta(checksum: &str, app_rel_path: &str) -> AppStreamRequest {
