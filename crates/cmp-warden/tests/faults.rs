@@ -435,7 +435,6 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
         mode == "receiving" || !s.busy_uids(first, count).is_empty(),
         "no process of the request in the range: {before:?}"
     );
-    let alive = |(pid, started): &&(i32, String)| start_time(*pid).as_ref() == Some(started);
     // In `daemon` mode the crash takes the jails with the server (as an OOM kill of the
     // sidecar's processes might): stopped first, so that none reacts to the server's death by
     // killing its UID itself, then killed after it. The request's commands are left for the
@@ -473,14 +472,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     for pid in &jails {
         signal(*pid, rustix::process::Signal::KILL);
     }
-    wait_until(std::time::Duration::from_secs(10), || {
-        !helpers.iter().any(|p| alive(&p))
-    });
-    let stayed: Vec<_> = helpers
-        .iter()
-        .filter(|p| alive(p))
-        .map(|(pid, _)| describe(*pid))
-        .collect();
+    let stayed = still_running(&helpers, 10);
     assert!(
         stayed.is_empty(),
         "the killed server's helpers outlived it: {stayed:#?}"
@@ -502,14 +494,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     // The restarted server swept what the dead one left: the request's processes (its UID),
     // its tree, its request cgroup.
     // (Killed by the sweep, they may take a moment to be gone.)
-    wait_until(std::time::Duration::from_secs(5), || {
-        !before.iter().any(|p| alive(&p))
-    });
-    let survivors: Vec<_> = before
-        .iter()
-        .filter(|p| alive(p))
-        .map(|(pid, _)| describe(*pid))
-        .collect();
+    let survivors = still_running(&before, 5);
     assert!(
         survivors.is_empty(),
         "processes of the dead server survived its restart: {survivors:#?}"
@@ -538,6 +523,20 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
         .filter(|d| d.exists())
         .collect();
     assert!(left.is_empty(), "instance cgroups left: {left:?}");
+}
+
+/// Of `procs` (PID and start time), those still running after up to `secs` seconds, as a
+/// failure message shows them.
+fn still_running(procs: &[(i32, String)], secs: u64) -> Vec<String> {
+    let alive = |(pid, started): &(i32, String)| start_time(*pid).as_ref() == Some(started);
+    wait_until(std::time::Duration::from_secs(secs), || {
+        !procs.iter().any(alive)
+    });
+    procs
+        .iter()
+        .filter(|p| alive(p))
+        .map(|(pid, _)| describe(*pid))
+        .collect()
 }
 
 /// A process's start time (field 22 of /proc/PID/stat), which tells a PID's reuse apart.
