@@ -1026,16 +1026,18 @@ fn the_monitoring_kit_names_only_exported_metrics_and_its_alerts_fire() {
 }
 
 /// The end of an error is where a reader looks for its cause. A command that failed on its
-/// own gets the server variables it did not get, those its own words name first (here
-/// `VAULT_TOKEN`, which sorts after some fifty of the test's own variables: mutant, the
-/// names in alphabetical order -> it is among "and N more"); a request a limit ended gets no
-/// such note (the limit is the cause: mutant, the note on every failed command -> the wall
-/// clock's error ends with it); a tool out of heap gets the per-process limit that refused
-/// the allocation, `spec.limits.dataBytes`, not the request's memory (mutant: no such hint).
+/// own gets the server variables it did not get, only those its own words or argv name (here
+/// `VAULT_TOKEN`, spelled so that only its message names it, among some fifty withheld test
+/// variables: mutant, every withheld name listed
+/// -> others follow it), and none when it named none (the full list is in the audit event);
+/// a request a limit ended gets no such note (the limit is the cause: mutant, the note on
+/// every failed command -> the wall clock's error ends with it); a tool out of heap gets the
+/// per-process limit that refused the allocation, `spec.limits.dataBytes`, not the request's
+/// memory (mutant: no such hint).
 #[test]
 fn an_errors_end_names_its_cause() {
     needs_root!(NEEDS_ROOT);
-    const FAILS: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        case \"$ARGOCD_ENV_MODE\" in\n          token) echo \"error: VAULT_TOKEN is not set\" >&2; exit 1 ;;\n          hang) sleep 60 ;;\n          heap) exec /usr/bin/python3 -c 'b = bytearray(2 << 30)' ;;\n        esac\n        cat cm.yaml\n";
+    const FAILS: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        case \"$ARGOCD_ENV_MODE\" in\n          token) echo \"error: $(printf VAULT_%s TOKEN) is not set\" >&2; exit 1 ;;\n          quiet) echo \"render failed\" >&2; exit 3 ;;\n          hang) sleep 60 ;;\n          heap) exec /usr/bin/python3 -c 'b = bytearray(2 << 30)' ;;\n        esac\n        cat cm.yaml\n";
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
     write_policy(&pol_file, &[("wallSeconds: 300", "wallSeconds: 2")]);
@@ -1056,7 +1058,14 @@ fn an_errors_end_names_its_cause() {
     };
     let (_, msg) = run("token");
     assert!(
-        msg.contains("(server variables not passed to commands: VAULT_TOKEN, "),
+        msg.contains(
+            "(server variables not passed to commands: VAULT_TOKEN; spec.env.pass allows them)"
+        ),
+        "{msg}"
+    );
+    let (_, msg) = run("quiet");
+    assert!(
+        msg.contains("render failed") && !msg.contains("server variables"),
         "{msg}"
     );
     let (code, msg) = run("hang");

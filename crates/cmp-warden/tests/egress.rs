@@ -12,46 +12,14 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::examples::*;
 use common::*;
 
 const NEEDS_ROOT: &str = "egress tests need root (CI runs as root): leased UIDs need CAP_SETUID";
-const TOOLS: &str = "/opt/cmp-warden-tools";
-
-/// A fixture service (a chart repository, a Vault-like API), killed when dropped.
-struct Fixture(Child);
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `python3 fixtures/SCRIPT PORT` in the example's directory, once it accepts connections.
-fn fixture(example: &str, script: &str, port: u16) -> Fixture {
-    let dir = examples_dir().join(example);
-    let child = Command::new("python3")
-        .arg(dir.join("fixtures").join(script))
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start fixture");
-    let f = Fixture(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{script} never listened on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f
-}
 
 /// The example README's `sh` block: its first line starts the fixture in the background
 /// (`… PORT &`), the others render. Returns the fixture, started from that line as written
@@ -117,89 +85,6 @@ fn readme_render(example: &str, line: &str) {
         .map(str::to_owned)
         .collect();
     assert_eq!(got, expected(example), "{line}");
-}
-
-/// The example's policy file, copied with a UID range of this test's own (servers of one test
-/// run share the host; each sweeps its range at start-up), and its seccomp profile beside it.
-fn example_policy(example: &str, into: &Path) -> PathBuf {
-    let dir = examples_dir().join(example);
-    let (first, count) = private_uid_range();
-    let text = std::fs::read_to_string(dir.join("policy.yaml"))
-        .expect("policy.yaml")
-        .replacen(
-            "uidRange: {first: 20000, count: 40000}",
-            &format!("uidRange: {{first: {first}, count: {count}}}"),
-            1,
-        );
-    std::fs::create_dir_all(into.join("seccomp")).expect("mkdir");
-    std::fs::write(into.join("policy.yaml"), text).expect("write");
-    std::fs::copy(
-        dir.join("seccomp/default.json"),
-        into.join("seccomp/default.json"),
-    )
-    .expect("profile");
-    into.join("policy.yaml")
-}
-
-fn path_with_tools() -> String {
-    format!(
-        "{TOOLS}/bin:{}",
-        std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
-    )
-}
-
-/// A server for `example`: its plugin.yaml, its policy (or the default one), `env` added.
-fn example_server(example: &str, own_policy: bool, env: &[(&str, &str)], pol: &Path) -> Server {
-    let plugin = std::fs::read_to_string(examples_dir().join(example).join("plugin.yaml"))
-        .expect("plugin.yaml");
-    let path = path_with_tools();
-    let mut all = vec![("PATH", path.as_str())];
-    all.extend_from_slice(env);
-    if own_policy {
-        let p = example_policy(example, pol);
-        Server::start_env(
-            &plugin,
-            &[
-                "--policy",
-                p.to_str().expect("utf8"),
-                "--allowed-uids",
-                "any",
-            ],
-            &all,
-        )
-    } else {
-        Server::start_env(&plugin, &["--allowed-uids", "any"], &all)
-    }
-}
-
-/// The example's request through the grpc-go client (Argo CD's own client stack).
-fn generate(s: &Server, example: &str) -> CallResult {
-    let dir = examples_dir().join(example);
-    let mut args = vec![
-        "-dir".to_owned(),
-        dir.join("repo").to_str().expect("utf8").to_owned(),
-    ];
-    let text = std::fs::read_to_string(dir.join("args")).unwrap_or_default();
-    for l in text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        match l.split_once(' ') {
-            Some((f, v)) => args.extend([f.to_owned(), v.to_owned()]),
-            None => args.push(l.to_owned()),
-        }
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    go(s, "generate", &args)
-}
-
-fn expected(example: &str) -> Vec<String> {
-    std::fs::read_to_string(examples_dir().join(example).join("expected.jsonl"))
-        .expect("expected.jsonl")
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 #[test]

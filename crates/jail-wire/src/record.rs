@@ -19,6 +19,9 @@ pub enum Limit {
     Memory,
     /// The request's pids cgroup (or RLIMIT_NPROC) refused a fork (`spec.limits.pids`).
     Pids,
+    /// A command said it ran out of memory with no OOM kill of the request: an allocation
+    /// refused under the per-process heap limit (`spec.limits.dataBytes`).
+    Heap,
     /// The request's tmpfs filled up (`spec.limits.diskBytes`).
     Disk,
     /// The node's disk under the work directory filled up: without a mount namespace the
@@ -51,6 +54,7 @@ impl Limit {
         match self {
             Limit::Memory => "memory",
             Limit::Pids => "pids",
+            Limit::Heap => "heap",
             Limit::Disk => "disk",
             Limit::WorkDisk => "workDisk",
             Limit::Timeout => "timeout",

@@ -862,9 +862,30 @@ fn suggest_limits(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
             format!("largest stdout/stderr {} bytes, x4", o.output),
         );
     }
+    // A process's allocation refused under the per-process heap limit: the request's memory
+    // was not the bound, dataBytes was (and the request must hold what one process may).
+    if let Some((_, app)) = o.limits_hit.iter().find(|(l, _)| l == "heap") {
+        let want = p.limits.data_bytes.saturating_mul(2);
+        notes.push(format!(
+            "limits.dataBytes: {want} (x2: an allocation of app {app:?} was refused under dataBytes {}, each process's heap limit; raising memoryBytes alone changes nothing)",
+            p.limits.data_bytes
+        ));
+        p.limits.data_bytes = want;
+        if p.limits.memory_bytes < want {
+            notes.push(format!(
+                "limits.memoryBytes: {want} (raised to dataBytes: the request must be able to hold what one of its processes may)"
+            ));
+            p.limits.memory_bytes = want;
+        }
+    }
     for (limit, app) in &o.limits_hit {
         notes.push(format!(
-            "WARNING: request of app {app:?} ended on the {limit} limit: the values above come from runs that did not finish; raise it and run again"
+            "WARNING: request of app {app:?} ended on the {limit} limit: the values above come from runs that did not finish; {}",
+            if limit == "heap" {
+                "dataBytes is raised above; run again"
+            } else {
+                "raise it and run again"
+            }
         ));
     }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::print_stderr)]
 
 pub mod archive_cases;
+pub mod examples;
 pub mod grpc;
 pub mod otlp;
 pub mod pki;

@@ -62,6 +62,7 @@ pub(super) fn assemble_as(
     checks.extend(shared_uid_check(&f));
     checks.push(environment_check(policy, env));
     checks.push(network_check(policy));
+    checks.push(filesystem_check(policy));
     checks.extend([
         capabilities_check(&f),
         supervisor_capabilities_check(held, &kept),
@@ -177,6 +178,34 @@ pub(super) fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> 
             } else {
                 withheld.join(", ")
             }
+        ),
+    )
+}
+
+/// The paths outside the request's own tree that commands may read or write, by the fields
+/// that list them: a file a plugin needs from the image (shared values, a tool's config) is
+/// readable only under one of them.
+pub(super) fn filesystem_check(policy: &Policy) -> Check {
+    let list = |paths: &[PathBuf]| {
+        if paths.is_empty() {
+            "none".to_owned()
+        } else {
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    check(
+        "filesystem",
+        true,
+        false,
+        Status::Info,
+        format!(
+            "besides the request's own tree, HOME and /tmp, commands read spec.filesystem.readOnly: {}; and write spec.filesystem.readWrite: {}",
+            list(&policy.read_only),
+            list(&policy.read_write)
         ),
     )
 }

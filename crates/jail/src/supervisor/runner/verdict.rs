@@ -64,10 +64,16 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
             )
         });
     }
-    // Tools probe many paths they can do without (locale files, cgroup limits); the ones the
-    // command's own message names come first.
+    // Tools probe many paths they can do without (locale files, cgroup limits, Go's hugepage
+    // size): when the command's own message names some refused paths, those alone are the
+    // cause; the rest stay in the audit event's `landlockDenials`.
+    let named = |d: &&jail_wire::record::LandlockDenial| {
+        !d.object.is_empty() && message.contains(d.object.as_str())
+    };
     let mut landlock: Vec<_> = rec.landlock_denials.iter().collect();
-    landlock.sort_by_key(|d| d.object.is_empty() || !message.contains(d.object.as_str()));
+    if landlock.iter().any(named) {
+        landlock.retain(named);
+    }
     for d in landlock.into_iter().take(3) {
         refused.push(match &d.allowed_by {
             Some(field) => format!("{} on {} (Landlock; {field})", d.blockers, d.object),
@@ -78,9 +84,10 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
         });
     }
     // A command failed on its own (no resource limit or deadline ended it; a refusal of the
-    // sandbox may be why, and is named below): it may have missed a
-    // server variable it is configured by. The ones its own message names come first. (Not
-    // when its output was refused: Argo CD's own words then stand alone.)
+    // sandbox may be why, and is named below): it may have missed a server variable it is
+    // configured by. Only the names the failed command itself mentioned (in its message or its
+    // argv) are worth the reader's attention; the full list stays in the audit event. (Not when
+    // its output was refused: Argo CD's own words then stand alone.)
     let ended_by_a_limit = matches!(
         rec.limit,
         Some(
@@ -94,28 +101,23 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
                 | Limit::Cancelled
         )
     );
-    let command_failed = !ended_by_a_limit
-        && rec
-            .commands
-            .last()
-            .is_some_and(|c| c.exit_code != Some(0) || c.signal.is_some());
+    let failed = rec
+        .commands
+        .last()
+        .filter(|c| c.exit_code != Some(0) || c.signal.is_some());
+    let command_failed = !ended_by_a_limit && failed.is_some();
     let original = message.clone();
     let mut message = message;
     if command_failed && !plan.withheld_env.is_empty() {
         jail_wire::record::update(record, |r| r.withheld_env = plan.withheld_env.clone());
-        let mut withheld: Vec<&str> = plan.withheld_env.iter().map(String::as_str).collect();
-        withheld.sort_by_key(|n| !original.contains(n));
-        let shown = &withheld[..withheld.len().min(8)];
-        let more = withheld.len() - shown.len();
-        message = format!(
-            "{message} (server variables not passed to commands: {}{}; spec.env.pass allows them)",
-            shown.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
-        );
+        let argv = failed.map(|c| c.argv.join(" ")).unwrap_or_default();
+        let named = mentioned(&plan.withheld_env, &[&original, &argv]);
+        if !named.is_empty() {
+            message = format!(
+                "{message} (server variables not passed to commands: {}; spec.env.pass allows them)",
+                named.join(", ")
+            );
+        }
     }
     // A Go tool (helm, kustomize, …) skips the proxy for loopback and IP destinations: the
     // direct connect is refused, and its error says only "permission denied".
@@ -133,6 +135,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     // A tool that ran out of memory with no OOM kill of the request's cgroup: an allocation
     // refused under the per-process heap limit, not the request's memory limit.
     if command_failed && OUT_OF_MEMORY.iter().any(|m| original.contains(m)) {
+        jail_wire::record::update(record, |r| r.limit = Some(Limit::Heap));
         message = format!(
             "{message} (an allocation was refused: each process's heap is bounded by policy spec.limits.dataBytes: {}; spec.limits.memoryBytes bounds the request as a whole)",
             plan.data_bytes()
@@ -144,6 +147,23 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
         report,
         record: r,
     }
+}
+
+/// The names of `vars` that appear, as whole words, in any of `texts` (a tool's "VAULT_TOKEN is
+/// not set" names VAULT_TOKEN; "MY_VAULT_TOKEN_FILE" does not).
+fn mentioned<'a>(vars: &'a [String], texts: &[&str]) -> Vec<&'a str> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    vars.iter()
+        .map(String::as_str)
+        .filter(|name| {
+            texts.iter().any(|t| {
+                t.match_indices(name).any(|(i, _)| {
+                    !t[..i].chars().next_back().is_some_and(word)
+                        && !t[i + name.len()..].chars().next().is_some_and(word)
+                })
+            })
+        })
+        .collect()
 }
 
 /// A signal's name, for messages.
@@ -277,4 +297,29 @@ pub(super) fn verdict(
         }
         other => other,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mentioned;
+
+    #[test]
+    fn only_the_names_a_command_mentioned_are_noted() {
+        let vars: Vec<String> = ["VAULT_ADDR", "VAULT_TOKEN", "AWS_CA_BUNDLE", "HOME"]
+            .map(String::from)
+            .into();
+        assert_eq!(
+            mentioned(
+                &vars,
+                &[
+                    "Error: VAULT_TOKEN is not set",
+                    "sh -c vault read -address=$VAULT_ADDR"
+                ]
+            ),
+            ["VAULT_ADDR", "VAULT_TOKEN"]
+        );
+        // A longer name that contains one is not a mention of it.
+        assert!(mentioned(&vars, &["MY_VAULT_TOKEN_FILE missing; HOMEDIR"]).is_empty());
+        assert!(mentioned(&vars, &["exit status 1", ""]).is_empty());
+    }
 }
