@@ -137,11 +137,12 @@ fn as_root_every_protection_is_enforced_and_serve_would_start() {
         cg.contains("cgroup v1") && cg.contains("memory, pids, cpu"),
         "{cg}"
     );
-    // What the kernel holds for the probe's own request cgroup, read back after it ran there.
+    // What the kernel holds for the probe's own request cgroup, read back after it ran there,
+    // each with the policy field that sets it (mutant: the kernel's values alone).
     for held in [
-        "read back: memory.limit_in_bytes=1073741824",
-        "pids.max=512",
-        "cpu.cfs_quota_us=200000, cpu.cfs_period_us=100000",
+        "read back: memory.limit_in_bytes=1073741824 (spec.limits.memoryBytes)",
+        "pids.max=512 (spec.limits.pids)",
+        "cpu.cfs_quota_us=200000, cpu.cfs_period_us=100000 (spec.limits.cpuMillis)",
     ] {
         assert!(cg.contains(held), "{held} in {cg}");
     }

@@ -7,6 +7,9 @@
 //! 2. A values file outside the request's tree (Landlock).
 //! 3. A token from the sidecar's environment (`spec.env.pass`).
 //! 4. Too much memory for one process (`spec.limits.dataBytes`, not `memoryBytes`).
+//!
+//! And two the guide's rows cover that a reader mistakes for something else: a tool's
+//! configuration in the sidecar's `$HOME`, and Argo CD's own deadline (not `wallSeconds`).
 
 #[macro_use]
 mod common;
@@ -367,4 +370,136 @@ fn too_much_memory_for_one_process() {
         doctor_detail(&suggested, &[], "rlimits")
             .contains("DATA=2147483648 (spec.limits.dataBytes)")
     );
+    drop(s);
+
+    // A policy that bounds the address space too: the error names both per-process limits.
+    let tight = t.path().join("tight/policy.yaml");
+    write_policy(
+        &tight,
+        &[("addressSpaceBytes: 64Gi", "addressSpaceBytes: 1280Mi")],
+    );
+    let s = Server::start(&cfg, &["--policy", tight.to_str().expect("utf8")]);
+    let (_, msg) = go(&s, "generate", &["-dir", dir]).expect_err("MemoryError");
+    assert!(
+        msg.ends_with(
+            "(an allocation was refused: each process's heap is bounded by policy spec.limits.dataBytes: 1073741824 and its address space by spec.limits.addressSpaceBytes: 1342177280; spec.limits.memoryBytes bounds the request as a whole)"
+        ),
+        "{msg}"
+    );
+}
+
+/// A tool's configuration in the sidecar's `$HOME`: each request has a `HOME` of its own, so
+/// the tool finds nothing there. The error is the tool's own "No such file or directory"; the
+/// guide's row for it, and doctor's `filesystem` check, say that `HOME` and `/tmp` are the
+/// request's; the fix the guide names (the file under a `readOnly` path, the tool pointed there
+/// by a passed variable) renders with it.
+#[test]
+fn a_tool_config_in_the_sidecars_home() {
+    needs_root!(NEEDS_ROOT);
+    let image = tempfile::Builder::new()
+        .prefix("cmpw-sidecar-home")
+        .tempdir_in("/var/tmp")
+        .expect("tmp");
+    let config = image.path().join(".config/tool.yaml");
+    std::fs::create_dir_all(config.parent().expect("dir")).expect("mkdir");
+    std::fs::write(&config, "from-the-image").expect("config");
+    for (p, mode) in [
+        (image.path().to_path_buf(), 0o755),
+        (image.path().join(".config"), 0o755),
+        (config.clone(), 0o644),
+    ] {
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .expect("chmod");
+    }
+    let home = image.path().to_str().expect("utf8");
+    let config = config.to_str().expect("utf8");
+    let cfg = plugin(
+        "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        v=$(cat \"${TOOL_CONFIG:-$HOME/.config/tool.yaml}\") || exit 1\n        echo \"{\\\"apiVersion\\\": \\\"v1\\\", \\\"kind\\\": \\\"ConfigMap\\\", \\\"metadata\\\": {\\\"name\\\": \\\"tool\\\"}, \\\"data\\\": {\\\"config\\\": \\\"$v\\\"}}\"\n",
+    );
+    let app = repo(&[("app.yaml", "x: 1\n")]);
+    let dir = app.path().to_str().expect("utf8");
+    let t = tempfile::tempdir().expect("tmp");
+    let pol = t.path().join("policy/policy.yaml");
+    write_policy(&pol, &[]);
+    let s = Server::start_env(
+        &cfg,
+        &["--policy", pol.to_str().expect("utf8")],
+        &[("HOME", home)],
+    );
+    let (_, msg) = go(&s, "generate", &["-dir", dir]).expect_err("not in the request's HOME");
+    assert!(
+        msg.ends_with("/.config/tool.yaml: No such file or directory") && !msg.contains(home),
+        "{msg}"
+    );
+    let fix = guide_fix(&msg, "No such file or directory");
+    assert!(
+        fix.contains("spec.filesystem.readOnly") && fix.contains("spec.env.pass"),
+        "{fix}"
+    );
+    let detail = doctor_detail(&pol, &[("HOME", home)], "filesystem");
+    assert!(
+        detail.contains("besides the request's own tree, HOME and /tmp"),
+        "{detail}"
+    );
+    drop(s);
+    // The fix: the file readable where the image has it, the tool pointed there.
+    let fixed = t.path().join("fixed/policy.yaml");
+    write_policy(
+        &fixed,
+        &[
+            ("readOnly: [/usr, ", &format!("readOnly: [{config}, /usr, ")),
+            ("pass: [", "pass: [TOOL_CONFIG, "),
+        ],
+    );
+    let s = Server::start_env(
+        &cfg,
+        &["--policy", fixed.to_str().expect("utf8")],
+        &[("HOME", home), ("TOOL_CONFIG", config)],
+    );
+    let v = go(&s, "generate", &["-dir", dir]).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert!(
+        manifests(&v).iter().any(|m| m.contains("from-the-image")),
+        "{v}"
+    );
+}
+
+/// Argo CD's own deadline ends a slow request before the policy's wall clock: the user sees
+/// only `context deadline exceeded`; the audit event says `limit: clientDeadline` (mutant: the
+/// client's deadline audited as the policy's `timeout`); the guide's row names Argo CD's
+/// timeouts, not `wallSeconds`; doctor's `limits` says so beside `wallSeconds`; a longer
+/// client deadline is the fix.
+#[test]
+fn argo_cds_own_deadline() {
+    needs_root!(NEEDS_ROOT);
+    let cfg = plugin(
+        "  generate:\n    command: [sh, -c, 'sleep 3; echo \"{\\\"apiVersion\\\": \\\"v1\\\", \\\"kind\\\": \\\"ConfigMap\\\", \\\"metadata\\\": {\\\"name\\\": \\\"slow\\\"}}\"']\n",
+    );
+    let app = repo(&[("app.yaml", "x: 1\n")]);
+    let dir = app.path().to_str().expect("utf8");
+    let t = tempfile::tempdir().expect("tmp");
+    let pol = t.path().join("policy/policy.yaml");
+    write_policy(&pol, &[]);
+    let s = Server::start(&cfg, &["--policy", pol.to_str().expect("utf8")]);
+    let (code, msg) =
+        go(&s, "generate", &["-dir", dir, "-timeout", "1s"]).expect_err("the client's deadline");
+    assert_eq!(code, DEADLINE_EXCEEDED, "{msg}");
+    let fix = guide_fix(&msg, "context deadline exceeded");
+    assert!(
+        fix.contains("controller.repo.server.timeout.seconds")
+            && fix.contains("`spec.limits.wallSeconds` does not lengthen it"),
+        "{fix}"
+    );
+    let event = last_event(&s);
+    assert_eq!(event["limit"], "clientDeadline", "{event}");
+    let detail = doctor_detail(&pol, &[], "limits");
+    assert!(
+        detail.contains("wallSeconds=300")
+            && detail.contains(
+                "the client's deadline (Argo CD's controller.repo.server.timeout.seconds)"
+            ),
+        "{detail}"
+    );
+    let v = go(&s, "generate", &["-dir", dir, "-timeout", "20s"])
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(manifests(&v).len(), 1, "{v}");
 }

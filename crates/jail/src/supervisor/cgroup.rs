@@ -532,7 +532,8 @@ impl Readback {
         out
     }
 
-    /// The values, as the kernel's file names and contents.
+    /// The values, as the kernel's file names and contents, each with the policy field that
+    /// sets it.
     pub fn describe(&self) -> String {
         let n = |v: u64| {
             if v == u64::MAX {
@@ -545,7 +546,7 @@ impl Readback {
         let v2 = self.version == 2;
         if let Some(m) = self.memory_max {
             parts.push(format!(
-                "{}={}",
+                "{}={} (spec.limits.memoryBytes)",
                 if v2 {
                     "memory.max"
                 } else {
@@ -565,13 +566,16 @@ impl Readback {
             parts.push(format!("memory.oom.group={}", u8::from(g)));
         }
         if let Some(p) = self.pids_max {
-            parts.push(format!("pids.max={}", n(p)));
+            parts.push(format!("pids.max={} (spec.limits.pids)", n(p)));
         }
         if let Some((q, p)) = self.cpu_max {
             parts.push(if v2 {
-                format!("cpu.max={} {p}", n(q))
+                format!("cpu.max={} {p} (spec.limits.cpuMillis)", n(q))
             } else {
-                format!("cpu.cfs_quota_us={}, cpu.cfs_period_us={p}", n(q))
+                format!(
+                    "cpu.cfs_quota_us={}, cpu.cfs_period_us={p} (spec.limits.cpuMillis)",
+                    n(q)
+                )
             });
         }
         parts.join(", ")
@@ -1224,7 +1228,7 @@ mod tests {
         assert_eq!(rb.mismatches(&LIMITS), Vec::<String>::new());
         assert_eq!(
             rb.describe(),
-            "memory.max=1073741824, memory.swap.max=0, memory.oom.group=1, pids.max=512, cpu.max=200000 100000"
+            "memory.max=1073741824 (spec.limits.memoryBytes), memory.swap.max=0, memory.oom.group=1, pids.max=512 (spec.limits.pids), cpu.max=200000 100000 (spec.limits.cpuMillis)"
         );
         put("memory.max", "max\n");
         put("pids.max", "max\n");

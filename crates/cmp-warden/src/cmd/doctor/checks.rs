@@ -60,9 +60,15 @@ pub(super) fn assemble_as(
         .unwrap_or_default();
     let mut checks = vec![unique_uid_check(&f)];
     checks.extend(shared_uid_check(&f));
+    let env_timeout = env
+        .iter()
+        .find(|(k, _)| k == "ARGOCD_EXEC_TIMEOUT")
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.is_empty());
     checks.push(environment_check(policy, env));
     checks.push(network_check(policy));
     checks.push(filesystem_check(policy));
+    checks.push(limits_check(policy, &env_timeout));
     checks.extend([
         capabilities_check(&f),
         supervisor_capabilities_check(held, &kept),
@@ -178,6 +184,29 @@ pub(super) fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> 
             } else {
                 withheld.join(", ")
             }
+        ),
+    )
+}
+
+/// Every `spec.limits` field as the policy sets it (the cgroup and rlimit checks below say
+/// which of them the kernel enforces here), and the two deadlines that are not the policy's.
+pub(super) fn limits_check(policy: &Policy, exec_timeout: &Option<String>) -> Check {
+    let fields = match serde_json::to_value(&policy.limits) {
+        Ok(serde_json::Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "unreadable".to_owned(),
+    };
+    check(
+        "limits",
+        true,
+        false,
+        Status::Info,
+        format!(
+            "spec.limits: {fields}; each command also ends at ARGOCD_EXEC_TIMEOUT ({}), and a request at the client's deadline (Argo CD's controller.repo.server.timeout.seconds) when that comes first",
+            exec_timeout.as_deref().unwrap_or("unset")
         ),
     )
 }

@@ -136,8 +136,18 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     // refused under the per-process heap limit, not the request's memory limit.
     if command_failed && OUT_OF_MEMORY.iter().any(|m| original.contains(m)) {
         jail_wire::record::update(record, |r| r.limit = Some(Limit::Heap));
+        // The address space bounds an allocation too, where a policy set it below the
+        // default (64 GiB, which only a runaway reservation reaches).
+        let address_space = if plan.address_space_bytes() < 64 << 30 {
+            format!(
+                " and its address space by spec.limits.addressSpaceBytes: {}",
+                plan.address_space_bytes()
+            )
+        } else {
+            String::new()
+        };
         message = format!(
-            "{message} (an allocation was refused: each process's heap is bounded by policy spec.limits.dataBytes: {}; spec.limits.memoryBytes bounds the request as a whole)",
+            "{message} (an allocation was refused: each process's heap is bounded by policy spec.limits.dataBytes: {}{address_space}; spec.limits.memoryBytes bounds the request as a whole)",
             plan.data_bytes()
         );
     }
