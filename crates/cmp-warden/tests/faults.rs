@@ -5,9 +5,12 @@
 //!   left, and the next request succeeds once there is room again.
 //! - A request's jail process is killed (SIGKILL) mid-command: its client hears which signal,
 //!   and that no policy limit did it, at once; nothing of the request is left.
-//! - The server is killed (SIGKILL) while a request's command runs: the client gets an error
-//!   at once, not at its deadline; the restarted server (same directories, policy and UID
-//!   range) finds and removes everything of the dead one's request, serves, and stops clean.
+//! - The server is killed (SIGKILL) at each step of a request (its archive arriving, being
+//!   extracted into its tree or the tree cache's, its command running, right after its
+//!   answer): the client gets an error at once, not at its deadline (or its answer, and the
+//!   answer's audit event is written); the restarted server (same directories, policy and
+//!   UID range) finds and removes everything of the dead one's request, serves a whole tree,
+//!   and stops clean.
 //! - Kubernetes stops the container under load (SIGTERM): health watchers hear NOT_SERVING,
 //!   the socket is gone at once (Argo CD's repo-server, which lists the socket directory per
 //!   request, stops offering the plugin), the requests in flight finish within the grace
@@ -28,7 +31,7 @@ const NEEDS_ROOT: &str = "fault tests need root (CI runs as root): a tmpfs mount
 /// (the failure is hidden from the exit code, as a careless script's would be); `slow`: take
 /// two seconds first; `hang`: sleep for a minute; `daemon`: also leave a daemon in a new
 /// session that ignores SIGTERM (it outlives its jail where there is no PID namespace).
-const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        if [ \"$ARGOCD_ENV_MODE\" = slow ]; then sleep 2; fi\n        if [ \"$ARGOCD_ENV_MODE\" = daemon ]; then setsid sh -c \"trap '' TERM; exec sleep 300\" </dev/null >/dev/null 2>&1 & fi\n        if [ \"$ARGOCD_ENV_MODE\" = hang ] || [ \"$ARGOCD_ENV_MODE\" = daemon ]; then sleep 60; fi\n        cat cm.yaml\n";
+const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        if [ \"$ARGOCD_ENV_MODE\" = slow ]; then sleep 2; fi\n        if [ \"$ARGOCD_ENV_MODE\" = daemon ]; then setsid sh -c \"trap '' TERM; exec sleep 300\" </dev/null >/dev/null 2>&1 & fi\n        if [ \"$ARGOCD_ENV_MODE\" = hang ] || [ \"$ARGOCD_ENV_MODE\" = daemon ]; then sleep 60; fi\n        if [ -f big.txt ] && [ \"$(wc -c < big.txt)\" != 33554432 ]; then echo \"big.txt is not whole\" >&2; exit 1; fi\n        cat cm.yaml\n";
 
 /// A tmpfs of `size` at `at`, unmounted (lazily) when dropped.
 struct Tmpfs(std::path::PathBuf);
@@ -237,6 +240,64 @@ fn a_server_killed_while_receiving_leaves_nothing_once_restarted() {
     crash_mid_command(&[], "receiving");
 }
 
+/// The same, with the crash while the request's jail extracts a large file (the tree cache
+/// off: the archive is extracted as it arrives, here slowly).
+#[test]
+fn a_server_killed_while_extracting_leaves_nothing_once_restarted() {
+    needs_root!(NEEDS_ROOT);
+    crash_mid_command(&cache_edits(false), "extracting");
+}
+
+/// The same, with the crash while the tree cache's keeper fills an entry from the archive: no
+/// half-filled entry is served after the restart (the next request's tree is whole).
+#[test]
+fn a_server_killed_while_filling_the_cache_leaves_nothing_once_restarted() {
+    needs_root!(NEEDS_ROOT);
+    crash_mid_command(&cache_edits(true), "filling");
+}
+
+/// The same, with the crash right after a request was answered, while its jail is reclaimed
+/// and a spare prepared: the answered request's audit event was written before its answer
+/// (mutant: the event emitted after the response -> lost with the server).
+#[test]
+fn a_server_killed_after_answering_leaves_nothing_once_restarted() {
+    needs_root!(NEEDS_ROOT);
+    crash_mid_command(&[], "answered");
+}
+
+/// Policy edits that turn the tree cache on (every archive cached) or off, whatever this
+/// run's default (`CMP_WARDEN_TEST_TREE_CACHE`).
+fn cache_edits(on: bool) -> Vec<(&'static str, &'static str)> {
+    match (tree_cache_under_test(), on) {
+        (true, false) => vec![(TREE_CACHE_ON, "cache: {enabled: false, bytes: 512Mi}")],
+        (false, true) => vec![("cache: {enabled: false, bytes: 512Mi}", TREE_CACHE_ON)],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a process has a file named `name` open under `work` (the server's work
+/// directory: the jail extracting it, the keeper filling the cache with it; another test's
+/// server has its own).
+fn file_open_under(name: &str, work: &Path) -> bool {
+    let work = work.to_string_lossy().into_owned();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs
+        .flatten()
+        .filter(|p| p.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .any(|p| {
+            std::fs::read_dir(p.path().join("fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|l| {
+                        let l = l.to_string_lossy();
+                        l.ends_with(&format!("/{name}")) && l.starts_with(&work)
+                    })
+                })
+            })
+        })
+}
+
 /// Without a PID namespace (containerd's RuntimeDefault profile) a request's daemon outlives
 /// its jail when the crash takes the jails too (a jail that survives the server kills its UID
 /// itself): the restart's sweep kills what is left by UID (mutant: the reclaim helper's kill
@@ -394,22 +455,65 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
         &plugin(SPEC),
         &["--policy", pol_file.to_str().expect("utf8")],
     );
-    let r = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    // A large file to extract (incompressible, so that it takes a while); the plugin checks
+    // it arrived whole.
+    const BIG: usize = 32 << 20;
+    let big = noise(BIG, 47);
+    let r = if matches!(mode, "extracting" | "filling") {
+        repo(&[("cm.yaml", "kind: ConfigMap\n"), ("big.txt", &big)])
+    } else {
+        repo(&[("cm.yaml", "kind: ConfigMap\n")])
+    };
     let dir = r.path().to_str().expect("utf8").to_owned();
-    // The step the crash comes at: mid-command, or while the archive is still arriving.
-    let step = if mode == "receiving" {
-        "request received"
-    } else {
-        "command started"
+    // The step the crash comes at: mid-command, while the archive is still arriving, while
+    // it is extracted into the request's tree or the cache's, or once a request is answered.
+    let step = match mode {
+        "receiving" => "request received",
+        // (Not waited for: the client's answer is the step.)
+        "answered" => "",
+        "extracting" | "filling" => "request received",
+        _ => "command started",
     };
-    let started = s.logs().matches(step).count();
     go_client();
-    let in_flight = if mode == "receiving" {
-        receiving_in_background(&s)
-    } else {
-        generate_in_background(&s, &dir, mode)
+    // Load: another request mid-command when the crash comes; it too hears of it at once.
+    let commands = s.logs().matches("command started").count();
+    let small = repo(&[("cm.yaml", "kind: ConfigMap\n")]);
+    let load = generate_in_background(&s, small.path().to_str().expect("utf8"), "hang");
+    s.wait_logged("command started", commands + 1);
+    let started = s.logs().matches(step).count();
+    let in_flight = match mode {
+        "receiving" => receiving_in_background(&s),
+        // 64 KiB chunks 20 ms apart: some ten seconds of arriving archive.
+        "extracting" => generate_in_background_with(
+            &s,
+            &dir,
+            "plain",
+            &["-chunk", "65536", "-chunk-delay", "20ms"],
+        ),
+        _ => generate_in_background(&s, &dir, mode),
     };
-    s.wait_logged(step, started + 1);
+    if mode != "answered" {
+        s.wait_logged(step, started + 1);
+    }
+    if matches!(mode, "extracting" | "filling") {
+        assert!(
+            wait_until(std::time::Duration::from_secs(30), || {
+                file_open_under("big.txt", &s.work)
+            }),
+            "big.txt was never written under the work directory ({mode}): {}",
+            s.logs()
+        );
+    }
+    let answered = if mode == "answered" {
+        let v = in_flight
+            .join()
+            .expect("thread")
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(manifests(&v), vec![r#"{"kind":"ConfigMap"}"#]);
+        None
+    } else {
+        Some(in_flight)
+    };
     if mode == "daemon" {
         assert!(
             wait_until(std::time::Duration::from_secs(10), || {
@@ -432,7 +536,8 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     // (While receiving, a request may hold no jail yet: with the tree cache on, the archive
     // is hashed whole before a tree is chosen.)
     assert!(
-        mode == "receiving" || !s.busy_uids(first, count).is_empty(),
+        matches!(mode, "receiving" | "filling" | "answered")
+            || !s.busy_uids(first, count).is_empty(),
         "no process of the request in the range: {before:?}"
     );
     // In `daemon` mode the crash takes the jails with the server (as an OOM kill of the
@@ -477,19 +582,33 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
         stayed.is_empty(),
         "the killed server's helpers outlived it: {stayed:#?}"
     );
-    // The client hears of it at once (the connection closed), not at its deadline.
-    let (code, msg) = in_flight
+    if let Some(in_flight) = answered {
+        // The client hears of it at once (the connection closed), not at its deadline.
+        let (code, msg) = in_flight
+            .join()
+            .expect("thread")
+            .expect_err("a request whose server died");
+        // (grpc-go, as the repo-server, calls a broken connection Unavailable; tonic, the
+        // receiving client here, Unknown "transport error".)
+        let broken = if mode == "receiving" {
+            code == UNKNOWN && msg.contains("transport error")
+        } else {
+            code == UNAVAILABLE
+        };
+        assert!(broken, "{mode}: {code}: {msg}");
+    } else {
+        // The answered request's event was written before its answer left.
+        let events = s.audit_events();
+        assert!(
+            events.last().is_some_and(|e| e["outcome"] == "ok"),
+            "the answered request's audit event is lost: {events:?}"
+        );
+    }
+    let (code, msg) = load
         .join()
         .expect("thread")
-        .expect_err("a request whose server died");
-    // (grpc-go, as the repo-server, calls a broken connection Unavailable; tonic, the
-    // receiving client here, Unknown "transport error".)
-    let broken = if mode == "receiving" {
-        code == UNKNOWN && msg.contains("transport error")
-    } else {
-        code == UNAVAILABLE
-    };
-    assert!(broken, "{code}: {msg}");
+        .expect_err("the load's request, whose server died");
+    assert_eq!(code, UNAVAILABLE, "{mode}: the load's request: {msg}");
     s.restart();
     // The restarted server swept what the dead one left: the request's processes (its UID),
     // its tree, its request cgroup.
@@ -598,11 +717,22 @@ fn generate_in_background(
     dir: &str,
     mode: &str,
 ) -> std::thread::JoinHandle<CallResult> {
+    generate_in_background_with(s, dir, mode, &[])
+}
+
+/// [`generate_in_background`] with more of the client's flags (`-chunk`, `-chunk-delay`).
+fn generate_in_background_with(
+    s: &Server,
+    dir: &str,
+    mode: &str,
+    flags: &[&str],
+) -> std::thread::JoinHandle<CallResult> {
     let (sock, dir, env) = (
         s.sock.clone(),
         dir.to_owned(),
         format!("ARGOCD_ENV_MODE={mode}"),
     );
+    let flags: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
     std::thread::spawn(move || {
         let out = Command::new(go_client())
             .arg("-socket")
@@ -610,6 +740,7 @@ fn generate_in_background(
             .args([
                 "-rpc", "generate", "-dir", &dir, "-env", &env, "-timeout", "60s",
             ])
+            .args(&flags)
             .output()
             .expect("go client");
         parse_client_output(&out)
