@@ -428,3 +428,293 @@ fn fix_content_length(data: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&data[end..]);
     out
 }
+
+/// The magic checksum a seed's header carries: replaced by the SHA-256 of the body's chunks
+/// before the call (else nearly every request fails its integrity check and what lies behind
+/// it is never reached).
+pub const CHUNKS_SHA256: &str = "sha256-of-the-chunks";
+
+/// The CMP gRPC front door: `data[0]` picks the RPC, the rest is the request's HTTP/2 body as
+/// a client would send it (gRPC length-prefixed frames of `AppStreamRequest`, or any bytes).
+/// Through the real service, with a runner that only reads the archive: no panic; the call
+/// ends (paused clock, within the service's own deadlines); the status is one a client's
+/// fault earns (never Internal, Unknown or Unimplemented); `Ok` only for a header first and
+/// chunks whose SHA-256 it names; every request the runner executed is reclaimed and none
+/// stays active.
+pub fn grpc_stream(data: &[u8]) {
+    use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginService;
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, OnceLock};
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    static SVC: OnceLock<(server::service::CmpService, Arc<Counting>)> = OnceLock::new();
+    let Some((&rpc, body)) = data.split_first() else {
+        return;
+    };
+    let rt = RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    });
+    let (svc, runner) = SVC.get_or_init(|| {
+        let loaded = plugin::PluginConfig::parse(
+            "apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata: {name: fuzz}\nspec:\n  generate: {command: [cat]}\n  discover: {fileName: '*.yaml'}\n",
+        )
+        .expect("plugin.yaml");
+        let set = policy::PolicySet::single(policy::Policy::default_policy().expect("policy"));
+        let plans = jail::supervisor::Plans::new(
+            &set,
+            &jail::supervisor::Overrides::default(),
+            std::iter::empty(),
+        );
+        let runner = Arc::new(Counting::default());
+        let svc = server::service::CmpService::new(
+            server::service::ServiceConfig {
+                plugin: loaded.config,
+                work_dir: std::env::temp_dir().join("_cmp_grpc_fuzz"),
+                plans: Arc::new(plans),
+                audit: server::audit::AuditSink::file(std::path::Path::new("/dev/null"))
+                    .expect("sink"),
+                metrics: Arc::new(server::metrics::Metrics::default()),
+                tcp_token: None,
+                admission: server::admission::AdmissionConfig::default(),
+                tracer: None,
+            },
+            runner.clone(),
+        );
+        (svc, runner)
+    });
+    let (body, valid) = fix_checksums(body);
+    let out = rt.block_on(async {
+        let streaming = || {
+            tonic::Streaming::new_request(
+                <tonic_prost::ProstCodec<(), proto::plugin::AppStreamRequest> as tonic::codec::Codec>::decoder(
+                    &mut tonic_prost::ProstCodec::default(),
+                ),
+                http_body_util::Full::new(bytes::Bytes::from(body.clone())),
+                None,
+                Some(4 << 20),
+            )
+        };
+        let call = async {
+            match rpc % 3 {
+                0 => svc
+                    .generate_manifest(tonic::Request::new(streaming()))
+                    .await
+                    .map(|_| ()),
+                1 => svc
+                    .match_repository(tonic::Request::new(streaming()))
+                    .await
+                    .map(|_| ()),
+                _ => svc
+                    .get_parameters_announcement(tonic::Request::new(streaming()))
+                    .await
+                    .map(|_| ()),
+            }
+        };
+        let out = tokio::time::timeout(std::time::Duration::from_secs(3600), call).await;
+        // The runner's own thread reclaims after answering: wait for it (real time passes
+        // there, so the paused clock is left alone).
+        for _ in 0..2000 {
+            if runner.executed.load(Ordering::SeqCst) == runner.reclaimed.load(Ordering::SeqCst)
+                && svc.active() == 0
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        out
+    });
+    let out = out.unwrap_or_else(|_| panic!("the call hung: {data:?}"));
+    if let Err(status) = &out {
+        assert!(
+            !matches!(
+                status.code(),
+                tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::Unimplemented
+            ),
+            "{status:?} for {data:?}"
+        );
+    }
+    assert!(
+        out.is_err() || valid,
+        "answered Ok without a header first and chunks of its checksum: {data:?}"
+    );
+    assert_eq!(
+        runner.executed.load(Ordering::SeqCst),
+        runner.reclaimed.load(Ordering::SeqCst),
+        "a request executed but not reclaimed"
+    );
+    assert_eq!(svc.active(), 0, "a request still active after its answer");
+}
+
+/// A runner that reads the whole archive and answers as a plugin would, counting what it
+/// executed and reclaimed.
+#[derive(Debug, Default)]
+struct Counting {
+    executed: std::sync::atomic::AtomicUsize,
+    reclaimed: std::sync::atomic::AtomicUsize,
+}
+
+impl jail::Runner for Counting {
+    fn execute(
+        &self,
+        spec: &jail::RequestSpec,
+        mut input: Box<dyn std::io::Read + Send>,
+        _cancel: &jail::CancelToken,
+    ) -> Result<jail::Executed, jail::RequestError> {
+        self.executed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut sink = Vec::new();
+        std::io::Read::read_to_end(&mut input, &mut sink)
+            .map_err(|e| jail::RequestError::internal(format!("reading the archive: {e}")))?;
+        Ok(match spec.op() {
+            jail::Operation::Match => jail::Outcome::Match {
+                supported: true,
+                discovery_enabled: true,
+            },
+            jail::Operation::Parameters => jail::Outcome::Parameters(Vec::new()),
+            _ => jail::Outcome::Manifests(vec![r#"{"kind":"ConfigMap"}"#.to_owned()]),
+        }
+        .into())
+    }
+    fn reclaim(&self, _spec: &jail::RequestSpec) {
+        self.reclaimed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn describe(&self) -> &'static str {
+        "fuzz: reads the archive, runs nothing"
+    }
+}
+
+/// The body with each header's magic checksum ([`CHUNKS_SHA256`]) replaced by the SHA-256 of
+/// the chunks (frames that do not decode are kept as they are); and whether it is a request
+/// the service may answer `Ok`: well framed, a header first and only then, chunks whose
+/// SHA-256 it names.
+fn fix_checksums(body: &[u8]) -> (Vec<u8>, bool) {
+    use proto::plugin::app_stream_request::Request as R;
+    use prost::Message;
+    use sha2::Digest;
+    // The frames: (compressed flag, message bytes), and whatever trails them.
+    let mut frames = Vec::new();
+    let mut rest = body;
+    while rest.len() >= 5 {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        if rest.len() - 5 < len {
+            break;
+        }
+        frames.push((rest[0], &rest[5..5 + len]));
+        rest = &rest[5 + len..];
+    }
+    let decoded: Vec<Option<proto::plugin::AppStreamRequest>> = frames
+        .iter()
+        .map(|(flag, m)| {
+            (*flag == 0)
+                .then(|| proto::plugin::AppStreamRequest::decode(*m).ok())
+                .flatten()
+        })
+        .collect();
+    let mut sha = sha2::Sha256::new();
+    for m in decoded.iter().flatten() {
+        if let Some(R::File(f)) = &m.request {
+            sha.update(&f.chunk);
+        }
+    }
+    let hex: String = sha
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut out = Vec::with_capacity(body.len());
+    for ((flag, raw), m) in frames.iter().zip(&decoded) {
+        let fixed = match m {
+            Some(proto::plugin::AppStreamRequest {
+                request: Some(R::Metadata(h)),
+            }) if h.checksum == CHUNKS_SHA256 => {
+                let mut h = h.clone();
+                h.checksum = hex.clone();
+                Some(
+                    proto::plugin::AppStreamRequest {
+                        request: Some(R::Metadata(h)),
+                    }
+                    .encode_to_vec(),
+                )
+            }
+            _ => None,
+        };
+        let msg = fixed.as_deref().unwrap_or(raw);
+        out.push(*flag);
+        out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        out.extend_from_slice(msg);
+    }
+    out.extend_from_slice(rest);
+    let header_first = matches!(
+        decoded.first(),
+        Some(Some(proto::plugin::AppStreamRequest { request: Some(R::Metadata(h)) }))
+            if h.checksum == CHUNKS_SHA256 || h.checksum == hex
+    );
+    let valid = rest.is_empty()
+        && header_first
+        && decoded.iter().skip(1).all(|m| {
+            matches!(
+                m,
+                Some(proto::plugin::AppStreamRequest {
+                    request: Some(R::File(_))
+                })
+            )
+        });
+    (out, valid)
+}
+
+/// `policy suggest`'s input: any audit log (lines of JSON or not) proposes, for the embedded
+/// default policy, nothing or a policy that validates, whose profile is JSON; it never lowers
+/// a limit when a request did not finish, and never proposes a variable another policy passes.
+pub fn suggest_log(data: &[u8]) {
+    use std::sync::OnceLock;
+    static BASE: OnceLock<(policy::Policy, policy::Policy)> = OnceLock::new();
+    let (base, other) = BASE.get_or_init(|| {
+        let base = policy::Policy::default_policy().expect("default policy");
+        let mut other = base.clone();
+        other.name = "other-tenant".into();
+        other.env_pass.push("OTHER_TENANTS_TOKEN".into());
+        (base, other)
+    });
+    let text = String::from_utf8_lossy(data);
+    let proposed = suggest::propose(
+        &text,
+        base,
+        policy::seccomp::DEFAULT_SECCOMP_JSON,
+        "fuzz",
+        std::slice::from_ref(other),
+    );
+    let Some(s) = proposed.unwrap_or_else(|e| panic!("no proposal for the default policy: {e}"))
+    else {
+        return;
+    };
+    let (yaml, profile) = s
+        .texts("profile.json", policy::DEFAULT_POLICY_YAML)
+        .expect("the proposal's texts");
+    let dir = std::env::temp_dir().join(format!("_cmp_suggest_fuzz_{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("seccomp")).expect("mkdir");
+    std::fs::write(dir.join("seccomp/profile.json"), &profile).expect("write profile");
+    std::fs::write(dir.join("policy.yaml"), &yaml).expect("write policy");
+    let back = policy::Policy::load(&dir.join("policy.yaml"))
+        .unwrap_or_else(|e| panic!("the proposal does not validate: {e}\n{yaml}"));
+    assert!(
+        !back.passes("OTHER_TENANTS_TOKEN"),
+        "another policy's variable proposed:\n{yaml}"
+    );
+    let unfinished = text.lines().any(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .is_ok_and(|e| e["log"] == "audit" && e["outcome"] != "ok")
+    });
+    if unfinished {
+        let (b, n) = (&base.limits, &back.limits);
+        assert!(
+            n.memory_bytes >= b.memory_bytes
+                && n.wall_seconds >= b.wall_seconds
+                && n.output_bytes >= b.output_bytes,
+            "a limit lowered from a run that did not finish:\n{yaml}"
+        );
+    }
+}

@@ -202,6 +202,7 @@ def judge(run):
         (c2 or {}).get("status", "no report"),
         f"verdict {(d2 or {}).get('verdict')}; {(c2 or {}).get('detail', r.get('root/doctor-beside.err')[-200:])}",
     )
+    judge_crash(r)
     judge_readonly(r)
     judge_apparmor(r)
     final = [l for l in r.get("cgroups-final").splitlines() if re.search(r"/j[0-9-]+$", l)]
@@ -220,7 +221,7 @@ def judge_place(r, place):
     fatal = re.findall(r'"msg":"fatal"[^\n]*', log) or re.findall(r"error[^\n]*", log)
     r.row(f"serve starts: {names[place]}", "yes" if up else "no", (fatal[-1][:300] if fatal else "socket up") if not up else "socket up")
     if not up:
-        for row in ["honest request", "memory hog: OOM-killed by its cgroup", "limits read back", "no request cgroup after stop"]:
+        for row in ["honest request", "memory hog: OOM-killed by its cgroup", "limits read back", "no request or instance cgroup after stop"]:
             r.row(f"{row}: {names[place]}", "not run", "the server did not start")
         return
     ev = r.event(place, "honest")
@@ -245,8 +246,31 @@ def judge_place(r, place):
         "memory.max, memory.swap.max, memory.oom.group, pids.max, cpu.max = "
         + (", ".join(got) if got else "no sample of the request's cgroup"),
     )
-    after = r.get(f"{place}/cgroups-stopped").split()
-    r.row(f"no request cgroup after stop: {names[place]}", "yes" if not after else "no", ", ".join(after) or "none")
+    after = r.get(f"{place}/cgroups-stopped").split() + r.get(f"{place}/instances-stopped").split()
+    r.row(f"no request or instance cgroup after stop: {names[place]}", "yes" if not after else "no", ", ".join(after) or "none")
+
+
+def judge_crash(r):
+    """The server SIGKILLed mid-request, then restarted: what the dead one left is removed."""
+    before = r.get("crash/processes-before-kill").splitlines()
+    ran = any("sleep 1000" in p for p in before)
+    rc = r.rc("crash/in-flight")
+    r.row("crash: the request in flight fails", "yes" if ran and rc not in (None, 0) else "no",
+          f"its daemon ran: {ran}; client exit {rc}; {r.get('crash/in-flight.out').strip()[-160:]}")
+    killed = set(r.get("crash/cgroups-killed").split())
+    kept = [c for c in r.get("crash-restart/cgroups-restarted").split() if c in killed]
+    procs = [p for p in r.get("crash-restart/processes-restarted").splitlines() if "sleep 1000" in p]
+    up = r.get("crash-restart/started").strip() == "up"
+    r.row("crash: the restart removes what the dead server left", "yes" if up and not kept and not procs else "no",
+          f"restarted: {up}; the dead server's request cgroups still there: {', '.join(kept) or 'none'}; "
+          f"its processes: {'; '.join(procs) or 'none'}")
+    ev = r.event("crash-restart", "honest")
+    r.row("crash: honest request after the restart", "ok" if ev and ev.get("outcome") == "ok" else "fails",
+          f"outcome {ev and ev.get('outcome')}; server exit {r.get('crash-restart/exit').strip()}")
+    after = (r.get("crash-restart/cgroups-stopped").split() + r.get("crash-restart/instances-stopped").split()
+             + r.get("crash-restart/processes-stopped").splitlines())
+    r.row("crash: nothing left after the restarted server's stop", "yes" if not after else "no",
+          ", ".join(after) or "none")
 
 
 def judge_readonly(r):

@@ -31,12 +31,14 @@ enable() {
 }
 
 # serve PLACE PROCS [WRAPPER...]: the server started as a process of the cgroup whose
-# cgroup.procs is PROCS (through WRAPPER), waited for until its socket is there.
+# cgroup.procs is PROCS (through WRAPPER), waited for until its socket is there. A new socket
+# directory each time, unless KEEP_SOCKET_DIR is set (a container restarted in its pod keeps
+# its emptyDir: the UID leases, by which a restart knows the dead server's jails for its own).
 serve() {
   place=$1 procs=$2
   shift 2
   mkdir -p $OUT/$place
-  rm -rf /plugins && mkdir -p /plugins
+  if [ -n "${KEEP_SOCKET_DIR:-}" ]; then rm -f /plugins/vm.sock; else rm -rf /plugins && mkdir -p /plugins; fi
   sh -c 'echo $$ > "$0" && exec "$@"' "$procs" "$@" \
     cmp-warden --config-dir-path /config --policy $POLICY \
     --audit-log $OUT/$place/audit.jsonl > $OUT/$place/server.log 2>&1 &
@@ -63,10 +65,12 @@ req() {
   echo $? > $OUT/$place/$name.rc
 }
 
-# leftovers PLACE WHEN: request cgroups and processes of the sandbox UIDs (20000+1000) now.
+# leftovers PLACE WHEN: request cgroups, instance cgroups (cmp-warden-FIRST) and processes of
+# the sandbox UIDs (20000+1000) now.
 leftovers() {
   sleep 1
   find $CG -type d -name 'j*' > $OUT/$1/cgroups-$2
+  find $CG -type d -name 'cmp-warden-[0-9]*' > $OUT/$1/instances-$2
   for p in /proc/[0-9]*; do
     uid=$(sed -n 's/^Uid:\t\([0-9]*\).*/\1/p' $p/status 2>/dev/null)
     [ -n "$uid" ] && [ "$uid" -ge 20000 ] && [ "$uid" -lt 21000 ] &&
@@ -118,6 +122,37 @@ req restart honest honest
 req restart memhog memhog
 stop restart
 leftovers restart stopped
+
+# 3b. A crash: the server SIGKILLed while a request runs (its daemon and its jail outlive it
+#     for a moment); the restart, with the same policy, directories and UIDs, removes all the
+#     dead one left, serves, and stops clean.
+serve crash $CG/cgroup.procs
+cmp-warden client generate /apps/overrun --socket /plugins/vm.sock --timeout 300 \
+  > $OUT/crash/in-flight.out 2>&1 &
+CLIENT=$!
+overrun_running() {
+  for p in /proc/[0-9]*; do
+    case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in "sleep 1000"*) return 0 ;; esac
+  done
+  return 1
+}
+i=0
+until overrun_running || [ $i -ge 600 ]; do
+  sleep 0.2
+  i=$((i + 1))
+done
+leftovers crash before-kill
+kill -KILL $SERVER
+wait $SERVER
+echo $? > $OUT/crash/exit
+wait $CLIENT
+echo $? > $OUT/crash/in-flight.rc
+find $CG -type d -name 'j*' > $OUT/crash/cgroups-killed
+KEEP_SOCKET_DIR=1 serve crash-restart $CG/cgroup.procs
+leftovers crash-restart restarted
+req crash-restart honest honest
+stop crash-restart
+leftovers crash-restart stopped
 
 # 4. A systemd-style service cgroup (two levels below the root) that holds another process
 #    too: the server moves both into its leaf before it delegates controllers.

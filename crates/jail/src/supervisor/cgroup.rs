@@ -396,24 +396,37 @@ pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize 
     removed
 }
 
-/// `serve` on the way out: this instance's directories, unless a request cgroup in them still
-/// holds a process (another live instance sharing the UID range, and so the directory: then
-/// they stay, and the next start-up's sweep finds them). Emptied request cgroups still being
-/// removed (a cancelled request's reclaim) are waited for, briefly.
-pub fn remove_instance_if_unused(layout: &Layout) {
-    let in_use = instance_dirs(layout).into_iter().any(|d| {
-        std::fs::read_dir(d)
-            .map(|rd| {
-                rd.flatten().any(|e| {
-                    std::fs::read_to_string(e.path().join("cgroup.procs"))
-                        .is_ok_and(|p| !p.trim().is_empty())
+/// `serve` on the way out: this instance's directories, once no request cgroup in them holds
+/// a process. Requests still being reclaimed as the server stops (an OOM-killed request's
+/// processes, a cancelled one's) are waited for, up to `wait`; a request cgroup that still
+/// holds a process then (another live instance sharing the UID range, and so the directory)
+/// keeps them, said in the log: the next start-up's sweep finds them.
+pub fn remove_instance_if_unused(layout: &Layout, wait: std::time::Duration) {
+    let in_use = || {
+        instance_dirs(layout).into_iter().any(|d| {
+            std::fs::read_dir(d)
+                .map(|rd| {
+                    rd.flatten().any(|e| {
+                        std::fs::read_to_string(e.path().join("cgroup.procs"))
+                            .is_ok_and(|p| !p.trim().is_empty())
+                    })
                 })
-            })
-            .unwrap_or(false)
-    });
-    if !in_use {
-        remove_instance(layout);
+                .unwrap_or(false)
+        })
+    };
+    let deadline = std::time::Instant::now() + wait;
+    while in_use() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    if in_use() {
+        tracing::warn!(
+            dirs = %instance_dirs(layout).iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+            waited_ms = wait.as_millis() as u64,
+            "cgroup directories kept: a request cgroup in them still holds processes (another live instance with the same spec.uidRange, or a reclaim that did not finish); the next start-up's sweep removes them"
+        );
+        return;
+    }
+    remove_instance(layout);
 }
 
 fn instance_dirs(layout: &Layout) -> Vec<&Path> {
@@ -1390,18 +1403,20 @@ mod tests {
             for f in cg.procs_files() {
                 std::fs::write(f, holder.id().to_string()).expect("join");
             }
-            remove_instance_if_unused(&layout);
+            remove_instance_if_unused(&layout, std::time::Duration::from_millis(200));
             assert!(dirs.iter().all(|d| d.exists()));
-            holder.kill().expect("kill");
-            holder.wait().expect("wait");
-            // Emptied, and removed only after the check began: waited for.
+            // The request being reclaimed as the server stops (its process killed, then its
+            // cgroup removed, after the check began): waited for (mutant: no wait -> the
+            // directories stay, as a VM's stop right after an OOM kill once showed).
             let later = cg.clone();
-            let remover = std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(100));
+            let reclaim = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                holder.kill().expect("kill");
+                holder.wait().expect("wait");
                 later.remove().expect("remove the request cgroup");
             });
-            remove_instance_if_unused(&layout);
-            remover.join().expect("remover");
+            remove_instance_if_unused(&layout, std::time::Duration::from_secs(10));
+            reclaim.join().expect("reclaim");
             for d in &dirs {
                 assert!(!d.exists(), "{} left behind", d.display());
             }

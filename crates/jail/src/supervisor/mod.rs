@@ -656,7 +656,9 @@ impl Supervisor {
                 cgroup::remove_instance(layout);
             }
         } else if let Some(layout) = &self.cgroups {
-            cgroup::remove_instance_if_unused(layout);
+            // (Bounded: within the pod's grace period, which the drain before this also
+            // spent part of.)
+            cgroup::remove_instance_if_unused(layout, std::time::Duration::from_secs(10));
         }
     }
 }

@@ -367,8 +367,19 @@ pub fn proc_uid(pid: i32) -> Option<u32> {
 /// The live cmp-warden (another server, not this process nor one of its ancestors) that
 /// `pid` descends from, if any: a leftover of a dead run has been reparented to init or a
 /// subreaper, while a live instance's jails and commands are still its descendants. An
-/// instance is recognised by its executable (the same file as ours, by device and inode).
+/// instance is recognised by its executable (the same file as ours, by device and inode) and
+/// is not one of a server's helpers (the jail factory and its jails, the cache keeper, the
+/// reclaim helper): a dead server's jail, still ending its commands, leads to init.
 pub fn live_instance_above(proc_root: &Path, pid: i32) -> Option<i32> {
+    let helper = |p: i32| {
+        std::fs::read(proc_root.join(format!("{p}/cmdline"))).is_ok_and(|c| {
+            c.split(|b| *b == 0).nth(1).is_some_and(|a| {
+                [crate::FACTORY_ARG, crate::KEEPER_ARG, crate::RECLAIM_ARG]
+                    .iter()
+                    .any(|h| a == h.as_bytes())
+            })
+        })
+    };
     use std::os::unix::fs::MetadataExt;
     let ours = std::fs::metadata(proc_root.join("self/exe")).ok()?;
     let me = std::process::id() as i32;
@@ -391,7 +402,8 @@ pub fn live_instance_above(proc_root: &Path, pid: i32) -> Option<i32> {
         }
         if parent != me && !ancestors_of_me.contains(&parent) {
             let exe = std::fs::metadata(proc_root.join(format!("{parent}/exe")));
-            if exe.is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino()) {
+            if exe.is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino()) && !helper(parent)
+            {
                 return Some(parent);
             }
         }
@@ -431,6 +443,56 @@ fn ppid(proc_root: &Path, pid: i32) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live server's jail leads to the server; a dead server's jail, reparented to init,
+    /// leads to no live instance (mutant: the jail itself taken for a server -> the VM's
+    /// restart after a crash refused to start, its sweep blocked by the dying jail).
+    #[test]
+    fn a_dead_servers_jail_is_no_live_instance() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path();
+        std::fs::write(root.join("cmp-warden"), "").expect("exe");
+        std::fs::write(root.join("sleep"), "").expect("exe");
+        std::fs::create_dir(root.join("self")).expect("self");
+        std::os::unix::fs::symlink(root.join("cmp-warden"), root.join("self/exe")).expect("ln");
+        let proc = |pid: i32, ppid: i32, exe: &str, cmdline: &[&str]| {
+            let d = root.join(pid.to_string());
+            std::fs::create_dir(&d).expect("mkdir");
+            std::fs::write(d.join("status"), format!("Name:\tx\nPPid:\t{ppid}\n")).expect("status");
+            std::os::unix::fs::symlink(root.join(exe), d.join("exe")).expect("ln");
+            std::fs::write(d.join("cmdline"), cmdline.join("\0") + "\0").expect("cmdline");
+        };
+        // A live server, its factory, a jail, the jail's command.
+        proc(
+            100,
+            1,
+            "cmp-warden",
+            &["cmp-warden", "--config-dir-path", "/c"],
+        );
+        proc(
+            200,
+            100,
+            "cmp-warden",
+            &["/proc/self/exe", crate::FACTORY_ARG],
+        );
+        proc(
+            300,
+            200,
+            "cmp-warden",
+            &["/proc/self/exe", crate::FACTORY_ARG],
+        );
+        proc(400, 300, "sleep", &["sleep", "1000"]);
+        assert_eq!(live_instance_above(root, 400), Some(100));
+        // A dead server's jail, reparented to init, and its command.
+        proc(
+            500,
+            1,
+            "cmp-warden",
+            &["/proc/self/exe", crate::FACTORY_ARG],
+        );
+        proc(600, 500, "sleep", &["sleep", "1000"]);
+        assert_eq!(live_instance_above(root, 600), None);
+    }
 
     const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n# comment\nargocd:x:999:999::/home/argocd:/bin/sh\nbroken line\nnobody:x:65534:65534::/:/bin/false\n";
     const GROUP: &str = "root:x:0:\nargocd:x:999:\nweird:x:20005:\n";

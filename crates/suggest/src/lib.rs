@@ -1,0 +1,556 @@
+//! `cmp-warden policy suggest`'s reasoning: from the audit events of runs under a policy, a
+//! proposed policy and seccomp profile, every change with its reason. Pure (no file is read
+//! or written here): the binary loads the inputs, writes and validates the proposal.
+
+use std::path::PathBuf;
+
+use policy::{NetworkMode, Policy, SeccompMode};
+use serde_json::Value;
+
+/// Why a proposal could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SuggestError {
+    /// The input policy's seccomp profile is not JSON (or the proposal's cannot be written).
+    #[error("seccomp profile: {0}")]
+    Profile(#[from] serde_json::Error),
+    /// A destination the plugin reached is no allow-list entry.
+    #[error("network: {0}")]
+    Destination(#[from] egress::Error),
+}
+
+const MI: u64 = 1 << 20;
+
+fn round_up(v: u64, unit: u64) -> u64 {
+    v.div_ceil(unit).max(1) * unit
+}
+
+/// What the audit events show, across all requests.
+#[derive(Debug, Default)]
+struct Observed {
+    requests: usize,
+    /// Calls the profile would have denied, let through in audit mode: name → (count, comm).
+    denied: std::collections::BTreeMap<String, (u64, String)>,
+    /// Calls the profile denied in enforce mode: never proposed (listed for the reviewer).
+    enforced: std::collections::BTreeMap<String, (u64, String)>,
+    peak_memory: u64,
+    duration_ms: u64,
+    output: u64,
+    limits_hit: Vec<(String, String)>,
+    /// Requests that did not finish `ok`: their figures (time, memory, output) stop where
+    /// they failed, short of what a finished run needs.
+    unfinished: usize,
+    /// Destinations commands asked the egress proxy for: (host, port) → needed `internal`.
+    egress: std::collections::BTreeMap<(String, u16), bool>,
+    /// Server variables withheld from a command that failed and that it named (its argv, or
+    /// its error before the server's own note): name → the app whose request named it. The
+    /// full withheld list of an event is not evidence: every failure carries it.
+    withheld: std::collections::BTreeMap<String, String>,
+    /// Paths Landlock refused, from the kernel's own records: whether a write was refused,
+    /// and in how many requests.
+    files: std::collections::BTreeMap<String, (bool, u64)>,
+    /// Paths only a failed command's error named as refused (no kernel record): never
+    /// proposed, a command's output being its own to write; listed for the reviewer.
+    claimed_files: std::collections::BTreeSet<String>,
+    /// Destinations the egress proxy refused: never proposed; listed for the reviewer.
+    refused_destinations: std::collections::BTreeSet<String>,
+}
+
+/// Where the server's own note on withheld variables starts in an error (what precedes it is
+/// the command's words).
+const WITHHELD_NOTE: &str = " (server variables not passed to commands:";
+
+/// Whether `text` names `var` as a word of its own (not inside a longer name).
+fn names_var(text: &str, var: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(var).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(word)
+            && !text[i + var.len()..].chars().next().is_some_and(word)
+    })
+}
+
+fn observe(text: &str) -> Observed {
+    let mut o = Observed::default();
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if e["log"] != "audit" {
+            continue;
+        }
+        // A withheld variable counts only where the failed command named it: in its argv
+        // (plugin.yaml's), or in its own words before the server's note.
+        let error = e["error"].as_str().unwrap_or_default();
+        let own_words = error.split(WITHHELD_NOTE).next().unwrap_or_default();
+        let argv: Vec<&str> = e["commands"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c["argv"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        for n in e["withheldEnv"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if names_var(own_words, n) || argv.iter().any(|a| names_var(a, n)) {
+                o.withheld
+                    .entry(n.to_owned())
+                    .or_insert_with(|| e["app"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        for c in e["egress"].as_array().into_iter().flatten() {
+            // Only what the proxy let through (allowed, or admitted in audit mode): a
+            // destination it refused is not something the plugin reached.
+            if !matches!(c["decision"].as_str(), Some("allowed" | "audited")) {
+                if let Some(d) = c["destination"].as_str().filter(|d| !d.is_empty()) {
+                    o.refused_destinations.insert(d.to_owned());
+                }
+                continue;
+            }
+            let Some((host, port)) = c["destination"]
+                .as_str()
+                .and_then(|d| d.rsplit_once(':'))
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            else {
+                continue;
+            };
+            let internal = c["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("resolves only to internal addresses"))
+                || c["address"]
+                    .as_str()
+                    .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+                    .is_some_and(|a| egress::is_internal(a.ip()));
+            *o.egress.entry((host, port)).or_default() |= internal;
+        }
+        o.requests += 1;
+        for d in e["landlockDenials"].as_array().into_iter().flatten() {
+            let (Some(blockers), Some(path)) = (d["blockers"].as_str(), d["object"].as_str())
+            else {
+                continue;
+            };
+            // File accesses a policy field allows (not signals, sockets or ports).
+            if !blockers.starts_with("fs") || d["allowedBy"].is_null() || !path.starts_with('/') {
+                continue;
+            }
+            // The kernel's records name the access (`fs.read_file`); a path taken from the
+            // command's own error does not.
+            if !blockers.starts_with("fs.") {
+                o.claimed_files.insert(path.to_owned());
+                continue;
+            }
+            // The kernel names the access; an error's path is proposed for reading.
+            let write = blockers.split(',').any(|b| {
+                b.starts_with("fs.") && !matches!(b, "fs.read_file" | "fs.read_dir" | "fs.execute")
+            });
+            let ent = o.files.entry(path.to_owned()).or_default();
+            ent.0 |= write;
+            ent.1 += 1;
+        }
+        for d in e["seccompAudit"].as_array().into_iter().flatten() {
+            let name = d["syscall"].as_str().unwrap_or("?").to_owned();
+            // What audit mode let through is what the plugin did; what enforce mode denied is
+            // what a command tried, which may be an attack: never a grant.
+            let calls = if d["action"] == "audited" {
+                &mut o.denied
+            } else {
+                &mut o.enforced
+            };
+            let ent = calls
+                .entry(name)
+                .or_insert((0, d["comm"].as_str().unwrap_or("").to_owned()));
+            ent.0 += d["count"].as_u64().unwrap_or(1);
+        }
+        o.peak_memory = o
+            .peak_memory
+            .max(e["peakMemoryBytes"].as_u64().unwrap_or(0));
+        o.duration_ms = o.duration_ms.max(e["durationMs"].as_u64().unwrap_or(0));
+        if e["outcome"] != "ok" {
+            o.unfinished += 1;
+        }
+        for c in e["commands"].as_array().into_iter().flatten() {
+            o.peak_memory = o.peak_memory.max(c["peakRssBytes"].as_u64().unwrap_or(0));
+            o.output = o
+                .output
+                .max(c["stdoutBytes"].as_u64().unwrap_or(0))
+                .max(c["stderrBytes"].as_u64().unwrap_or(0));
+        }
+        if let Some(l) = e["limit"].as_str() {
+            o.limits_hit
+                .push((l.to_owned(), e["app"].as_str().unwrap_or("").to_owned()));
+        }
+    }
+    o
+}
+
+/// The default of a policy directory when every request named a project: the input without
+/// what only a learning run may have (an audit-mode allow list, seccomp in audit mode).
+pub fn unlearnt_default(
+    base: &Policy,
+    base_profile: &str,
+    from: &str,
+) -> Result<Suggested, SuggestError> {
+    let mut p = base.clone();
+    let mut notes = vec![format!(
+        "The default policy: every request in {from} named a project, so this runs only what no project's policy selects, and nothing was learnt for it."
+    )];
+    if p.network == NetworkMode::AllowList && p.egress.audit {
+        p.network = NetworkMode::None;
+        p.egress = egress::AllowList::default();
+        notes.push("network: mode none (the input's allow list was in audit mode)".into());
+    }
+    if p.seccomp_mode == SeccompMode::Audit {
+        p.seccomp_mode = SeccompMode::Enforce;
+        notes.push("seccomp: mode enforce (the input's was audit)".into());
+    }
+    Ok(Suggested {
+        policy: p,
+        profile: serde_json::from_str(base_profile)?,
+        notes,
+    })
+}
+
+/// The Argo CD projects the audit events in `text` name (only names a `spec.select` pattern
+/// can hold).
+pub fn projects_in(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines().filter_map(event_project).collect()
+}
+
+/// The project of an audit event line (`None` for other lines and events without one).
+pub fn event_project(line: &str) -> Option<String> {
+    let e: Value = serde_json::from_str(line).ok()?;
+    if e["log"] != "audit" {
+        return None;
+    }
+    let p = e["project"].as_str()?;
+    policy::Pattern::try_from(p.to_owned())
+        .ok()
+        .filter(|p| matches!(p, policy::Pattern::Exact(_)))
+        .map(|_| p.to_owned())
+}
+
+/// A proposal: the policy, its seccomp profile, and why each change was made.
+#[derive(Debug)]
+pub struct Suggested {
+    /// The proposed policy.
+    pub policy: Policy,
+    /// Its seccomp profile.
+    pub profile: Value,
+    /// Why each change was made, for the reviewer (and the policy's header comment).
+    pub notes: Vec<String>,
+}
+
+impl Suggested {
+    /// The policy file's text (naming its profile `seccomp/PROFILE`, keeping the comments of
+    /// `input`, the policy the runs used) and the profile's.
+    pub fn texts(&self, profile: &str, input: &str) -> Result<(String, String), SuggestError> {
+        let profile_json = serde_json::to_string_pretty(&self.profile)? + "\n";
+        // The reviewer's own comments stay on the fields they explain.
+        let yaml = policy::emit::keep_comments(
+            input,
+            &policy::emit::to_yaml(&self.policy, &format!("seccomp/{profile}"), &self.notes),
+        );
+        Ok((yaml, profile_json))
+    }
+}
+
+/// The proposal the audit events in `text` make of `base` (`None`: no audit event).
+pub fn propose(
+    text: &str,
+    base: &Policy,
+    base_profile: &str,
+    from: &str,
+    others: &[Policy],
+) -> Result<Option<Suggested>, SuggestError> {
+    let mut p = base.clone();
+    let o = observe(text);
+    if o.requests == 0 {
+        return Ok(None);
+    }
+    let mut notes = vec![format!(
+        "Suggested by `cmp-warden policy suggest` from {} request(s) in {from}, based on policy {:?}.",
+        o.requests, p.name
+    )];
+    notes.push("Review every line below before deploying; each change says why.".into());
+
+    // Seccomp: take out of the profile exactly the calls the plugin made.
+    let mut profile: Value = serde_json::from_str(base_profile)?;
+    if p.seccomp_mode == SeccompMode::Audit && o.denied.is_empty() {
+        notes.push(
+            "seccomp: no would-be denial was recorded; enforce mode keeps the profile unchanged"
+                .into(),
+        );
+    }
+    let mut denied = o.denied.clone();
+    // Inet sockets refused under `network: none` lead to a learning run (an audit-mode allow
+    // list), whichever mode refused them; every other enforced denial stays.
+    if let Some(sockets) = o.enforced.get("socket") {
+        denied
+            .entry("socket".into())
+            .or_insert_with(|| sockets.clone());
+    }
+    for (name, (n, comm)) in &o.enforced {
+        if name != "socket" || p.network != NetworkMode::None {
+            notes.push(format!(
+                "seccomp: NOT allowing {name}, which the profile denied to {comm:?} {n} time(s) in enforce mode (a command's attempt is not a need): run the plugin under seccomp.mode audit to learn what it calls"
+            ));
+        }
+    }
+    suggest_network(&mut p, &o, &mut denied, &mut notes)?;
+    suggest_env(&mut p, &o, others, &mut notes);
+    suggest_files(&mut p, &o, &mut notes);
+    allow_denied_calls(&mut profile, &denied, &mut notes);
+    p.seccomp_mode = SeccompMode::Enforce;
+    notes.push("seccomp: mode enforce".into());
+
+    suggest_limits(&mut p, &o, &mut notes);
+    p.name = format!("{}-suggested", p.name);
+    Ok(Some(Suggested {
+        policy: p,
+        profile,
+        notes,
+    }))
+}
+
+/// `spec.network` from what the plugin did: inet sockets under `network: none` suggest
+/// `allowList` in audit mode (taking `socket` out of `denied`); under `allowList`, the
+/// destinations reached become the list.
+fn suggest_network(
+    p: &mut Policy,
+    o: &Observed,
+    denied: &mut std::collections::BTreeMap<String, (u64, String)>,
+    notes: &mut Vec<String>,
+) -> Result<(), SuggestError> {
+    if !o.refused_destinations.is_empty() {
+        notes.push(format!(
+            "network: NOT added, as the egress proxy refused them: {}",
+            o.refused_destinations
+                .iter()
+                .map(|d| format!("{d:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    // A learning run (`allowList` with `audit: true`) that reached nothing: no network.
+    if p.network == NetworkMode::AllowList && p.egress.audit && o.egress.is_empty() {
+        p.network = NetworkMode::None;
+        p.egress = egress::AllowList::default();
+        notes.push(
+            "network: mode none (the plugin made no connection through the audit-mode allow list)"
+                .into(),
+        );
+        return Ok(());
+    }
+    // Sockets under `network: none`: what the plugin needs is a network mode, not a profile
+    // without its socket rules (that would still fail, and would open netlink and the rest).
+    if p.network == NetworkMode::None && denied.remove("socket").is_some() {
+        p.network = NetworkMode::AllowList;
+        p.egress = egress::AllowList {
+            audit: true,
+            ..Default::default()
+        };
+        p.egress_max_connections = 100;
+        notes.push(
+            "network: the plugin opened inet sockets under network: none. Suggested: mode allowList with audit: true, which admits and records every destination. Run the plugin once under this policy and run `policy suggest` again: it turns what the plugin reached into spec.network.allow. Do not deploy a policy with audit: true.".into(),
+        );
+    }
+    if p.network == NetworkMode::AllowList && !o.egress.is_empty() {
+        let mut by_target: std::collections::BTreeMap<(String, bool), Vec<u16>> =
+            std::collections::BTreeMap::new();
+        for ((host, port), internal) in &o.egress {
+            by_target
+                .entry((host.clone(), *internal))
+                .or_default()
+                .push(*port);
+        }
+        let mut rules = Vec::new();
+        for ((host, internal), ports) in by_target {
+            let bare = host.trim_start_matches('[').trim_end_matches(']');
+            let target = match bare.parse::<std::net::IpAddr>() {
+                Ok(ip) => egress::Target::Cidr(egress::Cidr::parse(&ip.to_string())?),
+                Err(_) => match egress::HostPattern::parse(&host) {
+                    Ok(h) => egress::Target::Host(h),
+                    Err(_) => {
+                        notes.push(format!("network: {host:?} is not a host name; left out"));
+                        continue;
+                    }
+                },
+            };
+            let is_host = matches!(target, egress::Target::Host(_));
+            notes.push(format!(
+                "network.allow: {host:?} on {ports:?}{} (the egress proxy let the plugin through to it)",
+                if internal && is_host {
+                    ", internal: true because it resolved to an internal address"
+                } else {
+                    ""
+                }
+            ));
+            rules.push(egress::Rule {
+                target,
+                ports,
+                internal: internal && is_host,
+            });
+        }
+        p.egress.rules = rules;
+        p.egress.audit = false;
+    }
+    Ok(())
+}
+
+/// `spec.env.pass`: the variables a failing command did not get and named, each to be
+/// reviewed; never one another policy of the directory passes (another tenant's secret).
+fn suggest_env(p: &mut Policy, o: &Observed, others: &[Policy], notes: &mut Vec<String>) {
+    for (name, app) in &o.withheld {
+        if p.passes(name) || !policy::is_env_name(name) {
+            continue;
+        }
+        if let Some(owner) = others.iter().find(|q| q.passes(name)) {
+            notes.push(format!(
+                "env.pass: NOT adding {name}, which a failed command of app {app:?} named: policy {:?} passes it, for its own requests only (another tenant's variable)",
+                owner.name
+            ));
+            continue;
+        }
+        notes.push(format!(
+            "env.pass: added {name} (withheld from a failed command of app {app:?}, which named it). REVIEW: it reaches every command of every request under this policy; remove it unless the plugin is configured by it."
+        ));
+        p.env_pass.push(name.clone());
+    }
+}
+
+/// `spec.filesystem`: each path Landlock refused, exactly (not a directory above it), in
+/// `readWrite` when a write was refused and in `readOnly` otherwise; never one a rule already
+/// covers for that access.
+fn suggest_files(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
+    for (path, (write, requests)) in &o.files {
+        let path = PathBuf::from(path);
+        let covered = |rules: &[PathBuf]| rules.iter().any(|r| path.starts_with(r));
+        if covered(&p.read_write) || (!write && covered(&p.read_only)) {
+            continue;
+        }
+        let (rules, field) = if *write {
+            (&mut p.read_write, "filesystem.readWrite")
+        } else {
+            (&mut p.read_only, "filesystem.readOnly")
+        };
+        notes.push(format!(
+            "{field}: added {} (refused to commands in {requests} request(s)). REVIEW: every command of every request may then {} it; list a directory instead only if the plugin needs all of it.",
+            path.display(),
+            if *write { "write" } else { "read" }
+        ));
+        rules.push(path);
+    }
+    if !o.claimed_files.is_empty() {
+        notes.push(format!(
+            "filesystem: NOT added, as only a command's own error named them as refused (no kernel record of a refusal; a command writes what it likes): {}. Add one by hand if the plugin needs it.",
+            o.claimed_files.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+}
+
+/// Out of the seccomp profile: exactly the calls the plugin made that it denied.
+fn allow_denied_calls(
+    profile: &mut Value,
+    denied: &std::collections::BTreeMap<String, (u64, String)>,
+    notes: &mut Vec<String>,
+) {
+    if let Some(rules) = profile["rules"].as_array_mut() {
+        for r in rules.iter_mut() {
+            // The reason of this profile's own rule (a custom profile has its own).
+            let reason = r["reason"]
+                .as_str()
+                .unwrap_or("(no reason given)")
+                .to_owned();
+            if let Some(calls) = r["syscalls"].as_array_mut() {
+                calls.retain(|c| {
+                    let name = c.as_str().unwrap_or("");
+                    match denied.get(name) {
+                        Some((n, comm)) => {
+                            notes.push(format!(
+                                "seccomp: {name} is ALLOWED: {comm:?} called it {n} time(s); the profile denied it because: {reason}"
+                            ));
+                            false
+                        }
+                        None => true,
+                    }
+                });
+            }
+        }
+        rules.retain(|r| r["syscalls"].as_array().is_some_and(|c| !c.is_empty()));
+    }
+}
+
+/// Limits: room above what was observed, never below it; and, when a request did not
+/// finish, never below the input policy either (its figures stop where it failed: a 135 ms
+/// failure once proposed wallSeconds 30 for a 35 s init).
+fn suggest_limits(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
+    let keep = o.unfinished > 0;
+    // `want`, or the input's value when it is larger and some request did not finish.
+    let mut set = |field: &str, current: &mut u64, want: u64, why: String| {
+        if keep && want < *current {
+            notes.push(format!(
+                "limits.{field}: {current} kept ({why} would lower it, but {} request(s) did not finish, so their figures are short of a finished run's)",
+                o.unfinished
+            ));
+        } else {
+            notes.push(format!("limits.{field}: {want} ({why})"));
+            *current = want;
+        }
+    };
+    if o.peak_memory > 0 {
+        let want = round_up(o.peak_memory.saturating_mul(2), 64 * MI).max(256 * MI);
+        set(
+            "memoryBytes",
+            &mut p.limits.memory_bytes,
+            want,
+            format!("observed peak {} bytes, x2", o.peak_memory),
+        );
+        p.limits.data_bytes = p.limits.data_bytes.max(p.limits.memory_bytes);
+    }
+    if o.duration_ms > 0 {
+        let want = (o.duration_ms.saturating_mul(3).div_ceil(1000)).max(30);
+        set(
+            "wallSeconds",
+            &mut p.limits.wall_seconds,
+            want,
+            format!("slowest request {} ms, x3", o.duration_ms),
+        );
+    }
+    if o.output > 0 {
+        let want = round_up(o.output.saturating_mul(4), MI);
+        set(
+            "outputBytes",
+            &mut p.limits.output_bytes,
+            want,
+            format!("largest stdout/stderr {} bytes, x4", o.output),
+        );
+    }
+    // A process's allocation refused under the per-process heap limit: the request's memory
+    // was not the bound, dataBytes was (and the request must hold what one process may).
+    if let Some((_, app)) = o.limits_hit.iter().find(|(l, _)| l == "heap") {
+        let want = p.limits.data_bytes.saturating_mul(2);
+        notes.push(format!(
+            "limits.dataBytes: {want} (x2: an allocation of app {app:?} was refused under dataBytes {}, each process's heap limit; raising memoryBytes alone changes nothing)",
+            p.limits.data_bytes
+        ));
+        p.limits.data_bytes = want;
+        if p.limits.memory_bytes < want {
+            notes.push(format!(
+                "limits.memoryBytes: {want} (raised to dataBytes: the request must be able to hold what one of its processes may)"
+            ));
+            p.limits.memory_bytes = want;
+        }
+    }
+    for (limit, app) in &o.limits_hit {
+        notes.push(format!(
+            "WARNING: request of app {app:?} ended on the {limit} limit: the values above come from runs that did not finish; {}",
+            if limit == "heap" {
+                "dataBytes is raised above; run again"
+            } else {
+                "raise it and run again"
+            }
+        ));
+    }
+}
