@@ -438,7 +438,8 @@ pub const CHUNKS_SHA256: &str = "sha256-of-the-chunks";
 /// a client would send it (gRPC length-prefixed frames of `AppStreamRequest`, or any bytes).
 /// Through the real service, with a runner that only reads the archive: no panic; the call
 /// ends (paused clock, within the service's own deadlines); the status is one a client's
-/// fault earns (never Internal, Unknown or Unimplemented); `Ok` only for a header first and
+/// fault earns (never Internal or Unimplemented; a stream the transport could not read is
+/// Unknown, as Argo CD's `error receiving tgz file` is); `Ok` only for a header first and
 /// chunks whose SHA-256 it names; every request the runner executed is reclaimed and none
 /// stays active.
 pub fn grpc_stream(data: &[u8]) {
@@ -531,7 +532,7 @@ pub fn grpc_stream(data: &[u8]) {
         assert!(
             !matches!(
                 status.code(),
-                tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::Unimplemented
+                tonic::Code::Internal | tonic::Code::Unimplemented
             ),
             "{status:?} for {data:?}"
         );
@@ -592,8 +593,8 @@ impl jail::Runner for Counting {
 /// the service may answer `Ok`: well framed, a header first and only then, chunks whose
 /// SHA-256 it names.
 fn fix_checksums(body: &[u8]) -> (Vec<u8>, bool) {
-    use proto::plugin::app_stream_request::Request as R;
     use prost::Message;
+    use proto::plugin::app_stream_request::Request as R;
     use sha2::Digest;
     // The frames: (compressed flag, message bytes), and whatever trails them.
     let mut frames = Vec::new();
@@ -620,11 +621,7 @@ fn fix_checksums(body: &[u8]) -> (Vec<u8>, bool) {
             sha.update(&f.chunk);
         }
     }
-    let hex: String = sha
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let mut out = Vec::with_capacity(body.len());
     for ((flag, raw), m) in frames.iter().zip(&decoded) {
         let fixed = match m {
@@ -653,7 +650,11 @@ fn fix_checksums(body: &[u8]) -> (Vec<u8>, bool) {
         Some(Some(proto::plugin::AppStreamRequest { request: Some(R::Metadata(h)) }))
             if h.checksum == CHUNKS_SHA256 || h.checksum == hex
     );
-    let valid = rest.is_empty()
+    // tonic ends a stream cleanly when it ends right after a frame's 5-byte prefix (the prefix
+    // consumed, nothing left in its buffer: tonic 0.14 `decode.rs`), as if the frame were not
+    // there; any other trailing bytes are an error.
+    let ends_cleanly = rest.is_empty() || (rest.len() == 5 && rest[0] == 0);
+    let valid = ends_cleanly
         && header_first
         && decoded.iter().skip(1).all(|m| {
             matches!(
