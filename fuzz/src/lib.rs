@@ -310,6 +310,16 @@ pub fn policy_text(data: &[u8]) {
     }
 }
 
+/// Paused time: the runtime jumps ahead whenever it idles, so a client that waits (and the
+/// server's timeouts) cost no real time.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
 /// The ApplicationSet generator's front door: any bytes as an HTTP/1.1 connection, through
 /// the server's own connection handler and the generator service (a static source: nothing
 /// runs). Never a panic, never a hang (10 minutes of the runtime's paused clock; libFuzzer's
@@ -320,15 +330,7 @@ pub fn appset_connection(data: &[u8]) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     static SVC: OnceLock<Arc<server::appset::AppSetService>> = OnceLock::new();
-    let rt = RT.get_or_init(|| {
-        // Paused time: the runtime jumps ahead whenever it idles, so a client that waits
-        // (and the server's header timeout) cost no real time.
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime")
-    });
+    let rt = RT.get_or_init(paused_runtime);
     let svc = SVC.get_or_init(|| {
         let config = policy::generator::GeneratorConfig::parse(
             "apiVersion: cmp-warden.io/v1alpha1\nkind: AppSetGenerator\nmetadata: {name: fuzz}\nspec:\n  static: [{env: dev}]\n  limits: {bodyBytes: 4Ki, timeoutSeconds: 2, concurrency: 2}\n",
@@ -451,13 +453,7 @@ pub fn grpc_stream(data: &[u8]) {
     let Some((&rpc, body)) = data.split_first() else {
         return;
     };
-    let rt = RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime")
-    });
+    let rt = RT.get_or_init(paused_runtime);
     let (svc, runner) = SVC.get_or_init(|| {
         let loaded = plugin::PluginConfig::parse(
             "apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetadata: {name: fuzz}\nspec:\n  generate: {command: [cat]}\n  discover: {fileName: '*.yaml'}\n",

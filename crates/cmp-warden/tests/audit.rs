@@ -477,13 +477,7 @@ fn without_kernel_audit_a_refused_file_is_named_from_the_error_and_suggest_lists
     drop(s);
 
     let out = pol.path().join("suggested");
-    let st = std::process::Command::new(bin())
-        .args(["policy", "suggest", "--audit-log"])
-        .arg(&log)
-        .args(["--policy", file.to_str().expect("utf8"), "--out"])
-        .arg(&out)
-        .output()
-        .expect("suggest");
+    let st = policy_suggest(&log, &file, &out);
     assert!(
         st.status.success(),
         "{}",
@@ -634,15 +628,7 @@ fn policy_suggest_turns_an_audit_run_into_an_enforced_policy_that_works() {
     );
     // 2. Suggest.
     let dir = t.path().join("suggested");
-    let s = std::process::Command::new(bin())
-        .args(["policy", "suggest", "--audit-log"])
-        .arg(&log)
-        .arg("--policy")
-        .arg(&audit_pol)
-        .arg("--out")
-        .arg(&dir)
-        .output()
-        .expect("suggest");
+    let s = policy_suggest(&log, &audit_pol, &dir);
     let notes = String::from_utf8_lossy(&s.stderr);
     assert!(s.status.success(), "{notes}");
     assert!(

@@ -1115,15 +1115,7 @@ fn policy_suggest_writes_the_allow_list_from_what_the_plugin_reached() {
             .expect("render")
     };
     let suggest = |log: &Path, base: &Path, out: &Path| {
-        let s = Command::new(bin())
-            .args(["policy", "suggest", "--audit-log"])
-            .arg(log)
-            .arg("--policy")
-            .arg(base)
-            .arg("--out")
-            .arg(out)
-            .output()
-            .expect("suggest");
+        let s = policy_suggest(log, base, out);
         let notes = String::from_utf8_lossy(&s.stderr).into_owned();
         assert!(s.status.success(), "{notes}");
         (

@@ -370,7 +370,6 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 /// application gets its token and store while team B's gets neither.
 #[test]
 fn policy_suggest_writes_a_policy_per_project_that_serves_as_a_directory() {
-    use std::process::Command;
     needs_root!(NEEDS_ROOT);
     let port = secret_store();
     let work = tempfile::tempdir().expect("tmp");
@@ -426,15 +425,7 @@ fn policy_suggest_writes_a_policy_per_project_that_serves_as_a_directory() {
     std::fs::write(&log, events.join("\n") + "\n").expect("write");
 
     let out = work.path().join("suggested");
-    let run = Command::new(bin())
-        .args(["policy", "suggest", "--audit-log"])
-        .arg(&log)
-        .arg("--policy")
-        .arg(&learning)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("suggest");
+    let run = policy_suggest(&log, &learning, &out);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{err}");
     assert!(
@@ -581,17 +572,7 @@ fn policy_suggest_grants_nothing_a_hostile_request_did_or_said() {
     let log = work.path().join("audit.jsonl");
     std::fs::write(&log, format!("{event}\n")).expect("write");
     let out = work.path().join("suggested");
-    let suggest = |policy: &Path, out: &Path| {
-        Command::new(bin())
-            .args(["policy", "suggest", "--audit-log"])
-            .arg(&log)
-            .arg("--policy")
-            .arg(policy)
-            .arg("--out")
-            .arg(out)
-            .output()
-            .expect("suggest")
-    };
+    let suggest = |policy: &Path, out: &Path| policy_suggest(&log, policy, out);
     let run = suggest(&dir, &out);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{err}");

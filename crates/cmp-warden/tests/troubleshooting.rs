@@ -87,15 +87,7 @@ fn doctor_detail(policy: &Path, env: &[(&str, &str)], name: &str) -> String {
 fn suggest(s: &Server, policy: &Path, out: &Path) -> (PathBuf, String, String) {
     let log = out.with_extension("log");
     std::fs::write(&log, s.logs()).expect("log");
-    let o = Command::new(bin())
-        .args(["policy", "suggest", "--audit-log"])
-        .arg(&log)
-        .arg("--policy")
-        .arg(policy)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("policy suggest");
+    let o = policy_suggest(&log, policy, out);
     let notes = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "{notes}");
     let file = out.join("policy.yaml");
@@ -107,6 +99,31 @@ fn suggest(s: &Server, policy: &Path, out: &Path) -> (PathBuf, String, String) {
 fn last_event(s: &Server) -> Value {
     s.wait_logged("\"log\":\"audit\"", 1);
     s.audit_events().pop().expect("an audit event")
+}
+
+/// What a case starts from: an app to send, and the default policy written with this test's
+/// own UID range (what doctor and suggest are given too) in a scratch directory.
+struct Case {
+    app: tempfile::TempDir,
+    scratch: tempfile::TempDir,
+    policy: PathBuf,
+}
+
+impl Case {
+    fn new() -> Case {
+        let scratch = tempfile::tempdir().expect("tmp");
+        let policy = scratch.path().join("policy/policy.yaml");
+        write_policy(&policy, &[]);
+        Case {
+            app: repo(&[("app.yaml", "x: 1\n")]),
+            scratch,
+            policy,
+        }
+    }
+
+    fn dir(&self) -> &str {
+        self.app.path().to_str().expect("utf8")
+    }
 }
 
 fn policy_of(s: &Server) -> PathBuf {
@@ -264,11 +281,8 @@ fn a_token_from_the_sidecars_environment() {
         ("VAULT_TOKEN", "s.walk-token"),
         ("AWS_CA_BUNDLE", "/etc/ssl/aws.pem"),
     ];
-    let app = repo(&[("app.yaml", "x: 1\n")]);
-    let dir = app.path().to_str().expect("utf8");
-    let t = tempfile::tempdir().expect("tmp");
-    let pol = t.path().join("policy/policy.yaml");
-    write_policy(&pol, &[]);
+    let case = Case::new();
+    let (dir, t, pol) = (case.dir(), &case.scratch, &case.policy);
     let s = Server::start_env(&cfg, &["--policy", pol.to_str().expect("utf8")], &env);
     let (_, msg) = go(&s, "generate", &["-dir", dir]).expect_err("no token");
     assert!(
@@ -286,12 +300,12 @@ fn a_token_from_the_sidecars_environment() {
             .is_some_and(|w| w.iter().any(|n| n == "AWS_CA_BUNDLE")),
         "the audit event keeps the full list: {event}"
     );
-    let detail = doctor_detail(&pol, &env, "environment");
+    let detail = doctor_detail(pol, &env, "environment");
     assert!(
         detail.contains("withheld: ") && detail.contains("VAULT_TOKEN"),
         "{detail}"
     );
-    let (suggested, yaml, notes) = suggest(&s, &pol, &t.path().join("suggested"));
+    let (suggested, yaml, notes) = suggest(&s, pol, &t.path().join("suggested"));
     assert!(notes.contains("env.pass: added VAULT_TOKEN"), "{notes}");
     assert!(
         !notes.contains("added AWS_CA_BUNDLE") && !yaml.contains("AWS_CA_BUNDLE"),
@@ -327,11 +341,8 @@ fn too_much_memory_for_one_process() {
     let cfg = plugin(
         "  generate:\n    command: [python3, -c]\n    args:\n      - |\n        b = bytes(1536 << 20)\n        print('{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"big\"}, \"data\": {\"bytes\": \"%d\"}}' % len(b))\n",
     );
-    let app = repo(&[("app.yaml", "x: 1\n")]);
-    let dir = app.path().to_str().expect("utf8");
-    let t = tempfile::tempdir().expect("tmp");
-    let pol = t.path().join("policy/policy.yaml");
-    write_policy(&pol, &[]);
+    let case = Case::new();
+    let (dir, t, pol) = (case.dir(), &case.scratch, &case.policy);
     let s = Server::start(&cfg, &["--policy", pol.to_str().expect("utf8")]);
     let (_, msg) = go(&s, "generate", &["-dir", dir]).expect_err("MemoryError");
     assert!(
@@ -346,12 +357,12 @@ fn too_much_memory_for_one_process() {
     let event = last_event(&s);
     assert_eq!(event["limit"], "heap", "{event}");
     assert_eq!(event["oomKills"], 0, "{event}");
-    let detail = doctor_detail(&pol, &[], "rlimits");
+    let detail = doctor_detail(pol, &[], "rlimits");
     assert!(
         detail.contains("DATA=1073741824 (spec.limits.dataBytes)"),
         "{detail}"
     );
-    let (suggested, yaml, notes) = suggest(&s, &pol, &t.path().join("suggested"));
+    let (suggested, yaml, notes) = suggest(&s, pol, &t.path().join("suggested"));
     assert!(
         notes.contains("limits.dataBytes: 2147483648 (x2: an allocation of app"),
         "{notes}"
@@ -416,11 +427,8 @@ fn a_tool_config_in_the_sidecars_home() {
     let cfg = plugin(
         "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        v=$(cat \"${TOOL_CONFIG:-$HOME/.config/tool.yaml}\") || exit 1\n        echo \"{\\\"apiVersion\\\": \\\"v1\\\", \\\"kind\\\": \\\"ConfigMap\\\", \\\"metadata\\\": {\\\"name\\\": \\\"tool\\\"}, \\\"data\\\": {\\\"config\\\": \\\"$v\\\"}}\"\n",
     );
-    let app = repo(&[("app.yaml", "x: 1\n")]);
-    let dir = app.path().to_str().expect("utf8");
-    let t = tempfile::tempdir().expect("tmp");
-    let pol = t.path().join("policy/policy.yaml");
-    write_policy(&pol, &[]);
+    let case = Case::new();
+    let (dir, t, pol) = (case.dir(), &case.scratch, &case.policy);
     let s = Server::start_env(
         &cfg,
         &["--policy", pol.to_str().expect("utf8")],
@@ -436,7 +444,7 @@ fn a_tool_config_in_the_sidecars_home() {
         fix.contains("spec.filesystem.readOnly") && fix.contains("spec.env.pass"),
         "{fix}"
     );
-    let detail = doctor_detail(&pol, &[("HOME", home)], "filesystem");
+    let detail = doctor_detail(pol, &[("HOME", home)], "filesystem");
     assert!(
         detail.contains("besides the request's own tree, HOME and /tmp"),
         "{detail}"
@@ -474,11 +482,8 @@ fn argo_cds_own_deadline() {
     let cfg = plugin(
         "  generate:\n    command: [sh, -c, 'sleep 3; echo \"{\\\"apiVersion\\\": \\\"v1\\\", \\\"kind\\\": \\\"ConfigMap\\\", \\\"metadata\\\": {\\\"name\\\": \\\"slow\\\"}}\"']\n",
     );
-    let app = repo(&[("app.yaml", "x: 1\n")]);
-    let dir = app.path().to_str().expect("utf8");
-    let t = tempfile::tempdir().expect("tmp");
-    let pol = t.path().join("policy/policy.yaml");
-    write_policy(&pol, &[]);
+    let case = Case::new();
+    let (dir, pol) = (case.dir(), &case.policy);
     let s = Server::start(&cfg, &["--policy", pol.to_str().expect("utf8")]);
     let (code, msg) =
         go(&s, "generate", &["-dir", dir, "-timeout", "1s"]).expect_err("the client's deadline");
@@ -491,7 +496,7 @@ fn argo_cds_own_deadline() {
     );
     let event = last_event(&s);
     assert_eq!(event["limit"], "clientDeadline", "{event}");
-    let detail = doctor_detail(&pol, &[], "limits");
+    let detail = doctor_detail(pol, &[], "limits");
     assert!(
         detail.contains("wallSeconds=300")
             && detail.contains(

@@ -669,6 +669,23 @@ pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
     (first, count)
 }
 
+/// `cmp-warden policy suggest --audit-log LOG --policy POLICY --out OUT`, its output.
+pub fn policy_suggest(
+    log: impl AsRef<Path>,
+    policy: impl AsRef<Path>,
+    out: impl AsRef<Path>,
+) -> std::process::Output {
+    Command::new(bin())
+        .args(["policy", "suggest", "--audit-log"])
+        .arg(log.as_ref())
+        .arg("--policy")
+        .arg(policy.as_ref())
+        .arg("--out")
+        .arg(out.as_ref())
+        .output()
+        .expect("policy suggest")
+}
+
 /// The grpc-go client (built once, as the Go module tests/interop/go, from the module proxy).
 pub fn go_client() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
