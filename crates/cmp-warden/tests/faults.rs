@@ -31,7 +31,7 @@ const NEEDS_ROOT: &str = "fault tests need root (CI runs as root): a tmpfs mount
 /// (the failure is hidden from the exit code, as a careless script's would be); `slow`: take
 /// two seconds first; `hang`: sleep for a minute; `daemon`: also leave a daemon in a new
 /// session that ignores SIGTERM (it outlives its jail where there is no PID namespace).
-const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        if [ \"$ARGOCD_ENV_MODE\" = slow ]; then sleep 2; fi\n        if [ \"$ARGOCD_ENV_MODE\" = daemon ]; then setsid sh -c \"trap '' TERM; exec sleep 300\" </dev/null >/dev/null 2>&1 & fi\n        if [ \"$ARGOCD_ENV_MODE\" = hang ] || [ \"$ARGOCD_ENV_MODE\" = daemon ]; then sleep 60; fi\n        if [ -f big.txt ] && [ \"$(wc -c < big.txt)\" != 33554432 ]; then echo \"big.txt is not whole\" >&2; exit 1; fi\n        cat cm.yaml\n";
+const SPEC: &str = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        if [ \"$ARGOCD_ENV_MODE\" = fill ]; then dd if=/dev/zero of=fill bs=1M count=64 2>/dev/null; fi\n        if [ \"$ARGOCD_ENV_MODE\" = slow ]; then sleep 2; fi\n        if [ \"$ARGOCD_ENV_MODE\" = daemon ]; then setsid sh -c \"trap '' TERM; exec sleep 300\" </dev/null >/dev/null 2>&1 & fi\n        if [ \"$ARGOCD_ENV_MODE\" = hang ] || [ \"$ARGOCD_ENV_MODE\" = daemon ]; then sleep 60; fi\n        if [ \"$ARGOCD_ENV_MODE\" = big ]; then printf '{\"kind\":\"ConfigMap\",\"data\":{\"x\":\"'; head -c 1048576 /dev/zero | tr '\\0' a; printf '\"}}\\n'; exit 0; fi\n        if [ -f big.txt ] && [ \"$(wc -c < big.txt)\" != 33554432 ]; then echo \"big.txt is not whole\" >&2; exit 1; fi\n        cat cm.yaml\n";
 
 /// A tmpfs of `size` at `at`, unmounted (lazily) when dropped.
 struct Tmpfs(std::path::PathBuf);
@@ -265,6 +265,15 @@ fn a_server_killed_after_answering_leaves_nothing_once_restarted() {
     crash_mid_command(&[], "answered");
 }
 
+/// The same, with the crash while the server streams a large answer to a client that reads
+/// only its first 16 KiB (its flow-control window never reopened): the answer's audit event
+/// was written before it, and nothing of the request is left after the restart.
+#[test]
+fn a_server_killed_while_answering_leaves_nothing_once_restarted() {
+    needs_root!(NEEDS_ROOT);
+    crash_mid_command(&[], "answering");
+}
+
 /// Policy edits that turn the tree cache on (every archive cached) or off, whatever this
 /// run's default (`CMP_WARDEN_TEST_TREE_CACHE`).
 fn cache_edits(on: bool) -> Vec<(&'static str, &'static str)> {
@@ -469,8 +478,8 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     // it is extracted into the request's tree or the cache's, or once a request is answered.
     let step = match mode {
         "receiving" => "request received",
-        // (Not waited for: the client's answer is the step.)
-        "answered" => "",
+        // (Not waited for: the client's answer, or its first part, is the step.)
+        "answered" | "answering" => "",
         "extracting" | "filling" => "request received",
         _ => "command started",
     };
@@ -481,8 +490,10 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     let load = generate_in_background(&s, small.path().to_str().expect("utf8"), "hang");
     s.wait_logged("command started", commands + 1);
     let started = s.logs().matches(step).count();
+    let (answer_started, started_rx) = std::sync::mpsc::channel();
     let in_flight = match mode {
         "receiving" => receiving_in_background(&s),
+        "answering" => answering_in_background(&s, answer_started),
         // 64 KiB chunks 20 ms apart: some ten seconds of arriving archive.
         "extracting" => generate_in_background_with(
             &s,
@@ -492,8 +503,13 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
         ),
         _ => generate_in_background(&s, &dir, mode),
     };
-    if mode != "answered" {
+    if !step.is_empty() {
         s.wait_logged(step, started + 1);
+    }
+    if mode == "answering" {
+        started_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the first part of the answer never came");
     }
     if matches!(mode, "extracting" | "filling") {
         assert!(
@@ -536,7 +552,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     // (While receiving, a request may hold no jail yet: with the tree cache on, the archive
     // is hashed whole before a tree is chosen.)
     assert!(
-        matches!(mode, "receiving" | "filling" | "answered")
+        matches!(mode, "receiving" | "filling" | "answered" | "answering")
             || !s.busy_uids(first, count).is_empty(),
         "no process of the request in the range: {before:?}"
     );
@@ -590,13 +606,15 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
             .expect_err("a request whose server died");
         // (grpc-go, as the repo-server, calls a broken connection Unavailable; tonic, the
         // receiving client here, Unknown "transport error".)
-        let broken = if mode == "receiving" {
-            code == UNKNOWN && msg.contains("transport error")
-        } else {
-            code == UNAVAILABLE
+        let broken = match mode {
+            "receiving" => code == UNKNOWN && msg.contains("transport error"),
+            // (The raw HTTP/2 client: the connection closed under its response body.)
+            "answering" => code == UNAVAILABLE && msg.contains("answer broken off"),
+            _ => code == UNAVAILABLE,
         };
         assert!(broken, "{mode}: {code}: {msg}");
-    } else {
+    }
+    if matches!(mode, "answered" | "answering") {
         // The answered request's event was written before its answer left.
         let events = s.audit_events();
         assert!(
@@ -707,6 +725,83 @@ fn receiving_in_background(s: &Server) -> std::thread::JoinHandle<CallResult> {
             drop(tx);
             got.map(|r| serde_json::json!({"manifests": r.into_inner().manifests}))
                 .map_err(|e| (e.code() as i64, e.message().to_owned()))
+        })
+    })
+}
+
+/// A generate call with `ARGOCD_ENV_MODE=big` (a 1 MiB answer) by an HTTP/2 client whose
+/// windows are 16 KiB and never reopened: once the answer's first bytes came (said on
+/// `started`), the server is blocked mid-answer. Ends when the connection does.
+fn answering_in_background(
+    s: &Server,
+    started: std::sync::mpsc::Sender<()>,
+) -> std::thread::JoinHandle<CallResult> {
+    use common::grpc::{file, good_tgz, rt, sha};
+    use prost::Message;
+    let sock = s.sock.clone();
+    std::thread::spawn(move || {
+        rt().block_on(async move {
+            let io = tokio::net::UnixStream::connect(&sock)
+                .await
+                .expect("connect");
+            let (mut client, conn) = h2::client::Builder::new()
+                .initial_window_size(16 << 10)
+                .initial_connection_window_size(16 << 10)
+                .handshake::<_, bytes::Bytes>(io)
+                .await
+                .expect("HTTP/2 handshake");
+            tokio::spawn(conn);
+            let req = http::Request::post(
+                "http://localhost/plugin.ConfigManagementPluginService/GenerateManifest",
+            )
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("request");
+            let (response, mut send) = client.send_request(req, false).expect("send");
+            let tgz = good_tgz();
+            let header = proto::plugin::AppStreamRequest {
+                request: Some(proto::plugin::app_stream_request::Request::Metadata(
+                    proto::plugin::ManifestRequestMetadata {
+                        app_name: "app".into(),
+                        app_rel_path: ".".into(),
+                        checksum: sha(&tgz),
+                        size: 0,
+                        env: vec![proto::plugin::EnvEntry {
+                            name: "ARGOCD_ENV_MODE".into(),
+                            value: "big".into(),
+                        }],
+                    },
+                )),
+            };
+            let mut body = Vec::new();
+            for m in [header, file(&tgz)] {
+                let b = m.encode_to_vec();
+                body.push(0);
+                body.extend_from_slice(&(b.len() as u32).to_be_bytes());
+                body.extend_from_slice(&b);
+            }
+            send.send_data(body.into(), true)
+                .expect("the request's messages");
+            let broken = |e: String| (UNAVAILABLE, format!("answer broken off: {e}"));
+            let mut answer = response
+                .await
+                .map_err(|e| broken(e.to_string()))?
+                .into_body();
+            match answer.data().await {
+                Some(Ok(_)) => {
+                    let _ = started.send(());
+                }
+                other => return Err((UNKNOWN, format!("no answer: {other:?}"))),
+            }
+            // Its capacity never released: the server's window stays shut.
+            loop {
+                match answer.data().await {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(broken(e.to_string())),
+                    None => return Err((UNKNOWN, "the answer ended in a 16 KiB window".into())),
+                }
+            }
         })
     })
 }
