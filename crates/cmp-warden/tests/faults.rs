@@ -133,6 +133,9 @@ fn a_full_work_disk_fails_the_request_naming_the_disk_and_the_next_one_succeeds(
     assert_eq!(s.audit_events()[2]["limit"], "workDisk");
     s.assert_work_dir_empties();
     go(&s, "generate", &["-dir", small_dir]).expect("served again once the tree is gone");
+    checked(
+        "a full work disk: mid-extraction and mid-command, the request fails naming the work directory's disk (limit workDisk), its output withheld; the server serves the next request once there is room; nothing of either left",
+    );
 }
 
 /// A gRPC health Watch on the unix socket (grpcio, as a load balancer or mesh would hold one):
@@ -224,6 +227,9 @@ fn sigterm_under_load_refuses_new_requests_and_finishes_the_ones_in_flight() {
         "processes survived the server"
     );
     assert_eq!(s.audit_events().len(), 2, "one event per answered request");
+    checked(
+        "SIGTERM under load: health NOT_SERVING, the socket gone at once (a client that still dials it refused at once), the requests in flight answered in full; exit 0; no process or work-dir entry left; one audit event per answered request",
+    );
 }
 
 #[test]
@@ -406,6 +412,9 @@ fn a_jail_killed_mid_command_fails_its_request_and_leaves_nothing() {
     );
     let v = go(&s, "generate", &["-dir", &dir]).expect("served after the jail's death");
     assert_eq!(manifests(&v), vec![r#"{"kind":"ConfigMap"}"#]);
+    checked(
+        "a jail SIGKILLed mid-command: its client told the signal and that no policy limit did it, at once; its command gone, its tree and cgroup reclaimed, its audit event written; the next request served",
+    );
 }
 
 /// SIGTERM right after an answer, with two policies' spare jails prepared (one taken by the
@@ -453,6 +462,9 @@ fn a_stop_while_a_spare_is_prepared_leaves_nothing() {
         }
     }
     assert!(leaks.is_empty(), "left after a clean stop: {leaks:#?}");
+    checked(
+        "a stop while spare jails of two policies are prepared (8 rounds): nothing of either left once the server exited",
+    );
 }
 
 /// Then the restarted server's own graceful stop leaves nothing either.
@@ -660,6 +672,35 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
         .filter(|d| d.exists())
         .collect();
     assert!(left.is_empty(), "instance cgroups left: {left:?}");
+    checked(&format!(
+        "the server SIGKILLed {}, with a second request mid-command: both clients told at once; after the restart (same dirs, UID range): no process of the dead server, no work-dir entry; a whole tree served; after its stop: no process in the range, no instance cgroup{}",
+        step_of(mode),
+        if matches!(mode, "answered" | "answering") {
+            "; the answered request's audit event was written before its answer"
+        } else {
+            ""
+        }
+    ));
+}
+
+/// What a test checked, in CI's log: written past the test harness's capture of `eprintln!`
+/// (as the soak's table is), so a passing run says what it proved.
+fn checked(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "faults: {what}");
+}
+
+/// The step of a request a crash test's `mode` kills the server at, in words.
+fn step_of(mode: &str) -> &'static str {
+    match mode {
+        "receiving" => "while the archive arrived",
+        "extracting" => "while its jail extracted the archive",
+        "filling" => "while the keeper filled the tree cache",
+        "answering" => "while it streamed the answer",
+        "answered" => "right after answering",
+        "daemon" => "mid-command (no PID namespace, a daemon left behind, the jails killed too)",
+        _ => "mid-command",
+    }
 }
 
 /// Of `procs` (PID and start time), those still running after up to `secs` seconds, as a
