@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jail::record::RunRecord;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Schema identifier of an audit event.
 pub const SCHEMA: &str = "cmp-warden.audit/v1";
@@ -137,7 +137,7 @@ impl AuditSink {
 }
 
 /// The archive as received.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ArchiveInfo {
     /// SHA-256 of the compressed stream (what the client's checksum covers).
@@ -151,7 +151,7 @@ pub struct ArchiveInfo {
 }
 
 /// The policy in force.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyRef {
     /// `metadata.name`.
     pub name: String,
@@ -169,14 +169,15 @@ impl PolicyRef {
     }
 }
 
-/// One request's event.
-#[derive(Debug, Clone, Serialize)]
+/// One request's event: what the server writes, and what a reader (tests, tools) reads back
+/// through the same type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
     /// Always `audit`: tells the event apart from log lines on a shared stream.
-    pub log: &'static str,
+    pub log: String,
     /// Always [`SCHEMA`].
-    pub schema: &'static str,
+    pub schema: String,
     /// RFC 3339 UTC time the request ended.
     pub time: String,
     /// The request id (also in the request's log span).
@@ -185,7 +186,7 @@ pub struct AuditEvent {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
     /// `GenerateManifest`, `MatchRepository` or `GetParametersAnnouncement`.
-    pub rpc: &'static str,
+    pub rpc: String,
     /// Argo CD application name.
     pub app: String,
     /// The application's Argo CD project (`ARGOCD_APP_PROJECT_NAME`, sent by Argo CD 3.0 and
@@ -212,7 +213,7 @@ pub struct AuditEvent {
     /// OOM kills.
     pub oom_kills: Option<u64>,
     /// `ok` or `error`.
-    pub outcome: &'static str,
+    pub outcome: String,
     /// gRPC status code name.
     pub code: String,
     /// The error as returned to the client (redacted), if any.
@@ -223,17 +224,17 @@ pub struct AuditEvent {
     pub seccomp_audit: Vec<jail::record::SeccompEvent>,
     /// `network: allowList`: each connection through the egress proxy (destination, address,
     /// decision, reason, bytes each way, duration).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<egress::Connection>,
     /// Connections past the proxy's record limit (counted only).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub egress_unrecorded: u64,
     /// A failed request: what Landlock refused its commands (from the kernel's audit records,
     /// when the host enables audit), with the policy field that allows it.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub landlock_denials: Vec<jail::record::LandlockDenial>,
     /// A command failed while server variables were withheld: their names (never values).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub withheld_env: Vec<String>,
     /// Where the request's tree came from, when the tree cache runs: `hit`, `filled` or
     /// `uncached`.
@@ -278,12 +279,12 @@ impl AuditEvent {
         record: RunRecord,
     ) -> Self {
         AuditEvent {
-            log: "audit",
-            schema: SCHEMA,
+            log: "audit".into(),
+            schema: SCHEMA.into(),
             time: rfc3339_now(),
             request_id: seen.request_id,
             trace_id: seen.trace_id,
-            rpc: op.rpc_name(),
+            rpc: op.rpc_name().into(),
             app: seen.app,
             project: seen.project,
             app_rel_path: seen.app_rel_path,
@@ -295,7 +296,7 @@ impl AuditEvent {
             commands: Vec::new(),
             peak_memory_bytes: None,
             oom_kills: None,
-            outcome: if result.is_ok() { "ok" } else { "error" },
+            outcome: if result.is_ok() { "ok" } else { "error" }.into(),
             code: format!(
                 "{:?}",
                 result.map_or_else(|s| s.code(), |()| tonic::Code::Ok)
@@ -464,6 +465,18 @@ mod tests {
             serde_json::to_string(&e).expect("json"),
             PINNED_EVENT,
             "the audit event's format changed"
+        );
+        // Read back through the same type, field for field (mutant: a field the reader does
+        // not know, or names differently -> not equal).
+        let back: AuditEvent = serde_json::from_str(PINNED_EVENT).expect("read back");
+        assert_eq!(back, e);
+        // An event without the fields written only when they have something to say.
+        let lean: AuditEvent = serde_json::from_str(
+            r#"{"log":"audit","schema":"cmp-warden.audit/v1","time":"t","requestId":"r","rpc":"MatchRepository","app":"a","appRelPath":".","envNames":[],"archive":{"sha256":null,"bytes":0,"entries":null,"fileBytes":null},"uid":null,"gid":null,"cgroup":null,"commands":[],"peakMemoryBytes":null,"oomKills":null,"outcome":"ok","code":"Ok","error":null,"limit":null,"seccompAudit":[],"policy":{"name":"default","sha256":"cd"},"durationMs":1}"#,
+        )
+        .expect("a lean event");
+        assert!(
+            lean.egress.is_empty() && lean.withheld_env.is_empty() && lean.tree_cache.is_none()
         );
     }
 
