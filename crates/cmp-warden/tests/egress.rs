@@ -49,12 +49,7 @@ fn readme(example: &str) -> (Fixture, Vec<String>) {
         .stderr(Stdio::null())
         .spawn()
         .expect("fixture");
-    let f = Fixture(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{start}: never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let f = Fixture::listening(child, port, start);
     (f, lines[1..].iter().map(|l| (*l).to_owned()).collect())
 }
 

@@ -31,16 +31,21 @@ pub fn fixture(example: &str, script: &str, port: u16) -> Fixture {
         .stderr(Stdio::null())
         .spawn()
         .expect("start fixture");
-    let f = Fixture(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{script} never listened on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    Fixture::listening(child, port, script)
+}
+
+impl Fixture {
+    /// `child`, once something accepts connections on `port` (at most 10 s; `what` names it
+    /// if nothing does).
+    pub fn listening(child: Child, port: u16, what: &str) -> Fixture {
+        let f = Fixture(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "{what} never listened on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        f
     }
-    f
 }
 
 /// The example's policy file, copied with a UID range of this test's own (servers of one test
