@@ -19,7 +19,9 @@ use std::process::Command;
 
 use common::examples::*;
 use common::*;
+use jail::Limit;
 use serde_json::Value;
+use server::audit::AuditEvent;
 
 const NEEDS_ROOT: &str =
     "troubleshooting tests need root (CI runs as root): leased UIDs need CAP_SETUID";
@@ -95,10 +97,12 @@ fn suggest(s: &Server, policy: &Path, out: &Path) -> (PathBuf, String, String) {
     (file, yaml, notes)
 }
 
-/// The last audit event of a server (a failed request's event follows its answer).
-fn last_event(s: &Server) -> Value {
+/// The last audit event of a server (a failed request's event follows its answer), read back
+/// through the type the server writes it with.
+fn last_event(s: &Server) -> AuditEvent {
     s.wait_logged("\"log\":\"audit\"", 1);
-    s.audit_events().pop().expect("an audit event")
+    let event = s.audit_events().pop().expect("an audit event");
+    serde_json::from_value(event).expect("an audit event of this version")
 }
 
 /// What a case starts from: an app to send, and the default policy written with this test's
@@ -295,10 +299,8 @@ fn a_token_from_the_sidecars_environment() {
     assert!(fix.contains("spec.env.pass"), "{fix}");
     let event = last_event(&s);
     assert!(
-        event["withheldEnv"]
-            .as_array()
-            .is_some_and(|w| w.iter().any(|n| n == "AWS_CA_BUNDLE")),
-        "the audit event keeps the full list: {event}"
+        event.withheld_env.iter().any(|n| n == "AWS_CA_BUNDLE"),
+        "the audit event keeps the full list: {event:?}"
     );
     let detail = doctor_detail(pol, &env, "environment");
     assert!(
@@ -355,8 +357,8 @@ fn too_much_memory_for_one_process() {
     let fix = guide_fix(&msg, "an allocation was refused");
     assert!(fix.contains("spec.limits.dataBytes"), "{fix}");
     let event = last_event(&s);
-    assert_eq!(event["limit"], "heap", "{event}");
-    assert_eq!(event["oomKills"], 0, "{event}");
+    assert_eq!(event.limit, Some(Limit::Heap), "{event:?}");
+    assert_eq!(event.oom_kills, Some(0), "{event:?}");
     let detail = doctor_detail(pol, &[], "rlimits");
     assert!(
         detail.contains("DATA=1073741824 (spec.limits.dataBytes)"),
@@ -495,7 +497,7 @@ fn argo_cds_own_deadline() {
         "{fix}"
     );
     let event = last_event(&s);
-    assert_eq!(event["limit"], "clientDeadline", "{event}");
+    assert_eq!(event.limit, Some(Limit::ClientDeadline), "{event:?}");
     let detail = doctor_detail(pol, &[], "limits");
     assert!(
         detail.contains("wallSeconds=300")
