@@ -1346,17 +1346,7 @@ mod set_tests {
     /// The default policy's text made a selected one: `name`, `select`, without the
     /// node-wide fields, with `edits` applied.
     fn selected(name: &str, select: &str, edits: &[(&str, &str)]) -> String {
-        let mut t: String = DEFAULT_POLICY_YAML
-            .lines()
-            .filter(|l| {
-                !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                    .iter()
-                    .any(|f| l.starts_with(f))
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-        t = t.replacen("name: default", &format!("name: {name}"), 1);
-        t = t.replacen("spec:\n", &format!("spec:\n  select: {select}\n"), 1);
+        let mut t = testkit::selected_policy(DEFAULT_POLICY_YAML, name, select);
         for (from, to) in edits {
             assert!(t.contains(from), "{from}");
             t = t.replacen(from, to, 1);

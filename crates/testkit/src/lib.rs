@@ -16,6 +16,36 @@ mod oracle;
 pub use builder::{Hdr, Magic, TarBuilder, argo_tgz, argo_tgz_with, gzip, pax_record};
 pub use oracle::{Node, Sentinel, check_contained, describe_paths, describe_tree};
 
+/// A selected policy's text made from a default policy's `default`: the node-wide fields
+/// (`require`, `namespaces`, `uidRange`, `cache`: the default's alone) left out, named `name`,
+/// choosing requests by `select` (a YAML flow mapping, e.g. `{projects: [team-a]}`).
+pub fn selected_policy(default: &str, name: &str, select: &str) -> String {
+    let text: String = default
+        .lines()
+        .filter(|l| {
+            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
+                .iter()
+                .any(|f| l.starts_with(f))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        text.contains("name: default") && text.contains("spec:\n"),
+        "policy fixture: not the default's text"
+    );
+    text.replacen("name: default", &format!("name: {name}"), 1)
+        .replacen("spec:\n", &format!("spec:\n  select: {select}\n"), 1)
+}
+
+/// Incompressible text, lowercase letters only (the archive's compression is not what such a
+/// test is about), from [`incompressible`].
+pub fn noise(n: usize, seed: u64) -> String {
+    incompressible(n, seed)
+        .into_iter()
+        .map(|b| char::from(b'a' + b % 26))
+        .collect()
+}
+
 /// `n` bytes deflate cannot shrink (xorshift from `seed`; no RNG dependency).
 pub fn incompressible(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

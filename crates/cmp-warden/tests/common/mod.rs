@@ -592,43 +592,16 @@ pub fn write_policy_with_uids(path: &Path, edits: &[(&str, &str)], count: u32) -
     first
 }
 
-/// Incompressible text (an archive's compression is not what such a test is about), different
-/// for each `seed`.
+/// Incompressible text, different for each `seed` ([`testkit::noise`]).
 pub fn noise(n: usize, seed: u64) -> String {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
-        .collect()
+    testkit::noise(n, seed)
 }
 
 /// A selected policy of a policy directory, from the default's text: what is node-wide left
 /// out (require, namespaces, uidRange, cache: the default's), named `name`, selecting
 /// requests of Argo CD project `project`.
 pub fn selected_policy(default: &str, name: &str, project: &str) -> String {
-    let text: String = default
-        .lines()
-        .filter(|l| {
-            !["  require:", "  namespaces:", "  uidRange:", "  cache:"]
-                .iter()
-                .any(|f| l.starts_with(f))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert!(
-        text.contains("name: default") && text.contains("spec:\n"),
-        "policy fixture: not the default's text"
-    );
-    text.replacen("name: default", &format!("name: {name}"), 1)
-        .replacen(
-            "spec:\n",
-            &format!("spec:\n  select: {{projects: [{project}]}}\n"),
-            1,
-        )
+    testkit::selected_policy(default, name, &format!("{{projects: [{project}]}}"))
 }
 
 pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
