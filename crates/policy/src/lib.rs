@@ -13,7 +13,7 @@ pub mod vocab;
 
 pub use policy::{
     CachePolicy, DEFAULT_POLICY_YAML, LandlockFeature, LandlockRequirement, Namespaces,
-    NetworkMode, Policy, PolicyError, PolicySet, Protection, SeccompMode, is_env_name,
+    NetworkMode, Policy, PolicyError, PolicySet, Protection, SeccompMode, is_env_name, names_var,
 };
 pub use quantity::{QuantityError, parse_quantity};
 pub use seccomp::SeccompProfile;

@@ -841,6 +841,16 @@ pub fn is_env_name(n: &str) -> bool {
     !stem.is_empty() && stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Whether `text` names the variable `var` as a word of its own, not inside a longer name (a
+/// tool's "VAULT_TOKEN is not set" names VAULT_TOKEN; "MY_VAULT_TOKEN_FILE" does not).
+pub fn names_var(text: &str, var: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(var).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(word)
+            && !text[i + var.len()..].chars().next().is_some_and(word)
+    })
+}
+
 fn check_env_pass(env: &RawEnv) -> Result<Vec<String>, PolicyError> {
     for n in &env.pass {
         if !is_env_name(n) {

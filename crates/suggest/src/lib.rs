@@ -59,15 +59,6 @@ struct Observed {
 /// the command's words).
 const WITHHELD_NOTE: &str = " (server variables not passed to commands:";
 
-/// Whether `text` names `var` as a word of its own (not inside a longer name).
-fn names_var(text: &str, var: &str) -> bool {
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices(var).any(|(i, _)| {
-        !text[..i].chars().next_back().is_some_and(word)
-            && !text[i + var.len()..].chars().next().is_some_and(word)
-    })
-}
-
 fn observe(text: &str) -> Observed {
     let mut o = Observed::default();
     for line in text.lines() {
@@ -94,7 +85,7 @@ fn observe(text: &str) -> Observed {
             .flatten()
             .filter_map(Value::as_str)
         {
-            if names_var(own_words, n) || argv.iter().any(|a| names_var(a, n)) {
+            if policy::names_var(own_words, n) || argv.iter().any(|a| policy::names_var(a, n)) {
                 o.withheld
                     .entry(n.to_owned())
                     .or_insert_with(|| e["app"].as_str().unwrap_or_default().to_owned());

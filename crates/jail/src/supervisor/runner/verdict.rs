@@ -159,20 +159,11 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     }
 }
 
-/// The names of `vars` that appear, as whole words, in any of `texts` (a tool's "VAULT_TOKEN is
-/// not set" names VAULT_TOKEN; "MY_VAULT_TOKEN_FILE" does not).
+/// The names of `vars` that any of `texts` names ([`policy::names_var`]).
 fn mentioned<'a>(vars: &'a [String], texts: &[&str]) -> Vec<&'a str> {
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     vars.iter()
         .map(String::as_str)
-        .filter(|name| {
-            texts.iter().any(|t| {
-                t.match_indices(name).any(|(i, _)| {
-                    !t[..i].chars().next_back().is_some_and(word)
-                        && !t[i + name.len()..].chars().next().is_some_and(word)
-                })
-            })
-        })
+        .filter(|name| texts.iter().any(|t| policy::names_var(t, name)))
         .collect()
 }
 
