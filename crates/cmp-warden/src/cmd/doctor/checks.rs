@@ -206,7 +206,15 @@ pub(super) fn limits_check(policy: &Policy, exec_timeout: &Option<String>) -> Ch
         Status::Info,
         format!(
             "spec.limits: {fields}; each command also ends at ARGOCD_EXEC_TIMEOUT ({}), and a request at the client's deadline (Argo CD's controller.repo.server.timeout.seconds) when that comes first",
-            exec_timeout.as_deref().unwrap_or("unset")
+            match exec_timeout.as_deref() {
+                None => "unset".to_owned(),
+                // As serve reads it: a value Go cannot parse, or zero, applies no timeout.
+                Some(v) => match plugin::duration::parse_go_duration(v) {
+                    Ok(d) if !d.is_zero() => v.to_owned(),
+                    Ok(_) => format!("{v}: zero, none applied"),
+                    Err(_) => format!("{v}: not a Go duration, not applied"),
+                },
+            }
         ),
     )
 }

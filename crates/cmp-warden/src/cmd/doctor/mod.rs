@@ -542,6 +542,18 @@ mod tests {
     /// The report operators and `doctor --json` consumers read: every check's name, status and
     /// detail for a known start-up (the root filesystem's line depends on this machine and is
     /// left out). A change here is a schema change (bump `SCHEMA`).
+    /// `ARGOCD_EXEC_TIMEOUT` as serve applies it: a value Go cannot parse, or zero, is shown
+    /// as not applied (mutant: the raw value shown -> "(abc)").
+    #[test]
+    fn the_exec_timeout_is_shown_as_serve_applies_it() {
+        let p = Policy::default_policy().expect("policy");
+        let detail = |v: Option<&str>| limits_check(&p, &v.map(str::to_owned)).detail;
+        assert!(detail(None).contains("ARGOCD_EXEC_TIMEOUT (unset)"));
+        assert!(detail(Some("90s")).contains("ARGOCD_EXEC_TIMEOUT (90s)"));
+        assert!(detail(Some("abc")).contains("(abc: not a Go duration, not applied)"));
+        assert!(detail(Some("0s")).contains("(0s: zero, none applied)"));
+    }
+
     #[test]
     fn the_report_format_is_pinned() {
         let policy = Policy::default_policy().expect("default");
