@@ -18,7 +18,8 @@
 //!  8. not dumpable (same-UID commands cannot open our /proc fds or memory);
 //!  9. `no_new_privs`;
 //! 10. Landlock: the request directory read-write (and the private `/tmp`), the policy's paths,
-//!     TCP denied when `network: none`, abstract-socket and signal scoping;
+//!     TCP denied when `network: none` (unless `network.loopback`, which step 7 has checked
+//!     has the jail's own network namespace), abstract-socket and signal scoping;
 //! 11. seccomp, installed once; every command the jail starts inherits it.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -226,6 +227,26 @@ pub fn confine(
             Reduced::Namespaces,
             format!("{:?}", namespaces.failed_lines()),
         ));
+    }
+    // `spec.network.loopback` lets commands use inet sockets; only the jail's own network
+    // namespace, whose one device is its loopback, keeps them there. Never best effort.
+    if sb.loopback {
+        let lo_down = namespaces
+            .notes
+            .iter()
+            .find(|n| n.ns == Some(Namespace::Net));
+        if !namespaces.has(Namespace::Net) || lo_down.is_some() {
+            let why = match lo_down {
+                Some(n) => n.what.clone(),
+                None => "the jail has no network namespace of its own here (doctor's namespace.net; a container runtime's default seccomp profile refuses it: deploy/'s Localhost profile allows it)".to_owned(),
+            };
+            return Err(fail(
+                "network",
+                format!(
+                    "spec.network.loopback needs the jail's own network namespace with its loopback up, and {why}; without it commands' inet sockets would reach the pod's network. Remove spec.network.loopback, or give the jail a network namespace"
+                ),
+            ));
+        }
     }
     if namespaces.disk_bytes.is_none() {
         degraded.push(Degraded::new(
@@ -676,7 +697,9 @@ fn landlock(
         .map_err(ll)?;
     // TCP is denied except, with `allowList`, connecting to the egress listener's port; a
     // hard requirement when that rule is the only fence (`tcp_fence`: no network namespace).
-    let deny_tcp = sb.network != NetworkMode::Egress;
+    // With `loopback` the jail's own network namespace (checked in step 7) is the fence, and
+    // commands bind and connect on its loopback at ports they choose.
+    let deny_tcp = sb.network != NetworkMode::Egress && !sb.loopback;
     if tcp_fence {
         rs = rs
             .set_compatibility(CompatLevel::HardRequirement)
@@ -702,7 +725,7 @@ fn landlock(
             .add_rule(PathBeneath::new(tmp, AccessFs::from_all(abi)))
             .map_err(ll)?;
     }
-    if let Some(port) = egress_port {
+    if let Some(port) = egress_port.filter(|_| deny_tcp) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(ll)?;

@@ -189,7 +189,8 @@ pub fn jail_main() -> i32 {
             tree_attached,
         } => {
             tracing::debug!(%request, us = t0.elapsed().as_micros() as u64, "header read");
-            run_confined(*task, deadline_ms, report, &dir, tree_attached)
+            let loopback = prep.sandbox.loopback;
+            run_confined(*task, deadline_ms, report, &dir, tree_attached, loopback)
         }
     };
     tracing::debug!(us = t0.elapsed().as_micros() as u64, "replied");
@@ -245,6 +246,7 @@ fn run_confined(
     report: jail_wire::protocol::Report,
     dir: &std::os::fd::OwnedFd,
     tree_attached: bool,
+    loopback: bool,
 ) -> i32 {
     let deadline = deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
     let stdin = std::io::stdin();
@@ -275,6 +277,16 @@ fn run_confined(
             .extend(NAMES.iter().map(|n| ((*n).to_owned(), proxy.clone())));
         task.env.retain(|(k, _)| k != "NODE_USE_ENV_PROXY");
         task.env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+        if loopback {
+            // `network.loopback`: a tool's processes talk to each other on the jail's own
+            // loopback, directly (the proxy would refuse them); gRPC's Node client reads
+            // no_grpc_proxy before no_proxy.
+            for name in ["NO_PROXY", "no_proxy", "no_grpc_proxy"] {
+                task.env.retain(|(k, _)| k != name);
+                task.env
+                    .push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
+            }
+        }
     }
     let req = Request {
         task,

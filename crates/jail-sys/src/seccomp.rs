@@ -250,13 +250,16 @@ fn target_arch() -> Result<seccompiler::TargetArch, SeccompError> {
         .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))
 }
 
-/// Compile `profile` for this architecture, honouring `mode` and `network`.
+/// Compile `profile` for this architecture, honouring `mode` and `network`; `loopback`
+/// (`spec.network.loopback`) lifts `network: none`'s refusal of inet sockets, which then reach
+/// only the jail's own loopback (its network namespace has no other device).
 pub fn compile(
     profile: &SeccompProfile,
     mode: SeccompMode,
     network: NetworkMode,
+    loopback: bool,
 ) -> Result<CompiledFilter, SeccompError> {
-    compile_with(profile, mode, network, true)
+    compile_with(profile, mode, network, loopback, true)
 }
 
 /// [`compile`], with or without the search in front of the rules (tests compare the two).
@@ -264,9 +267,10 @@ fn compile_with(
     profile: &SeccompProfile,
     mode: SeccompMode,
     network: NetworkMode,
+    loopback: bool,
     search: bool,
 ) -> Result<CompiledFilter, SeccompError> {
-    compile_for(profile, mode, network, search, target_arch()?)
+    compile_for(profile, mode, network, loopback, search, target_arch()?)
 }
 
 /// [`compile_with`] for `arch` (tests compile every architecture the build supports).
@@ -274,6 +278,7 @@ fn compile_for(
     profile: &SeccompProfile,
     mode: SeccompMode,
     network: NetworkMode,
+    loopback: bool,
     search: bool,
     arch: seccompiler::TargetArch,
 ) -> Result<CompiledFilter, SeccompError> {
@@ -285,7 +290,7 @@ fn compile_for(
     for r in &profile.rules {
         let applies = match r.only_when {
             None => true,
-            Some(Condition::NetworkNone) => network == NetworkMode::None,
+            Some(Condition::NetworkNone) => network == NetworkMode::None && !loopback,
             Some(Condition::NetworkAllowList) => network == NetworkMode::AllowList,
             Some(Condition::X86_64) => arch == seccompiler::TargetArch::x86_64,
         };
@@ -969,16 +974,16 @@ mod tests {
     #[test]
     fn the_default_profile_compiles_in_both_modes() {
         let p = SeccompProfile::default_profile().expect("profile");
-        let enforce = compile(&p, SeccompMode::Enforce, NetworkMode::None).expect("compile");
+        let enforce = compile(&p, SeccompMode::Enforce, NetworkMode::None, false).expect("compile");
         // The ENOSYS shim and one notify filter for every errno rule.
         assert!(enforce.instructions() < 4096);
-        let egress = compile(&p, SeccompMode::Enforce, NetworkMode::Egress).expect("compile");
+        let egress = compile(&p, SeccompMode::Enforce, NetworkMode::Egress, false).expect("compile");
         assert_eq!(egress.filters(), 2);
         assert!(
             egress.rules.len() < enforce.rules.len(),
             "no inet rules with egress"
         );
-        let audit = compile(&p, SeccompMode::Audit, NetworkMode::None).expect("compile");
+        let audit = compile(&p, SeccompMode::Audit, NetworkMode::None, false).expect("compile");
         // The clone3 shim, and one notify filter holding every other rule.
         assert_eq!(audit.filters(), 2);
         assert_eq!(enforce.filters(), 2);
@@ -1028,7 +1033,7 @@ mod tests {
             libc::AF_UNIX as u64,
         );
         for mode in [SeccompMode::Enforce, SeccompMode::Audit] {
-            let f = compile(&p, mode, NetworkMode::AllowList).expect("compile");
+            let f = compile(&p, mode, NetworkMode::AllowList, false).expect("compile");
             assert!(f.inet_on_loopback());
             for family in [inet, inet6] {
                 assert_eq!(
@@ -1062,7 +1067,7 @@ mod tests {
             );
         }
         for network in [NetworkMode::None, NetworkMode::Egress] {
-            let f = compile(&p, SeccompMode::Enforce, network).expect("compile");
+            let f = compile(&p, SeccompMode::Enforce, network, false).expect("compile");
             assert!(!f.inet_on_loopback());
             assert_ne!(
                 f.answer(nr, &[inet, stream, 0, 0, 0, 0]).0,
@@ -1198,8 +1203,8 @@ mod tests {
         };
         for mode in [SeccompMode::Enforce, SeccompMode::Audit] {
             for net in [NetworkMode::None, NetworkMode::Egress] {
-                let plain = compile_with(&p, mode, net, false).expect("compile");
-                let searched = compile_with(&p, mode, net, true).expect("compile");
+                let plain = compile_with(&p, mode, net, false, false).expect("compile");
+                let searched = compile_with(&p, mode, net, false, true).expect("compile");
                 compare(
                     &plain.programs,
                     &searched.programs,
@@ -1229,7 +1234,7 @@ mod tests {
                     NetworkMode::AllowList,
                     NetworkMode::Egress,
                 ] {
-                    compile_for(&p, mode, net, true, arch)
+                    compile_for(&p, mode, net, false, true, arch)
                         .unwrap_or_else(|e| panic!("{arch:?} {mode:?} {net:?}: {e}"));
                 }
             }
@@ -1263,7 +1268,7 @@ mod tests {
         const AUDIT_ARCH_I386: u32 = 0x4000_0003;
         let p = SeccompProfile::default_profile().expect("profile");
         for mode in [SeccompMode::Enforce, SeccompMode::Audit] {
-            let f = compile(&p, mode, NetworkMode::None).expect("compile");
+            let f = compile(&p, mode, NetworkMode::None, false).expect("compile");
             let x32 = |nr: u32| kernel_verdict(&f, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | nr, [0; 6]);
             // unshare, bpf, io_uring_setup, and a call no rule names (getpid).
             for nr in [272, 321, 425, 39] {
@@ -1319,7 +1324,7 @@ mod tests {
             1,
         );
         let p = SeccompProfile::parse(&text).expect("parse");
-        let e = compile(&p, SeccompMode::Enforce, NetworkMode::None).expect_err("unknown call");
+        let e = compile(&p, SeccompMode::Enforce, NetworkMode::None, false).expect_err("unknown call");
         assert!(e.to_string().contains("unshare_everything"), "{e}");
     }
 }

@@ -117,6 +117,10 @@ pub struct Sandbox {
     pub read_write: Vec<PathBuf>,
     /// Network mode.
     pub network: policy::NetworkMode,
+    /// `spec.network.loopback`: inet sockets on the jail's own loopback (needs its network
+    /// namespace with `lo` up, else the jail refuses to confine).
+    #[serde(default)]
+    pub loopback: bool,
     /// The compiled seccomp filter; `None` only when the policy does not require seccomp and
     /// the supervisor could not compile it.
     pub seccomp: Option<CompiledFilter>,

@@ -192,8 +192,13 @@ fn network(p: &Policy) -> String {
         NetworkMode::Egress => "egress",
         NetworkMode::AllowList => "allowList",
     };
+    let loopback = if p.network_loopback {
+        ", loopback: true"
+    } else {
+        ""
+    };
     if p.network != NetworkMode::AllowList {
-        return format!("  network: {{mode: {mode}}}\n");
+        return format!("  network: {{mode: {mode}{loopback}}}\n");
     }
     let mut o = format!("  network:\n    mode: {mode}\n    allow:\n");
     if p.egress.rules.is_empty() {
@@ -216,6 +221,9 @@ fn network(p: &Policy) -> String {
     }
     if p.egress.search_domains {
         o.push_str("    searchDomains: true\n");
+    }
+    if p.network_loopback {
+        o.push_str("    loopback: true\n");
     }
     if !p.egress.hosts.is_empty() {
         o.push_str("    hosts:\n");

@@ -117,6 +117,9 @@ pub struct Policy {
     pub read_write: Vec<PathBuf>,
     /// Network mode.
     pub network: NetworkMode,
+    /// `spec.network.loopback`: commands may use inet sockets on the jail's own loopback (its
+    /// network namespace, which has no other device, is the fence).
+    pub network_loopback: bool,
     /// `allowList` mode: the destinations (and whether the list only audits).
     pub egress: egress::AllowList,
     /// `allowList` mode: connections a request may hold open at once.
@@ -383,6 +386,7 @@ impl Policy {
         };
         let archive = check_archive(&s.archive)?;
         let (egress, egress_max_connections) = check_network(&s.network)?;
+        check_loopback(&s.network, &namespaces)?;
         let (seccomp_profile, seccomp) = load_seccomp_profile(&s.seccomp.profile, dir)?;
         let landlock = check_landlock(s.landlock.as_ref(), &require)?;
         let cache = match &node_wide {
@@ -401,6 +405,7 @@ impl Policy {
             read_only,
             read_write,
             network: s.network.mode,
+            network_loopback: s.network.loopback,
             egress,
             egress_max_connections,
             seccomp_profile,
@@ -861,6 +866,27 @@ fn check_env_pass(env: &RawEnv) -> Result<Vec<String>, PolicyError> {
         }
     }
     Ok(env.pass.clone())
+}
+
+/// `spec.network.loopback`: only where the jail's network namespace is asked for (it is what
+/// keeps inet sockets on the loopback), and not with `egress` (which has the host's network).
+fn check_loopback(n: &RawNetwork, namespaces: &Namespaces) -> Result<(), PolicyError> {
+    if !n.loopback {
+        return Ok(());
+    }
+    if n.mode == NetworkMode::Egress {
+        return Err(invalid(
+            "spec.network.loopback",
+            "applies to mode none or allowList (egress already reaches every address)",
+        ));
+    }
+    if !namespaces.net {
+        return Err(invalid(
+            "spec.network.loopback",
+            "needs net in spec.namespaces: the jail's own network namespace, which has only a loopback device, is what keeps its inet sockets there",
+        ));
+    }
+    Ok(())
 }
 
 /// `spec.network`: `allow`, `audit` and `maxConnections` only with `allowList`, which needs at
@@ -1328,6 +1354,39 @@ mod tests {
                 "{list}: {err}"
             );
         }
+    }
+
+    /// `network.loopback` is read, written back by `policy suggest`, and refused where nothing
+    /// would keep its sockets on the loopback (no `net` namespace) or where it means nothing
+    /// (`egress`). Mutant: no `net` check → the second case parses.
+    #[test]
+    fn loopback_needs_the_network_namespace_and_not_egress() {
+        let p = with("network: {mode: none}", "network: {mode: none, loopback: true}")
+            .expect("loopback");
+        assert!(p.network_loopback && p.network == NetworkMode::None);
+        let back = Policy::parse(&crate::emit::to_yaml(&p, "seccomp/default.json", &[]), None)
+            .expect("round trip");
+        assert!(back.network_loopback);
+        let no_net = DEFAULT_POLICY_YAML
+            .replacen(
+                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+                "namespaces: [mount, pid]",
+                1,
+            )
+            .replacen(
+                "network: {mode: none}",
+                "network: {mode: none, loopback: true}",
+                1,
+            );
+        let err = Policy::parse(&no_net, None).expect_err("no net").to_string();
+        assert!(
+            err.contains("spec.network.loopback") && err.contains("needs net in spec.namespaces"),
+            "{err}"
+        );
+        let err = with("network: {mode: none}", "network: {mode: egress, loopback: true}")
+            .expect_err("egress")
+            .to_string();
+        assert!(err.contains("applies to mode none or allowList"), "{err}");
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub(crate) struct RawNetwork {
     pub(crate) hosts: std::collections::BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub(crate) search_domains: bool,
+    #[serde(default)]
+    pub(crate) loopback: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -112,6 +112,7 @@ impl Plan {
             &policy.seccomp,
             policy.seccomp_mode,
             policy.network,
+            policy.network_loopback,
         ) {
             Ok(f) => (Some(f), None),
             Err(e) => (None, Some(e)),
@@ -452,6 +453,7 @@ fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
         read_only: p.read_only.clone(),
         read_write: p.read_write.clone(),
         network: p.network,
+        loopback: p.network_loopback,
         seccomp,
         rlimits: Rlimits {
             open_files: p.limits.open_files,

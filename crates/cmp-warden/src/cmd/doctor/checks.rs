@@ -250,7 +250,8 @@ pub(super) fn filesystem_check(policy: &Policy) -> Check {
 /// What the policy lets commands reach, with the fields that say it: the mode, and under
 /// `allowList` each destination, the pinned names and whether audit mode lets all through.
 pub(super) fn network_check(policy: &Policy) -> Check {
-    let detail = match policy.network {
+    let mut detail = match policy.network {
+        NetworkMode::None if policy.network_loopback => "spec.network.mode: none: commands get no network beyond the jail's own loopback".to_owned(),
         NetworkMode::None => {
             "spec.network.mode: none: commands get no network (no inet socket; loopback only)"
                 .to_owned()
@@ -294,6 +295,9 @@ pub(super) fn network_check(policy: &Policy) -> Check {
             )
         }
     };
+    if policy.network_loopback {
+        detail.push_str("; spec.network.loopback: true: inet sockets on the jail's own loopback (its network namespace, required, has no other device)");
+    }
     check("network", true, false, Status::Info, detail)
 }
 
