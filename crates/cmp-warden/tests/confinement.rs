@@ -1130,6 +1130,13 @@ def udp():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.sendto(b"escaped", ("127.0.0.1", int(os.environ["ARGOCD_ENV_UDP"])))
 out["udp_send"] = attempt(udp)
+def roundtrip():
+    l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    l.bind(("127.0.0.1", 0)); l.listen(1)
+    c = socket.create_connection(l.getsockname(), timeout=5)
+    a, _ = l.accept(); c.sendall(b"x")
+    assert a.recv(1) == b"x"
+out["loopback_roundtrip"] = attempt(roundtrip)
 print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "net"}, "data": out}))
 "#;
     let app = repo(&[("probe.py", PROBE)]);
@@ -1160,6 +1167,49 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
         serde_json::from_value(v["data"].clone()).expect("data map"),
         stderr.into_owned(),
     )
+}
+
+/// `network.loopback` (examples/pulumi: a CLI and its plugins on 127.0.0.1): commands listen
+/// and connect on the jail's loopback, and still reach nothing of the host's. A TCP and a UDP
+/// listener of the test's own on the host's loopback get nothing (the jail's 127.0.0.1 is its
+/// own network namespace's), while the honest round trip inside the jail works; under plain
+/// `network: none` the same round trip is refused. (Mutant: the supervisor asks for no network
+/// namespace under `loopback` and the jail's check for one is removed: the host's listener
+/// accepts the jail's connection, `tcp_connect` is "ok", and this test fails.)
+#[test]
+fn loopback_reaches_the_jails_own_loopback_and_nothing_else() {
+    needs_root!(NEEDS_ROOT);
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+    tcp.set_nonblocking(true).expect("nonblocking");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_nonblocking(true).expect("nonblocking");
+    let (tp, up) = (
+        tcp.local_addr().expect("addr").port(),
+        udp.local_addr().expect("addr").port(),
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let pol = dir.path().join("policy.yaml");
+    write_policy(
+        &pol,
+        &[(
+            "network: {mode: none}",
+            "network: {mode: none, loopback: true}",
+        )],
+    );
+    let (d, _) = network_probe(&pol, tp, up);
+    assert_eq!(d["loopback_roundtrip"], "ok", "{d:?}");
+    assert_eq!(d["tcp_connect"], "denied:ECONNREFUSED", "{d:?}");
+    assert_eq!(d["udp_send"], "ok", "{d:?}");
+    assert!(tcp.accept().is_err(), "the host's TCP listener was reached");
+    let mut buf = [0u8; 16];
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "a datagram reached the host"
+    );
+    // Control: plain `network: none` refuses the same round trip.
+    write_policy(&pol, &[]);
+    let (d, _) = network_probe(&pol, tp, up);
+    assert_eq!(d["loopback_roundtrip"], "denied:EACCES", "{d:?}");
 }
 
 /// `network: none` rests on three layers; each one is attacked with the other two removed or

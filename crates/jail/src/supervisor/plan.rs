@@ -189,6 +189,11 @@ impl Plan {
         self.sandbox.network
     }
 
+    /// `spec.network.loopback`.
+    pub fn loopback(&self) -> bool {
+        self.sandbox.loopback
+    }
+
     /// The paths `spec.filesystem` opens to commands (read-only and read-write).
     pub fn file_rules(&self) -> impl Iterator<Item = &Path> + Clone {
         self.sandbox

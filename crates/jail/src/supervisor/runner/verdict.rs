@@ -11,6 +11,19 @@ fn direct_connect_refused(message: &str) -> Option<&str> {
     (!addr.is_empty() && addr.len() < 300).then_some(addr)
 }
 
+/// The address a tool reports it could not listen on, as Landlock's refusal of a TCP bind
+/// reads: Go's `listen tcp ADDR: bind: permission denied`, Node's `listen EACCES: permission
+/// denied ADDR`.
+fn listen_refused(message: &str) -> Option<&str> {
+    if let Some((before, _)) = message.split_once(": bind: permission denied") {
+        let (_, addr) = before.rsplit_once("listen tcp ")?;
+        return (!addr.is_empty() && addr.len() < 300).then_some(addr);
+    }
+    let (_, after) = message.split_once("listen EACCES: permission denied ")?;
+    let addr = after.split_whitespace().next()?;
+    (addr.len() < 300).then_some(addr)
+}
+
 /// How tools say an allocation failed (Python, C/glibc, C++, Go, Node.js, Java).
 const OUT_OF_MEMORY: &[&str] = &[
     "MemoryError",
@@ -126,6 +139,17 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     {
         refused.push(format!(
             "a direct connection to {addr}, not through the egress proxy: under spec.network.mode allowList commands reach destinations only through HTTPS_PROXY/HTTP_PROXY, which Go tools skip for localhost and IP addresses (NO_PROXY cannot change that); name the destination by a hostname in spec.network.allow, pinned to its address in spec.network.hosts"
+        ));
+    }
+    // A tool whose processes talk to each other over TCP (Pulumi's CLI and its plugins) is
+    // refused its listening socket by Landlock, which the kernel reports only with audit on.
+    if network != policy::NetworkMode::Egress
+        && !plan.loopback()
+        && let Some(addr) = listen_refused(&original)
+    {
+        refused.push(format!(
+            "listening on {addr}: Landlock refuses TCP bind under spec.network.mode {}; spec.network.loopback: true lets commands listen and connect on the jail's own loopback (its network namespace, with no other device)",
+            if network == policy::NetworkMode::None { "none" } else { "allowList" }
         ));
     }
     // What the sandbox refused is the likelier cause: it comes last, where a reader looks.
@@ -302,7 +326,21 @@ pub(super) fn verdict(
 
 #[cfg(test)]
 mod tests {
-    use super::mentioned;
+    use super::{listen_refused, mentioned};
+
+    /// Go's and Node's words for a refused TCP bind give the address; other failures none.
+    #[test]
+    fn a_refused_listen_is_read_from_go_and_node() {
+        assert_eq!(
+            listen_refused("error: failed to listen on TCP port ':0': listen tcp 127.0.0.1:0: bind: permission denied"),
+            Some("127.0.0.1:0")
+        );
+        assert_eq!(
+            listen_refused("Error: listen EACCES: permission denied 127.0.0.1:8080\n    at Server"),
+            Some("127.0.0.1:8080")
+        );
+        assert_eq!(listen_refused("dial tcp 10.0.0.1:443: connect: permission denied"), None);
+    }
 
     #[test]
     fn only_the_names_a_command_mentioned_are_noted() {
