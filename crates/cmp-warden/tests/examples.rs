@@ -26,8 +26,9 @@ const EXAMPLES: &[&str] = &[
 ];
 
 /// Examples that reach a service through `network: allowList` (their `fixtures/` serve it);
-/// `egress.rs` runs them through the server with their own `policy.yaml`.
-const NETWORK_EXAMPLES: &[&str] = &["git-fetch", "helm-dependencies", "vault-style"];
+/// `egress.rs` runs them through the server with their own `policy.yaml` (`pulumi.rs` the
+/// Pulumi example, whose fixture is its npm registry).
+const NETWORK_EXAMPLES: &[&str] = &["git-fetch", "helm-dependencies", "pulumi", "vault-style"];
 
 /// Why these tests need root (printed when one skips).
 const NEEDS_ROOT: &str = "example tests need root (CI runs as root): leased UIDs need CAP_SETUID";

@@ -19,6 +19,14 @@ use common::examples::*;
 use common::*;
 use server::audit::AuditEvent;
 
+/// What a test measured, in CI's log: written past the harness's capture (as faults.rs does).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 const NEEDS_ROOT: &str = "pulumi tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
 /// Where the tests install the image's /opt/pulumi (inside /opt, read-only to the jail, as in
@@ -93,8 +101,8 @@ fn registry() -> (Fixture, u16) {
 /// sidecar's environment less the variables named in `without`, reaching the registry on
 /// `port`.
 fn server(policy: Option<&str>, without: &[&str], port: u16, dir: &Path) -> Server {
-    let plugin = std::fs::read_to_string(examples_dir().join("pulumi/plugin.yaml"))
-        .expect("plugin.yaml");
+    let plugin =
+        std::fs::read_to_string(examples_dir().join("pulumi/plugin.yaml")).expect("plugin.yaml");
     start(&plugin, policy, without, port, dir)
 }
 
@@ -219,8 +227,12 @@ fn the_seeds_plugin_renders_its_program_twice_in_a_row() {
         let e = last_event(&s);
         assert_eq!(e.outcome, "ok", "{e:?}");
         let init: Vec<_> = e.commands.iter().map(|c| c.argv.join(" ")).collect();
-        assert!(init.iter().any(|a| a.contains("pulumi up -f -y --non-interactive -s dev")), "{init:?}");
-        println!(
+        assert!(
+            init.iter()
+                .any(|a| a.contains("pulumi up -f -y --non-interactive -s dev")),
+            "{init:?}"
+        );
+        say!(
             "pulumi: round {round}: {} ms, peak memory {:?} of the policy's 1Gi, the Pod named {}",
             e.duration_ms,
             e.peak_memory_bytes,
@@ -247,7 +259,11 @@ fn a_second_program_needs_documents_separated() {
     let s = server(None, &[], port, dir.path());
     let v = render(&s, "web").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     let got = manifests(&v);
-    assert_eq!(got.len(), 1, "the seed's generate: one merged object: {got:?}");
+    assert_eq!(
+        got.len(),
+        1,
+        "the seed's generate: one merged object: {got:?}"
+    );
 
     let readme = std::fs::read_to_string(examples_dir().join("pulumi/README.md")).expect("README");
     let fixed = readme
@@ -256,8 +272,8 @@ fn a_second_program_needs_documents_separated() {
         .expect("README's generate line")
         .trim()
         .to_owned();
-    let plugin = std::fs::read_to_string(examples_dir().join("pulumi/plugin.yaml"))
-        .expect("plugin.yaml");
+    let plugin =
+        std::fs::read_to_string(examples_dir().join("pulumi/plugin.yaml")).expect("plugin.yaml");
     let seeds = plugin
         .lines()
         .find(|l| l.trim_start().starts_with("args: [\"find ./yaml"))
@@ -293,7 +309,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
         let s = server(policy.as_deref(), &[], port, &d);
         let (_, msg) = render_within(&s, "pod", "30s").expect_err(name);
         let e = event_after(&s);
-        println!("pulumi: without {name}: {msg}");
+        say!("pulumi: without {name}: {msg}");
         s.assert_work_dir_empties();
         (msg, e)
     };
@@ -310,9 +326,10 @@ fn each_widening_of_the_policy_is_needed_and_named() {
     );
     let (_, msg) = render_within(&s, "pod", "20s").expect_err("the default policy");
     let e = event_after(&s);
-    println!(
+    say!(
         "pulumi: the default policy: {msg}; audit: {:?}, {:?}",
-        e.error, e.seccomp_audit
+        e.error,
+        e.seccomp_audit
     );
     assert_eq!(e.policy.name, "default");
     assert!(
@@ -359,7 +376,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
         .filter(|c| c.decision == egress::Decision::Denied)
         .map(|c| format!("{} {:?}", c.destination, c.reason))
         .collect();
-    println!("pulumi: refused: {refused:?}");
+    say!("pulumi: refused: {refused:?}");
     assert!(
         refused
             .iter()
@@ -379,7 +396,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
     );
     let v = render(&s, "pod").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     the_seeds_pod(&manifests(&v));
-    println!(
+    say!(
         "pulumi: without PULUMI_SKIP_UPDATE_CHECK: rendered in {} ms",
         last_event(&s).duration_ms
     );

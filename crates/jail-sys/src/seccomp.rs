@@ -977,7 +977,8 @@ mod tests {
         let enforce = compile(&p, SeccompMode::Enforce, NetworkMode::None, false).expect("compile");
         // The ENOSYS shim and one notify filter for every errno rule.
         assert!(enforce.instructions() < 4096);
-        let egress = compile(&p, SeccompMode::Enforce, NetworkMode::Egress, false).expect("compile");
+        let egress =
+            compile(&p, SeccompMode::Enforce, NetworkMode::Egress, false).expect("compile");
         assert_eq!(egress.filters(), 2);
         assert!(
             egress.rules.len() < enforce.rules.len(),
@@ -1324,7 +1325,8 @@ mod tests {
             1,
         );
         let p = SeccompProfile::parse(&text).expect("parse");
-        let e = compile(&p, SeccompMode::Enforce, NetworkMode::None, false).expect_err("unknown call");
+        let e =
+            compile(&p, SeccompMode::Enforce, NetworkMode::None, false).expect_err("unknown call");
         assert!(e.to_string().contains("unshare_everything"), "{e}");
     }
 }

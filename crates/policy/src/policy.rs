@@ -1361,8 +1361,11 @@ mod tests {
     /// (`egress`). Mutant: no `net` check → the second case parses.
     #[test]
     fn loopback_needs_the_network_namespace_and_not_egress() {
-        let p = with("network: {mode: none}", "network: {mode: none, loopback: true}")
-            .expect("loopback");
+        let p = with(
+            "network: {mode: none}",
+            "network: {mode: none, loopback: true}",
+        )
+        .expect("loopback");
         assert!(p.network_loopback && p.network == NetworkMode::None);
         let back = Policy::parse(&crate::emit::to_yaml(&p, "seccomp/default.json", &[]), None)
             .expect("round trip");
@@ -1378,14 +1381,19 @@ mod tests {
                 "network: {mode: none, loopback: true}",
                 1,
             );
-        let err = Policy::parse(&no_net, None).expect_err("no net").to_string();
+        let err = Policy::parse(&no_net, None)
+            .expect_err("no net")
+            .to_string();
         assert!(
             err.contains("spec.network.loopback") && err.contains("needs net in spec.namespaces"),
             "{err}"
         );
-        let err = with("network: {mode: none}", "network: {mode: egress, loopback: true}")
-            .expect_err("egress")
-            .to_string();
+        let err = with(
+            "network: {mode: none}",
+            "network: {mode: egress, loopback: true}",
+        )
+        .expect_err("egress")
+        .to_string();
         assert!(err.contains("applies to mode none or allowList"), "{err}");
     }
 

@@ -332,14 +332,19 @@ mod tests {
     #[test]
     fn a_refused_listen_is_read_from_go_and_node() {
         assert_eq!(
-            listen_refused("error: failed to listen on TCP port ':0': listen tcp 127.0.0.1:0: bind: permission denied"),
+            listen_refused(
+                "error: failed to listen on TCP port ':0': listen tcp 127.0.0.1:0: bind: permission denied"
+            ),
             Some("127.0.0.1:0")
         );
         assert_eq!(
             listen_refused("Error: listen EACCES: permission denied 127.0.0.1:8080\n    at Server"),
             Some("127.0.0.1:8080")
         );
-        assert_eq!(listen_refused("dial tcp 10.0.0.1:443: connect: permission denied"), None);
+        assert_eq!(
+            listen_refused("dial tcp 10.0.0.1:443: connect: permission denied"),
+            None
+        );
     }
 
     #[test]
