@@ -1169,6 +1169,20 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
     )
 }
 
+/// A TCP and a UDP listener of the test's own on the host's loopback (non-blocking), and
+/// their ports: what a jail's network must not reach.
+fn host_listeners() -> (std::net::TcpListener, std::net::UdpSocket, u16, u16) {
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+    tcp.set_nonblocking(true).expect("nonblocking");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_nonblocking(true).expect("nonblocking");
+    let (tp, up) = (
+        tcp.local_addr().expect("addr").port(),
+        udp.local_addr().expect("addr").port(),
+    );
+    (tcp, udp, tp, up)
+}
+
 /// `network.loopback` (examples/pulumi: a CLI and its plugins on 127.0.0.1): commands listen
 /// and connect on the jail's loopback, and still reach nothing of the host's. A TCP and a UDP
 /// listener of the test's own on the host's loopback get nothing (the jail's 127.0.0.1 is its
@@ -1179,14 +1193,7 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 #[test]
 fn loopback_reaches_the_jails_own_loopback_and_nothing_else() {
     needs_root!(NEEDS_ROOT);
-    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
-    tcp.set_nonblocking(true).expect("nonblocking");
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
-    udp.set_nonblocking(true).expect("nonblocking");
-    let (tp, up) = (
-        tcp.local_addr().expect("addr").port(),
-        udp.local_addr().expect("addr").port(),
-    );
+    let (tcp, udp, tp, up) = host_listeners();
     let dir = tempfile::tempdir().expect("tmp");
     let pol = dir.path().join("policy.yaml");
     write_policy(
@@ -1224,14 +1231,7 @@ fn loopback_reaches_the_jails_own_loopback_and_nothing_else() {
 #[test]
 fn each_network_layer_refuses_alone() {
     needs_root!(NEEDS_ROOT);
-    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
-    tcp.set_nonblocking(true).expect("nonblocking");
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
-    udp.set_nonblocking(true).expect("nonblocking");
-    let (tp, up) = (
-        tcp.local_addr().expect("addr").port(),
-        udp.local_addr().expect("addr").port(),
-    );
+    let (tcp, udp, tp, up) = host_listeners();
     let udp_received = || {
         let mut buf = [0u8; 16];
         let mut n = 0;

@@ -1141,6 +1141,17 @@ mod tests {
         );
     }
 
+    /// The default policy without the `net` namespace, with `network` as its network line.
+    fn without_net(network: &str) -> String {
+        DEFAULT_POLICY_YAML
+            .replacen(
+                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
+                "namespaces: [mount, pid]",
+                1,
+            )
+            .replacen("network: {mode: none}", network, 1)
+    }
+
     fn with(from: &str, to: &str) -> Result<Policy, PolicyError> {
         assert!(DEFAULT_POLICY_YAML.contains(from), "fixture: {from}");
         Policy::parse(&DEFAULT_POLICY_YAML.replacen(from, to, 1), None)
@@ -1325,17 +1336,7 @@ mod tests {
         }
         // Without `net` the proxy stays the only way out through Landlock's TCP rules, which
         // the jail then requires (a kernel without them is refused when a jail confines).
-        let no_net = DEFAULT_POLICY_YAML
-            .replacen(
-                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
-                "namespaces: [mount, pid]",
-                1,
-            )
-            .replacen(
-                "network: {mode: none}",
-                "network: {mode: allowList, audit: true}",
-                1,
-            );
+        let no_net = without_net("network: {mode: allowList, audit: true}");
         assert!(Policy::parse(&no_net, None).is_ok());
         // The user namespace comes with any other; naming it, or one twice, is refused.
         for (list, why) in [
@@ -1370,17 +1371,7 @@ mod tests {
         let back = Policy::parse(&crate::emit::to_yaml(&p, "seccomp/default.json", &[]), None)
             .expect("round trip");
         assert!(back.network_loopback);
-        let no_net = DEFAULT_POLICY_YAML
-            .replacen(
-                "namespaces: [mount, pid, net, ipc, uts, cgroup]",
-                "namespaces: [mount, pid]",
-                1,
-            )
-            .replacen(
-                "network: {mode: none}",
-                "network: {mode: none, loopback: true}",
-                1,
-            );
+        let no_net = without_net("network: {mode: none, loopback: true}");
         let err = Policy::parse(&no_net, None)
             .expect_err("no net")
             .to_string();
