@@ -297,6 +297,8 @@ fn a_second_program_needs_documents_separated() {
 
 /// What each of the example policy's widenings is for: without it the request fails, and
 /// its error names what was refused and the field that allows it. The default policy first.
+/// (`PULUMI_SKIP_UPDATE_CHECK` only saves time — without it a render took 38 s instead of 21
+/// in a CI run — so it is not taken away here.)
 #[test]
 fn each_widening_of_the_policy_is_needed_and_named() {
     needs_root!(NEEDS_ROOT);
@@ -307,7 +309,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
     let fails = |name: &str, policy: Option<String>| -> (String, AuditEvent) {
         let d = dir.path().join(name);
         let s = server(policy.as_deref(), &[], port, &d);
-        let (_, msg) = render_within(&s, "pod", "30s").expect_err(name);
+        let (_, msg) = render_within(&s, "pod", "15s").expect_err(name);
         let e = event_after(&s);
         say!("pulumi: without {name}: {msg}");
         s.assert_work_dir_empties();
@@ -324,7 +326,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect::<Vec<_>>(),
     );
-    let (_, msg) = render_within(&s, "pod", "20s").expect_err("the default policy");
+    let (_, msg) = render_within(&s, "pod", "15s").expect_err("the default policy");
     let e = event_after(&s);
     say!(
         "pulumi: the default policy: {msg}; audit: {:?}, {:?}",
@@ -382,22 +384,5 @@ fn each_widening_of_the_policy_is_needed_and_named() {
             .iter()
             .any(|r| r.starts_with("registry.npmjs.org:443") && r.contains("spec.network.allow")),
         "{refused:?}"
-    );
-
-    // Without PULUMI_SKIP_UPDATE_CHECK the render still succeeds, more slowly: the CLI's
-    // update check waits for an answer that cannot come (the README gives the measured cost;
-    // a time, so printed here, not asserted).
-    let d = dir.path().join("update check");
-    let s = server(
-        Some(&policy_with(dir.path(), " PULUMI_SKIP_UPDATE_CHECK,", "")),
-        &[],
-        port,
-        &d,
-    );
-    let v = render(&s, "pod").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
-    the_seeds_pod(&manifests(&v));
-    say!(
-        "pulumi: without PULUMI_SKIP_UPDATE_CHECK: rendered in {} ms",
-        last_event(&s).duration_ms
     );
 }
