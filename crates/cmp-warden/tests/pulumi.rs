@@ -177,22 +177,6 @@ fn render_within(s: &Server, app: &str, deadline: &str) -> CallResult {
     )
 }
 
-/// The audit event of the one request `s` served, once written (after the request's jail is
-/// reclaimed, which may be after a client that gave up has gone).
-fn event_after(s: &Server) -> AuditEvent {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while s.audit_events().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    last_event(s)
-}
-
-/// The last audit event, read through the server's own type.
-fn last_event(s: &Server) -> AuditEvent {
-    let v = s.audit_events().pop().expect("an audit event");
-    serde_json::from_value(v).expect("an AuditEvent")
-}
-
 /// The seed's Pod: Pulumi names it `my-pod-` and eight random hex digits (auto-naming), so
 /// the name is checked by its shape and the rest of the object exactly.
 fn the_seeds_pod(manifests: &[String]) -> String {
@@ -224,7 +208,7 @@ fn the_seeds_plugin_renders_its_program_twice_in_a_row() {
     for round in 1..=2 {
         let v = render(&s, "pod").unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", s.logs()));
         names.push(the_seeds_pod(&manifests(&v)));
-        let e = last_event(&s);
+        let e = s.last_audit_event();
         assert_eq!(e.outcome, "ok", "{e:?}");
         let init: Vec<_> = e.commands.iter().map(|c| c.argv.join(" ")).collect();
         assert!(
@@ -310,7 +294,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
         let d = dir.path().join(name);
         let s = server(policy.as_deref(), &[], port, &d);
         let (_, msg) = render_within(&s, "pod", "15s").expect_err(name);
-        let e = event_after(&s);
+        let e = s.last_audit_event();
         say!("pulumi: without {name}: {msg}");
         s.assert_work_dir_empties();
         (msg, e)
@@ -327,7 +311,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
             .collect::<Vec<_>>(),
     );
     let (_, msg) = render_within(&s, "pod", "15s").expect_err("the default policy");
-    let e = event_after(&s);
+    let e = s.last_audit_event();
     say!(
         "pulumi: the default policy: {msg}; audit: {:?}, {:?}",
         e.error,

@@ -229,6 +229,15 @@ impl Server {
         audit_events_in(&self.logs())
     }
 
+    /// The last audit event, once one is logged (a request a client gave up on is logged after
+    /// its jail is reclaimed), read through the server's own type.
+    #[allow(dead_code)]
+    pub fn last_audit_event(&self) -> server::audit::AuditEvent {
+        self.wait_logged("\"log\":\"audit\"", 1);
+        let event = self.audit_events().pop().expect("an audit event");
+        serde_json::from_value(event).expect("an audit event of this version")
+    }
+
     /// Wait (up to 15 s) until the log has `what` at least `n` times: a test that acts once
     /// the server reached a stage (a command started) waits for it, whatever the machine's pace.
     #[allow(dead_code)]
