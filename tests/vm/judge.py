@@ -205,6 +205,7 @@ def judge(run):
     judge_crash(r)
     judge_readonly(r)
     judge_apparmor(r)
+    judge_loopback(r)
     final = [l for l in r.get("cgroups-final").splitlines() if re.search(r"/j[0-9-]+$", l)]
     r.row("request cgroups left at the end", "none" if not final else str(len(final)), ", ".join(final) or "none")
 
@@ -306,6 +307,27 @@ def judge_apparmor(r):
     ok = attr.startswith("cmp-warden") and all(e and e.get("outcome") == "ok" for e in ev) and not allowed
     r.row("AppArmor deploy/apparmor: serve, requests, probes", "yes" if ok else "no",
           f"server confined by {attr or '?'}; outcomes {[e and e.get('outcome') for e in ev]}; ALLOWED {allowed or 'none'}")
+
+
+def judge_loopback(r):
+    """network.loopback: the jail's own loopback and not the VM's; network: none refuses the
+    same command's listen."""
+    def data(place):
+        try:
+            return json.loads(json.loads(r.get(f"{place}/loopback.out"))["manifests"][0])["data"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+    on, off = data("loopback"), data("loopnone")
+    vm_self = r.get("loopback/vm-self").strip()
+    r.row("network.loopback: the jail's own loopback", "yes" if on and on.get("own") == "own-loopback" else "no",
+          f"{on or r.get('loopback/loopback.out')[-300:]}")
+    # Out of reach only means something if the VM's own listener answers the VM itself.
+    reached = vm_self == "vm-listener" and on and "vm-listener" not in on.get("vm", "") and on.get("vm")
+    r.row("network.loopback: the VM's listener out of reach", "yes" if reached else "no",
+          f"the VM itself got {vm_self!r}; the jail: {on and on.get('vm')!r}")
+    refused = bool(off) and not off.get("own") and bool(off.get("listen"))
+    r.row("network: none: the listen refused", "yes" if refused else "no",
+          f"{off or r.get('loopnone/loopback.out')[-300:]}")
 
 
 def tree_cache_word(detail):

@@ -223,5 +223,27 @@ if /sbin/apparmor_parser -r /etc/apparmor/runtime-default /etc/apparmor/cmp-ward
   stop apparmor
 fi
 
+# 8. network.loopback (the Pulumi example's shape): under a policy with `loopback: true` a
+#    command listens and connects on its jail's own loopback, and the VM's own listener on
+#    127.0.0.1:7070 stays out of reach; under the default policy (network: none) the same
+#    command's listen is refused.
+POLICY=/etc/cmp-warden/policy.yaml
+mkdir -p $OUT/loopback
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+nc -ll -p 7070 -e echo vm-listener > /dev/null 2>&1 &
+VMLISTENER=$!
+sleep 1
+(sleep 1 | nc 127.0.0.1 7070) > $OUT/loopback/vm-self 2>&1
+serve loopnone $CG/cgroup.procs
+req loopnone loopback loopback
+stop loopnone
+sed 's/network: {mode: none}/network: {mode: none, loopback: true}/' $POLICY > /etc/cmp-warden/policy-loopback.yaml
+POLICY=/etc/cmp-warden/policy-loopback.yaml
+serve loopback $CG/cgroup.procs
+req loopback loopback loopback
+stop loopback
+POLICY=/etc/cmp-warden/policy.yaml
+kill $VMLISTENER
+
 kill $SAMPLER
 find $CG -type d > $OUT/cgroups-final
