@@ -24,7 +24,7 @@ use jail::{
 use policy::generator::{GeneratorConfig, Source};
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use crate::audit::{ArchiveInfo, AuditEvent, AuditSink, PolicyRef, Seen};
+use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::auth::BearerToken;
 use crate::listener::{Conn, spawn_tcp_acceptor};
 use crate::metrics::{Finished, Metrics};
@@ -221,7 +221,7 @@ impl AppSetService {
             .as_ref()
             .err()
             .map(|e| crate::status::from_http(e.status, &e.message));
-        let mut event = AuditEvent::finished(
+        let mut event = crate::audit::finished(
             Operation::Generator,
             Seen {
                 request_id: request_id.to_string(),
@@ -236,7 +236,7 @@ impl AppSetService {
             },
             status.as_ref().map_or(Ok(()), Err),
             elapsed,
-            PolicyRef::of(&self.plan),
+            crate::audit::policy_ref(&self.plan),
             record,
         );
         let http_status = result

@@ -8,10 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jail::record::RunRecord;
-use serde::{Deserialize, Serialize};
 
-/// Schema identifier of an audit event.
-pub const SCHEMA: &str = "cmp-warden.audit/v1";
+pub use audit_event::{ArchiveInfo, AuditEvent, PolicyRef, SCHEMA};
 
 /// Where events go.
 #[derive(Debug, Clone)]
@@ -136,116 +134,6 @@ impl AuditSink {
     }
 }
 
-/// The archive as received.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ArchiveInfo {
-    /// SHA-256 of the compressed stream (what the client's checksum covers).
-    pub sha256: Option<String>,
-    /// Compressed bytes received.
-    pub bytes: u64,
-    /// Entries extracted.
-    pub entries: Option<u64>,
-    /// File bytes extracted.
-    pub file_bytes: Option<u64>,
-}
-
-/// The policy in force.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PolicyRef {
-    /// `metadata.name`.
-    pub name: String,
-    /// SHA-256 of the policy file.
-    pub sha256: String,
-}
-
-impl PolicyRef {
-    /// The policy `plan` was made from.
-    pub fn of(plan: &jail::Plan) -> Self {
-        PolicyRef {
-            name: plan.policy_name.clone(),
-            sha256: plan.policy_sha256.clone(),
-        }
-    }
-}
-
-/// One request's event: what the server writes, and what a reader (tests, tools) reads back
-/// through the same type.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditEvent {
-    /// Always `audit`: tells the event apart from log lines on a shared stream.
-    pub log: String,
-    /// Always [`SCHEMA`].
-    pub schema: String,
-    /// RFC 3339 UTC time the request ended.
-    pub time: String,
-    /// The request id (also in the request's log span).
-    pub request_id: String,
-    /// The request's OpenTelemetry trace, when it was exported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace_id: Option<String>,
-    /// `GenerateManifest`, `MatchRepository` or `GetParametersAnnouncement`.
-    pub rpc: String,
-    /// Argo CD application name.
-    pub app: String,
-    /// The application's Argo CD project (`ARGOCD_APP_PROJECT_NAME`, sent by Argo CD 3.0 and
-    /// later with generate requests): what `spec.select` chooses by, and what `policy suggest`
-    /// writes one proposal per.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// `appRelPath`.
-    pub app_rel_path: String,
-    /// Names of the request's environment variables (never values).
-    pub env_names: Vec<String>,
-    /// The archive.
-    pub archive: ArchiveInfo,
-    /// Leased UID.
-    pub uid: Option<u32>,
-    /// Leased GID.
-    pub gid: Option<u32>,
-    /// The request's cgroup.
-    pub cgroup: Option<String>,
-    /// Commands run, in order.
-    pub commands: Vec<jail::record::CommandRecord>,
-    /// Peak memory of the whole request (cgroup).
-    pub peak_memory_bytes: Option<u64>,
-    /// OOM kills.
-    pub oom_kills: Option<u64>,
-    /// `ok` or `error`.
-    pub outcome: String,
-    /// gRPC status code name.
-    pub code: String,
-    /// The error as returned to the client (redacted), if any.
-    pub error: Option<String>,
-    /// The limit or denial that ended it.
-    pub limit: Option<jail::Limit>,
-    /// Would-be seccomp denials (audit mode).
-    pub seccomp_audit: Vec<jail::record::SeccompEvent>,
-    /// `network: allowList`: each connection through the egress proxy (destination, address,
-    /// decision, reason, bytes each way, duration).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub egress: Vec<egress::Connection>,
-    /// Connections past the proxy's record limit (counted only).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub egress_unrecorded: u64,
-    /// A failed request: what Landlock refused its commands (from the kernel's audit records,
-    /// when the host enables audit), with the policy field that allows it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub landlock_denials: Vec<jail::record::LandlockDenial>,
-    /// A command failed while server variables were withheld: their names (never values).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub withheld_env: Vec<String>,
-    /// Where the request's tree came from, when the tree cache runs: `hit`, `filled` or
-    /// `uncached`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tree_cache: Option<jail::record::TreeCacheUse>,
-    /// Policy in force.
-    pub policy: PolicyRef,
-    /// Wall-clock duration.
-    pub duration_ms: u64,
-}
-
 /// What the caller saw of a request (the service, or `render`).
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
@@ -267,17 +155,25 @@ pub struct Seen {
     pub limit: Option<jail::Limit>,
 }
 
-impl AuditEvent {
-    /// The event of a finished request: what the caller saw, how it ended (`Err`: the status
-    /// returned to the client), and the runner's `record`.
-    pub fn finished(
-        op: jail::Operation,
-        seen: Seen,
-        result: Result<(), &tonic::Status>,
-        elapsed: std::time::Duration,
-        policy: PolicyRef,
-        record: RunRecord,
-    ) -> Self {
+/// The policy `plan` was made from.
+pub fn policy_ref(plan: &jail::Plan) -> PolicyRef {
+    PolicyRef {
+        name: plan.policy_name.clone(),
+        sha256: plan.policy_sha256.clone(),
+    }
+}
+
+/// The event of a finished request: what the caller saw, how it ended (`Err`: the status
+/// returned to the client), and the runner's `record`.
+pub fn finished(
+    op: jail::Operation,
+    seen: Seen,
+    result: Result<(), &tonic::Status>,
+    elapsed: std::time::Duration,
+    policy: PolicyRef,
+    record: RunRecord,
+) -> AuditEvent {
+    with_record(
         AuditEvent {
             log: "audit".into(),
             schema: SCHEMA.into(),
@@ -313,37 +209,33 @@ impl AuditEvent {
             tree_cache: None,
             policy,
             duration_ms: elapsed.as_millis() as u64,
-        }
-        .with_record(record)
-    }
-
-    /// Fill the runner's part from `rec`.
-    fn with_record(mut self, rec: RunRecord) -> Self {
-        self.uid = rec.uid;
-        self.gid = rec.gid;
-        self.cgroup = rec.cgroup;
-        self.commands = rec.commands;
-        self.peak_memory_bytes = rec.peak_memory_bytes;
-        self.oom_kills = rec.oom_kills;
-        if self.limit.is_none() {
-            self.limit = rec.limit;
-        }
-        self.seccomp_audit = rec.seccomp_audit;
-        self.egress = rec.egress;
-        self.egress_unrecorded = rec.egress_unrecorded;
-        self.landlock_denials = rec.landlock_denials;
-        self.withheld_env = rec.withheld_env;
-        self.tree_cache = rec.tree_cache;
-        if let Some(a) = rec.archive {
-            self.archive.entries = Some(a.entries);
-            self.archive.file_bytes = Some(a.file_bytes);
-        }
-        self
-    }
+        },
+        record,
+    )
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
+/// Fill the runner's part from `rec`.
+fn with_record(mut e: AuditEvent, rec: RunRecord) -> AuditEvent {
+    e.uid = rec.uid;
+    e.gid = rec.gid;
+    e.cgroup = rec.cgroup;
+    e.commands = rec.commands;
+    e.peak_memory_bytes = rec.peak_memory_bytes;
+    e.oom_kills = rec.oom_kills;
+    if e.limit.is_none() {
+        e.limit = rec.limit;
+    }
+    e.seccomp_audit = rec.seccomp_audit;
+    e.egress = rec.egress;
+    e.egress_unrecorded = rec.egress_unrecorded;
+    e.landlock_denials = rec.landlock_denials;
+    e.withheld_env = rec.withheld_env;
+    e.tree_cache = rec.tree_cache;
+    if let Some(a) = rec.archive {
+        e.archive.entries = Some(a.entries);
+        e.archive.file_bytes = Some(a.file_bytes);
+    }
+    e
 }
 
 /// `now` as RFC 3339 UTC with milliseconds.
@@ -435,7 +327,7 @@ mod tests {
             tree_cache: None,
         };
         let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
-        let mut e = AuditEvent::finished(
+        let mut e = finished(
             jail::Operation::Generate,
             Seen {
                 request_id: "r-1".into(),

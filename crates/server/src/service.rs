@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use crate::audit::{ArchiveInfo, AuditEvent, AuditSink, PolicyRef, Seen};
+use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::conns::PeerInfo;
 use crate::metrics::{Finished, Metrics};
 use crate::status::{StreamError, to_status};
@@ -218,7 +218,7 @@ impl CmpService {
                 },
             ));
         }
-        let event = AuditEvent::finished(
+        let event = crate::audit::finished(
             op,
             Seen {
                 request_id: request_id.to_string(),
@@ -236,7 +236,7 @@ impl CmpService {
             },
             out.as_ref().map(|_| ()),
             elapsed,
-            PolicyRef::of(policy.as_deref().unwrap_or(self.cfg.plans.default_plan())),
+            crate::audit::policy_ref(policy.as_deref().unwrap_or(self.cfg.plans.default_plan())),
             record,
         );
         let code = out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);

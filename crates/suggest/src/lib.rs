@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use audit_event::{AuditEvent, Decision, SeccompAction};
 use policy::{NetworkMode, Policy, SeccompMode};
 use serde_json::Value;
 
@@ -53,6 +54,9 @@ struct Observed {
     claimed_files: std::collections::BTreeSet<String>,
     /// Destinations the egress proxy refused: never proposed; listed for the reviewer.
     refused_destinations: std::collections::BTreeSet<String>,
+    /// Lines marked as audit events that are no event of this schema (another version, a
+    /// damaged line): not read, and said in the notes.
+    unreadable: usize,
 }
 
 /// Where the server's own note on withheld variables starts in an error (what precedes it is
@@ -62,68 +66,52 @@ const WITHHELD_NOTE: &str = " (server variables not passed to commands:";
 fn observe(text: &str) -> Observed {
     let mut o = Observed::default();
     for line in text.lines() {
-        let Ok(e) = serde_json::from_str::<Value>(line) else {
+        let Some(e) = AuditEvent::from_line(line) else {
+            o.unreadable += usize::from(line.contains("\"log\":\"audit\""));
             continue;
         };
-        if e["log"] != "audit" {
-            continue;
-        }
         // A withheld variable counts only where the failed command named it: in its argv
         // (plugin.yaml's), or in its own words before the server's note.
-        let error = e["error"].as_str().unwrap_or_default();
+        let error = e.error.as_deref().unwrap_or_default();
         let own_words = error.split(WITHHELD_NOTE).next().unwrap_or_default();
-        let argv: Vec<&str> = e["commands"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|c| c["argv"].as_array().into_iter().flatten())
-            .filter_map(Value::as_str)
+        let argv: Vec<&str> = e
+            .commands
+            .iter()
+            .flat_map(|c| c.argv.iter().map(String::as_str))
             .collect();
-        for n in e["withheldEnv"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
+        for n in &e.withheld_env {
             if policy::names_var(own_words, n) || argv.iter().any(|a| policy::names_var(a, n)) {
-                o.withheld
-                    .entry(n.to_owned())
-                    .or_insert_with(|| e["app"].as_str().unwrap_or_default().to_owned());
+                o.withheld.entry(n.clone()).or_insert_with(|| e.app.clone());
             }
         }
-        for c in e["egress"].as_array().into_iter().flatten() {
+        for c in &e.egress {
             // Only what the proxy let through (allowed, or admitted in audit mode): a
             // destination it refused is not something the plugin reached.
-            if !matches!(c["decision"].as_str(), Some("allowed" | "audited")) {
-                if let Some(d) = c["destination"].as_str().filter(|d| !d.is_empty()) {
-                    o.refused_destinations.insert(d.to_owned());
+            if !matches!(c.decision, Decision::Allowed | Decision::Audited) {
+                if !c.destination.is_empty() {
+                    o.refused_destinations.insert(c.destination.clone());
                 }
                 continue;
             }
-            let Some((host, port)) = c["destination"]
-                .as_str()
-                .and_then(|d| d.rsplit_once(':'))
+            let Some((host, port)) = c
+                .destination
+                .rsplit_once(':')
                 .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
             else {
                 continue;
             };
-            let internal = c["reason"]
-                .as_str()
+            let internal = c
+                .reason
+                .as_deref()
                 .is_some_and(|r| r.contains("resolves only to internal addresses"))
-                || c["address"]
-                    .as_str()
-                    .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-                    .is_some_and(|a| egress::is_internal(a.ip()));
+                || c.address.is_some_and(|a| egress::is_internal(a.ip()));
             *o.egress.entry((host, port)).or_default() |= internal;
         }
         o.requests += 1;
-        for d in e["landlockDenials"].as_array().into_iter().flatten() {
-            let (Some(blockers), Some(path)) = (d["blockers"].as_str(), d["object"].as_str())
-            else {
-                continue;
-            };
+        for d in &e.landlock_denials {
+            let (blockers, path) = (d.blockers.as_str(), d.object.as_str());
             // File accesses a policy field allows (not signals, sockets or ports).
-            if !blockers.starts_with("fs") || d["allowedBy"].is_null() || !path.starts_with('/') {
+            if !blockers.starts_with("fs") || d.allowed_by.is_none() || !path.starts_with('/') {
                 continue;
             }
             // The kernel's records name the access (`fs.read_file`); a path taken from the
@@ -140,37 +128,30 @@ fn observe(text: &str) -> Observed {
             ent.0 |= write;
             ent.1 += 1;
         }
-        for d in e["seccompAudit"].as_array().into_iter().flatten() {
-            let name = d["syscall"].as_str().unwrap_or("?").to_owned();
+        for d in &e.seccomp_audit {
             // What audit mode let through is what the plugin did; what enforce mode denied is
             // what a command tried, which may be an attack: never a grant.
-            let calls = if d["action"] == "audited" {
+            let calls = if d.action == SeccompAction::Audited {
                 &mut o.denied
             } else {
                 &mut o.enforced
             };
             let ent = calls
-                .entry(name)
-                .or_insert((0, d["comm"].as_str().unwrap_or("").to_owned()));
-            ent.0 += d["count"].as_u64().unwrap_or(1);
+                .entry(d.syscall.clone())
+                .or_insert((0, d.comm.clone()));
+            ent.0 += d.count;
         }
-        o.peak_memory = o
-            .peak_memory
-            .max(e["peakMemoryBytes"].as_u64().unwrap_or(0));
-        o.duration_ms = o.duration_ms.max(e["durationMs"].as_u64().unwrap_or(0));
-        if e["outcome"] != "ok" {
+        o.peak_memory = o.peak_memory.max(e.peak_memory_bytes.unwrap_or(0));
+        o.duration_ms = o.duration_ms.max(e.duration_ms);
+        if e.outcome != "ok" {
             o.unfinished += 1;
         }
-        for c in e["commands"].as_array().into_iter().flatten() {
-            o.peak_memory = o.peak_memory.max(c["peakRssBytes"].as_u64().unwrap_or(0));
-            o.output = o
-                .output
-                .max(c["stdoutBytes"].as_u64().unwrap_or(0))
-                .max(c["stderrBytes"].as_u64().unwrap_or(0));
+        for c in &e.commands {
+            o.peak_memory = o.peak_memory.max(c.peak_rss_bytes.unwrap_or(0));
+            o.output = o.output.max(c.stdout_bytes).max(c.stderr_bytes);
         }
-        if let Some(l) = e["limit"].as_str() {
-            o.limits_hit
-                .push((l.to_owned(), e["app"].as_str().unwrap_or("").to_owned()));
+        if let Some(l) = e.limit {
+            o.limits_hit.push((l.as_str().to_owned(), e.app.clone()));
         }
     }
     o
@@ -211,15 +192,11 @@ pub fn projects_in(text: &str) -> std::collections::BTreeSet<String> {
 
 /// The project of an audit event line (`None` for other lines and events without one).
 pub fn event_project(line: &str) -> Option<String> {
-    let e: Value = serde_json::from_str(line).ok()?;
-    if e["log"] != "audit" {
-        return None;
-    }
-    let p = e["project"].as_str()?;
-    policy::Pattern::try_from(p.to_owned())
+    let p = AuditEvent::from_line(line)?.project?;
+    policy::Pattern::try_from(p.clone())
         .ok()
         .filter(|p| matches!(p, policy::Pattern::Exact(_)))
-        .map(|_| p.to_owned())
+        .map(|_| p)
 }
 
 /// A proposal: the policy, its seccomp profile, and why each change was made.
@@ -265,6 +242,13 @@ pub fn propose(
         o.requests, p.name
     )];
     notes.push("Review every line below before deploying; each change says why.".into());
+    if o.unreadable > 0 {
+        notes.push(format!(
+            "{} line(s) marked as audit events were not read: no {} event (another version, or a damaged line)",
+            o.unreadable,
+            audit_event::SCHEMA
+        ));
+    }
 
     // Seccomp: take out of the profile exactly the calls the plugin made.
     let mut profile: Value = serde_json::from_str(base_profile)?;
@@ -543,5 +527,35 @@ fn suggest_limits(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
                 "raise it and run again"
             }
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line marked as an audit event that is no event of this schema is not read, and the
+    /// notes say so (mutant: the count dropped -> no note; a damaged event read as a request
+    /// -> 2 requests).
+    #[test]
+    fn an_unreadable_event_is_not_read_and_the_notes_say_so() {
+        let base = Policy::default_policy().expect("default policy");
+        let log = [
+            r#"{"log":"audit","app":"a","outcome":"ok","durationMs":5}"#,
+            r#"{"log":"audit","app":"b","outcome":"error","durationMs":"a while"}"#,
+            r#"{"level":"info","msg":"not an event"}"#,
+        ]
+        .join("\n");
+        let s = propose(&log, &base, "{}", "test", &[])
+            .expect("propose")
+            .expect("a proposal");
+        assert!(s.notes[0].contains("from 1 request(s)"), "{:?}", s.notes);
+        assert!(
+            s.notes.iter().any(|n| n.starts_with(
+                "1 line(s) marked as audit events were not read: no cmp-warden.audit/v1 event"
+            )),
+            "{:?}",
+            s.notes
+        );
     }
 }

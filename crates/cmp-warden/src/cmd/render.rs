@@ -91,7 +91,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         |s: &RequestSpec, r: &Result<Outcome, jail::RequestError>, took: std::time::Duration| {
             let Some(sink) = &audit else { return };
             let status = r.as_ref().err().map(server::status::to_status);
-            let event = server::audit::AuditEvent::finished(
+            let event = server::audit::finished(
                 s.op(),
                 server::audit::Seen {
                     request_id: s
@@ -113,7 +113,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
                 },
                 status.as_ref().map_or(Ok(()), Err),
                 took,
-                server::audit::PolicyRef::of(&plan),
+                server::audit::policy_ref(&plan),
                 jail::record::snapshot(&s.record),
             );
             sink.emit(&event);
