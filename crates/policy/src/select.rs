@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::PolicyError;
 use crate::error::invalid;
-use crate::policy::PolicyError;
 
 /// The variables a request is selected by, as Argo CD names them.
 pub const PROJECT_VAR: &str = "ARGOCD_APP_PROJECT_NAME";
