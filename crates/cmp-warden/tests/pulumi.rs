@@ -289,11 +289,13 @@ fn each_widening_of_the_policy_is_needed_and_named() {
     let dir = tempfile::tempdir().expect("tmp");
     let (_registry, port) = registry();
     // Each request fails; its error (or, where npm retries a refused connection past the
-    // deadline, its audit event) says why.
-    let fails = |name: &str, policy: Option<String>| -> (String, AuditEvent) {
+    // deadline, its audit event) says why. `deadline`: long enough for what runs before the
+    // failure (`npm ci` first, 5 s here, over 15 s on a loaded CI machine), or short where
+    // the request can only end at its deadline.
+    let fails = |name: &str, policy: Option<String>, deadline: &str| -> (String, AuditEvent) {
         let d = dir.path().join(name);
         let s = server(policy.as_deref(), &[], port, &d);
-        let (_, msg) = render_within(&s, "pod", "15s").expect_err(name);
+        let (_, msg) = render_within(&s, "pod", deadline).expect_err(name);
         let e = s.last_audit_event();
         say!("pulumi: without {name}: {msg}");
         s.assert_work_dir_empties();
@@ -331,6 +333,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
     let (msg, _) = fails(
         "spec.network.loopback",
         Some(policy_with(dir.path(), "    loopback: true\n", "")),
+        "90s",
     );
     assert!(
         msg.contains("listen tcp 127.0.0.1:0: bind: permission denied")
@@ -341,6 +344,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
     let (msg, _) = fails(
         "PULUMI_CONFIG_PASSPHRASE in spec.env.pass",
         Some(policy_with(dir.path(), " PULUMI_CONFIG_PASSPHRASE,", "")),
+        "90s",
     );
     assert!(
         msg.contains("server variables not passed to commands: PULUMI_CONFIG_PASSPHRASE; spec.env.pass allows them"),
@@ -355,6 +359,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
             "PULUMI_SKIP_UPDATE_CHECK,\n           npm_config_registry]",
             "PULUMI_SKIP_UPDATE_CHECK]",
         )),
+        "15s",
     );
     let refused: Vec<String> = e
         .egress
