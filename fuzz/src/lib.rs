@@ -338,7 +338,7 @@ pub fn appset_connection(data: &[u8]) {
         )
         .expect("generator config");
         let policy = policy::Policy::default_policy().expect("default policy");
-        let plan = jail::Plan::new(&policy, &jail::supervisor::Overrides::default(), std::iter::empty());
+        let plan = supervisor::Plan::new(&policy, &supervisor::Overrides::default(), std::iter::empty());
         Arc::new(server::appset::AppSetService::new(
             config,
             // (Were it asked, its error would be a 500, which the oracle below refuses.)
@@ -460,9 +460,9 @@ pub fn grpc_stream(data: &[u8]) {
         )
         .expect("plugin.yaml");
         let set = policy::PolicySet::single(policy::Policy::default_policy().expect("policy"));
-        let plans = jail::supervisor::Plans::new(
+        let plans = supervisor::Plans::new(
             &set,
-            &jail::supervisor::Overrides::default(),
+            &supervisor::Overrides::default(),
             std::iter::empty(),
         );
         let runner = Arc::new(Counting::default());
@@ -553,29 +553,29 @@ struct Counting {
     reclaimed: std::sync::atomic::AtomicUsize,
 }
 
-impl jail::Runner for Counting {
+impl supervisor::Runner for Counting {
     fn execute(
         &self,
-        spec: &jail::RequestSpec,
+        spec: &supervisor::RequestSpec,
         mut input: Box<dyn std::io::Read + Send>,
-        _cancel: &jail::CancelToken,
-    ) -> Result<jail::Executed, jail::RequestError> {
+        _cancel: &supervisor::CancelToken,
+    ) -> Result<supervisor::Executed, supervisor::RequestError> {
         self.executed
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut sink = Vec::new();
         std::io::Read::read_to_end(&mut input, &mut sink)
-            .map_err(|e| jail::RequestError::internal(format!("reading the archive: {e}")))?;
+            .map_err(|e| supervisor::RequestError::internal(format!("reading the archive: {e}")))?;
         Ok(match spec.op() {
-            jail::Operation::Match => jail::Outcome::Match {
+            supervisor::Operation::Match => supervisor::Outcome::Match {
                 supported: true,
                 discovery_enabled: true,
             },
-            jail::Operation::Parameters => jail::Outcome::Parameters(Vec::new()),
-            _ => jail::Outcome::Manifests(vec![r#"{"kind":"ConfigMap"}"#.to_owned()]),
+            supervisor::Operation::Parameters => supervisor::Outcome::Parameters(Vec::new()),
+            _ => supervisor::Outcome::Manifests(vec![r#"{"kind":"ConfigMap"}"#.to_owned()]),
         }
         .into())
     }
-    fn reclaim(&self, _spec: &jail::RequestSpec) {
+    fn reclaim(&self, _spec: &supervisor::RequestSpec) {
         self.reclaimed
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }

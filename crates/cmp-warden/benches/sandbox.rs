@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use jail::{CancelToken, Operation, Owner, StartOptions, Supervisor};
+use supervisor::{CancelToken, Operation, Owner, StartOptions, Supervisor};
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();
@@ -152,7 +152,7 @@ impl Timed {
 fn settle() {
     for _ in 0..2 {
         std::thread::sleep(Duration::from_millis(20));
-        jail::bench::reap_orphans();
+        supervisor::bench::reap_orphans();
     }
 }
 
@@ -267,7 +267,7 @@ fn main() {
     let mut i = 0u64;
     let mut split: Vec<(Duration, Duration)> = Vec::new();
     let plan = runner_sup.plan();
-    let mut request = |runner: &std::sync::Arc<dyn jail::Runner>,
+    let mut request = |runner: &std::sync::Arc<dyn supervisor::Runner>,
                        config: &plugin::PluginConfig,
                        split: &mut Vec<(Duration, Duration)>| {
         i += 1;
@@ -277,7 +277,7 @@ fn main() {
             work.path().join(format!("r{i}")),
             ".",
             &[("PATH".into(), "/usr/bin:/bin".into())],
-            (None, jail::TimeLimit::Client),
+            (None, supervisor::TimeLimit::Client),
         );
         let t = Instant::now();
         let r = runner.execute(
@@ -370,7 +370,7 @@ fn main() {
                         work.path().join(format!("l{j}")),
                         ".",
                         &[("PATH".into(), "/usr/bin:/bin".into())],
-                        (None, jail::TimeLimit::Client),
+                        (None, supervisor::TimeLimit::Client),
                     );
                     let out = r.execute(
                         &spec,
@@ -442,7 +442,7 @@ fn main() {
     let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
     let cwd = std::env::temp_dir();
     let runner_cmd = time(n, b2b, || {
-        let spec = jail::bench::CmdSpec {
+        let spec = supervisor::bench::CmdSpec {
             argv: &argv,
             env: &env,
             cwd: &cwd,
@@ -451,7 +451,7 @@ fn main() {
             stdin: None,
             stderr_lines: None,
         };
-        jail::bench::run(&spec, None, &CancelToken::new()).expect("run");
+        supervisor::bench::run(&spec, None, &CancelToken::new()).expect("run");
     });
     let bwrap_all: Vec<String> = [
         "--ro-bind",

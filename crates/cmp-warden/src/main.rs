@@ -98,7 +98,10 @@ fn argo_like(cmd: clap::Command) -> clap::Command {
 fn internal_entry() -> Option<ExitCode> {
     let args: Vec<String> = std::env::args().collect();
     let which = args.get(1)?.as_str();
-    if which != jail::FACTORY_ARG && which != jail::RECLAIM_ARG && which != jail::KEEPER_ARG {
+    if which != supervisor::FACTORY_ARG
+        && which != supervisor::RECLAIM_ARG
+        && which != supervisor::KEEPER_ARG
+    {
         return None;
     }
     let mut rest = &args[2..];
@@ -119,9 +122,9 @@ fn internal_entry() -> Option<ExitCode> {
     }
     logging::init(&level, json);
     let code = match which {
-        w if w == jail::FACTORY_ARG => jail::factory_main(),
-        w if w == jail::KEEPER_ARG => jail::keeper_main(rest),
-        _ => jail::reclaim_main(rest),
+        w if w == supervisor::FACTORY_ARG => supervisor::factory_main(),
+        w if w == supervisor::KEEPER_ARG => supervisor::keeper_main(rest),
+        _ => supervisor::reclaim_main(rest),
     };
     Some(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

@@ -374,7 +374,7 @@ fn sigterm_mid_request_drains_the_honest_request_and_reclaims_the_rest() {
     assert_eq!(b.s.idle_jails(), [], "{}", b.s.logs());
     b.s.assert_work_dir_empties();
     assert!(
-        jail::processes_in_range(Path::new("/proc"), b.first, b.count).is_empty(),
+        supervisor::processes_in_range(Path::new("/proc"), b.first, b.count).is_empty(),
         "processes survived the supervisor"
     );
     assert!(request_cgroups(b.first, false).is_empty());
@@ -410,7 +410,12 @@ fn children_of(parent: u32) -> Vec<(u32, Option<u32>, String, String)> {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
             .unwrap_or_default();
-        out.push((pid, jail::proc_uid(pid as i32), state.to_owned(), cmdline));
+        out.push((
+            pid,
+            supervisor::proc_uid(pid as i32),
+            state.to_owned(),
+            cmdline,
+        ));
     }
     out
 }
@@ -1119,7 +1124,7 @@ fn two_instances_sharing_a_uid_range_never_touch_each_others_requests() {
     drop(a);
     drop(b);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !jail::processes_in_range(Path::new("/proc"), first, count).is_empty() {
+    while !supervisor::processes_in_range(Path::new("/proc"), first, count).is_empty() {
         assert!(Instant::now() < deadline, "processes left in the range");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -61,7 +61,7 @@ fn data(v: &serde_json::Value, idx: usize) -> BTreeMap<String, String> {
 
 /// PIDs of processes whose real UID lies in the range and whose command line mentions `needle`.
 fn pids_in_range(first: u32, count: u32, needle: &str) -> Vec<i32> {
-    jail::processes_in_range(Path::new("/proc"), first, count)
+    supervisor::processes_in_range(Path::new("/proc"), first, count)
         .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))

@@ -223,7 +223,7 @@ fn sigterm_under_load_refuses_new_requests_and_finishes_the_ones_in_flight() {
     assert_eq!(status.code(), Some(0), "{}", s.logs());
     s.assert_work_dir_empties();
     assert!(
-        jail::processes_in_range(Path::new("/proc"), first, count).is_empty(),
+        supervisor::processes_in_range(Path::new("/proc"), first, count).is_empty(),
         "processes survived the server"
     );
     assert_eq!(s.audit_events().len(), 2, "one event per answered request");
@@ -353,7 +353,7 @@ fn a_jail_killed_mid_command_fails_its_request_and_leaves_nothing() {
     let busy = s.busy_uids(first, count);
     assert_eq!(busy.len(), 1, "one request runs: {busy:?}");
     let uid = *busy.first().expect("uid");
-    let of_request: Vec<i32> = jail::processes_in_range(Path::new("/proc"), uid, 1);
+    let of_request: Vec<i32> = supervisor::processes_in_range(Path::new("/proc"), uid, 1);
     let jail_pid = of_request
         .iter()
         .copied()
@@ -390,9 +390,9 @@ fn a_jail_killed_mid_command_fails_its_request_and_leaves_nothing() {
     );
     // Its command (`sleep 60`) is gone with it, and its tree.
     wait_until(std::time::Duration::from_secs(10), || {
-        jail::processes_in_range(Path::new("/proc"), uid, 1).is_empty()
+        supervisor::processes_in_range(Path::new("/proc"), uid, 1).is_empty()
     });
-    let left: Vec<String> = jail::processes_in_range(Path::new("/proc"), uid, 1)
+    let left: Vec<String> = supervisor::processes_in_range(Path::new("/proc"), uid, 1)
         .iter()
         .map(|p| describe(*p))
         .collect();
@@ -446,7 +446,7 @@ fn a_stop_while_a_spare_is_prepared_leaves_nothing() {
         let status = s.stop();
         assert_eq!(status.code(), Some(0), "{}", s.logs());
         // Nothing may be left once the server has exited: no waiting here.
-        let procs: Vec<String> = jail::processes_in_range(Path::new("/proc"), first, count)
+        let procs: Vec<String> = supervisor::processes_in_range(Path::new("/proc"), first, count)
             .iter()
             .map(|pid| describe(*pid))
             .collect();
@@ -457,7 +457,7 @@ fn a_stop_while_a_spare_is_prepared_leaves_nothing() {
             ));
             // The next round starts from a clean range.
             wait_until(std::time::Duration::from_secs(10), || {
-                jail::processes_in_range(Path::new("/proc"), first, count).is_empty()
+                supervisor::processes_in_range(Path::new("/proc"), first, count).is_empty()
             });
         }
     }
@@ -545,7 +545,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     if mode == "daemon" {
         assert!(
             wait_until(std::time::Duration::from_secs(10), || {
-                jail::processes_in_range(Path::new("/proc"), first, count)
+                supervisor::processes_in_range(Path::new("/proc"), first, count)
                     .iter()
                     .any(|p| {
                         std::fs::read(format!("/proc/{p}/cmdline"))
@@ -557,10 +557,11 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     }
     // Every process in the range now (the request's, the spare jail's), by PID and start
     // time: the restarted server leases the same UIDs again, so a UID says nothing.
-    let before: Vec<(i32, String)> = jail::processes_in_range(Path::new("/proc"), first, count)
-        .into_iter()
-        .filter_map(|pid| Some((pid, start_time(pid)?)))
-        .collect();
+    let before: Vec<(i32, String)> =
+        supervisor::processes_in_range(Path::new("/proc"), first, count)
+            .into_iter()
+            .filter_map(|pid| Some((pid, start_time(pid)?)))
+            .collect();
     // (While receiving, a request may hold no jail yet: with the tree cache on, the archive
     // is hashed whole before a tree is chosen.)
     assert!(
@@ -655,9 +656,9 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
     assert_eq!(status.code(), Some(0), "{}", s.logs());
     // (A retired spare jail may take a moment to be gone.)
     wait_until(std::time::Duration::from_secs(10), || {
-        jail::processes_in_range(Path::new("/proc"), first, count).is_empty()
+        supervisor::processes_in_range(Path::new("/proc"), first, count).is_empty()
     });
-    let left: Vec<String> = jail::processes_in_range(Path::new("/proc"), first, count)
+    let left: Vec<String> = supervisor::processes_in_range(Path::new("/proc"), first, count)
         .iter()
         .map(|pid| describe(*pid))
         .collect();

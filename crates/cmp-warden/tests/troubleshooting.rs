@@ -19,9 +19,9 @@ use std::process::Command;
 
 use common::examples::*;
 use common::*;
-use jail::Limit;
 use serde_json::Value;
 use server::audit::AuditEvent;
+use supervisor::Limit;
 
 const NEEDS_ROOT: &str =
     "troubleshooting tests need root (CI runs as root): leased UIDs need CAP_SETUID";

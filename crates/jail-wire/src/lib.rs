@@ -3,9 +3,9 @@
 //! (`spec`), the audit record both sides fill (`record`) and the redaction every printed line
 //! goes through (`redact`).
 //!
-//! The privileged side (`jail`) and the confined side (`jail-inside`) each depend on this crate
-//! and never on each other's internals: the jail crate names only `jail-inside`'s entry points,
-//! and `jail-inside` cannot name the supervisor at all.
+//! The privileged side (`supervisor`) and the confined side (`jail`) each depend on this crate
+//! and never on each other's internals: the supervisor names only the jail's entry points,
+//! and the jail cannot name the supervisor at all.
 #![forbid(unsafe_code)]
 
 pub mod protocol;

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use jail_sys::seccomp::CompiledFilter;
+use seccomp_filter::CompiledFilter;
 
 /// Time between SIGTERM and SIGKILL (Argo CD's value): the jail's grace for a command, and
 /// what the supervisor adds to a deadline before it kills the jail's UID.

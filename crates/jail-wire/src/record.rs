@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-pub use jail_sys::seccomp::{SeccompAction, SeccompEvent};
+pub use seccomp_filter::{SeccompAction, SeccompEvent};
 
 /// The limit or denial that ended a request or a command: one vocabulary for the audit event's
 /// `limit` and `commands[].endedBy`, the metrics' reasons and the error texts. Serialised as the

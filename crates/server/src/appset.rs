@@ -18,10 +18,10 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use jail::{
+use policy::generator::{GeneratorConfig, Source};
+use supervisor::{
     CancelToken, ErrorKind, GENERATOR_REQUEST, Limit, Operation, Outcome, Plan, Runner, TimeLimit,
 };
-use policy::generator::{GeneratorConfig, Source};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::audit::{ArchiveInfo, AuditSink, Seen};
@@ -97,15 +97,15 @@ pub struct NoCommands;
 impl Runner for NoCommands {
     fn execute(
         &self,
-        _spec: &jail::RequestSpec,
+        _spec: &supervisor::RequestSpec,
         _input: Box<dyn std::io::Read + Send>,
         _cancel: &CancelToken,
-    ) -> Result<jail::Executed, jail::RequestError> {
-        Err(jail::RequestError::internal(
+    ) -> Result<supervisor::Executed, supervisor::RequestError> {
+        Err(supervisor::RequestError::internal(
             "this generator has no command source",
         ))
     }
-    fn reclaim(&self, _spec: &jail::RequestSpec) {}
+    fn reclaim(&self, _spec: &supervisor::RequestSpec) {}
     fn describe(&self) -> &'static str {
         "no commands (static or file source)"
     }
@@ -173,7 +173,7 @@ struct Ctx {
     refused: bool,
     appset: String,
     bytes_in: u64,
-    record: Option<jail::record::Recorder>,
+    record: Option<supervisor::record::Recorder>,
     limit: Option<Limit>,
 }
 
@@ -214,7 +214,7 @@ impl AppSetService {
         let record = ctx
             .record
             .as_ref()
-            .map(jail::record::snapshot)
+            .map(supervisor::record::snapshot)
             .unwrap_or_default();
         let refused = ctx.refused;
         let status = result
@@ -453,7 +453,7 @@ impl AppSetService {
             .await
             .map_err(|_| internal("the sandbox task ended without a result".into()))?;
         if let Some(rec) = &ctx.record {
-            ctx.limit = jail::record::snapshot(rec).limit.or(ctx.limit.take());
+            ctx.limit = supervisor::record::snapshot(rec).limit.or(ctx.limit.take());
         }
         // The generator's reply is one JSON string, bounded by the same reply memory up to here.
         match result.map(|e| e.outcome) {
@@ -519,7 +519,7 @@ fn read_params_file(path: &std::path::Path) -> Result<String, HttpError> {
     let json = plugin::json::Json::from_yaml(&node)
         .map_err(|e| fail(format!("{}: {e}", path.display())))?
         .to_go_string();
-    jail::parse_generated(&json).map_err(|e| fail(format!("{}: {e}", path.display())))
+    supervisor::parse_generated(&json).map_err(|e| fail(format!("{}: {e}", path.display())))
 }
 
 /// One HTTP/1.1 connection (after TLS and the connection cap): requests until the peer closes,

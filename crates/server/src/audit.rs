@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use jail::record::RunRecord;
+use supervisor::record::RunRecord;
 
 pub use audit_event::{ArchiveInfo, AuditEvent, PolicyRef, SCHEMA};
 
@@ -152,11 +152,11 @@ pub struct Seen {
     /// The archive as received.
     pub archive: ArchiveInfo,
     /// A limit only the caller knows of (its own deadline, an oversized stream).
-    pub limit: Option<jail::Limit>,
+    pub limit: Option<supervisor::Limit>,
 }
 
 /// The policy `plan` was made from.
-pub fn policy_ref(plan: &jail::Plan) -> PolicyRef {
+pub fn policy_ref(plan: &supervisor::Plan) -> PolicyRef {
     PolicyRef {
         name: plan.policy_name.clone(),
         sha256: plan.policy_sha256.clone(),
@@ -166,7 +166,7 @@ pub fn policy_ref(plan: &jail::Plan) -> PolicyRef {
 /// The event of a finished request: what the caller saw, how it ended (`Err`: the status
 /// returned to the client), and the runner's `record`.
 pub fn finished(
-    op: jail::Operation,
+    op: supervisor::Operation,
     seen: Seen,
     result: Result<(), &tonic::Status>,
     elapsed: std::time::Duration,
@@ -199,7 +199,9 @@ pub fn finished(
             ),
             // Already redacted where a command's stderr went into it; once more for text a
             // tool put into, e.g., a manifest-parsing error.
-            error: result.err().map(|s| jail::redact::redact(s.message(), &[])),
+            error: result
+                .err()
+                .map(|s| supervisor::redact::redact(s.message(), &[])),
             limit: seen.limit,
             seccomp_audit: Vec::new(),
             egress: Vec::new(),
@@ -276,18 +278,18 @@ mod tests {
     /// written. A change here is a schema change (bump `SCHEMA`).
     #[test]
     fn the_event_format_is_pinned() {
-        use jail::record::{CommandRecord, Limit, SeccompAction, SeccompEvent};
+        use supervisor::record::{CommandRecord, Limit, SeccompAction, SeccompEvent};
         let record = RunRecord {
             uid: Some(20001),
             gid: Some(20001),
             cgroup: Some("j20001-7-3".into()),
-            archive: Some(jail::record::ArchiveRecord {
+            archive: Some(supervisor::record::ArchiveRecord {
                 entries: 4,
                 file_bytes: 321,
                 ..Default::default()
             }),
             commands: vec![CommandRecord {
-                phase: jail::record::Phase::Generate,
+                phase: supervisor::record::Phase::Generate,
                 argv: vec!["sh".into(), "-c".into(), "yes".into()],
                 exit_code: None,
                 signal: Some("SIGKILL".into()),
@@ -318,7 +320,7 @@ mod tests {
                 duration_ms: 35,
             }],
             egress_unrecorded: 3,
-            landlock_denials: vec![jail::record::LandlockDenial {
+            landlock_denials: vec![supervisor::record::LandlockDenial {
                 blockers: "fs.read_file".into(),
                 object: "/opt/secret".into(),
                 allowed_by: Some("spec.filesystem.readOnly".into()),
@@ -328,7 +330,7 @@ mod tests {
         };
         let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
         let mut e = finished(
-            jail::Operation::Generate,
+            supervisor::Operation::Generate,
             Seen {
                 request_id: "r-1".into(),
                 trace_id: None,

@@ -1,5 +1,5 @@
 //! The CMP gRPC service and its listeners. Knows gRPC; knows nothing of how requests are
-//! confined (that is the runner's business, `jail::Runner`).
+//! confined (that is the runner's business, `supervisor::Runner`).
 #![forbid(unsafe_code)]
 
 pub mod admission;

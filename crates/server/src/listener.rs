@@ -500,7 +500,8 @@ pub async fn serve(
             );
             service.cancel_all();
             let _ =
-                tokio::time::timeout(jail::KILL_GRACE + Duration::from_secs(1), &mut server).await;
+                tokio::time::timeout(supervisor::KILL_GRACE + Duration::from_secs(1), &mut server)
+                    .await;
         }
     }
     Ok(())

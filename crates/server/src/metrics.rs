@@ -46,7 +46,7 @@ pub struct Metrics {
     commit: std::sync::OnceLock<String>,
 }
 
-type CacheFn = dyn Fn() -> Option<jail::supervisor::CacheStats> + Send + Sync;
+type CacheFn = dyn Fn() -> Option<supervisor::CacheStats> + Send + Sync;
 
 struct CacheSource(Box<CacheFn>);
 
@@ -114,7 +114,7 @@ impl Metrics {
     /// Report the tree cache's figures through `f` at each scrape.
     pub fn set_cache_source(
         &self,
-        f: impl Fn() -> Option<jail::supervisor::CacheStats> + Send + Sync + 'static,
+        f: impl Fn() -> Option<supervisor::CacheStats> + Send + Sync + 'static,
     ) {
         *lock(&self.cache) = Some(CacheSource(Box::new(f)));
     }
@@ -381,8 +381,8 @@ impl Text {
 }
 
 /// The `sandbox_kills_total` reason for an audit event's `limit`, if that limit ended commands.
-pub fn kill_reason(limit: Option<jail::Limit>) -> Option<&'static str> {
-    limit.filter(|l| l.kills()).map(jail::Limit::as_str)
+pub fn kill_reason(limit: Option<supervisor::Limit>) -> Option<&'static str> {
+    limit.filter(|l| l.kills()).map(supervisor::Limit::as_str)
 }
 
 /// Connections the metrics listener serves at once.
@@ -557,11 +557,11 @@ mod tests {
     /// names, labels and values. A change here breaks dashboards and alerts.
     #[test]
     fn the_exposition_format_is_pinned() {
-        use jail::Limit;
-        use jail::record::SeccompAction;
+        use supervisor::Limit;
+        use supervisor::record::SeccompAction;
         let m = Arc::new(Metrics::default());
         m.finished(&Finished {
-            rpc: jail::Operation::Generate.rpc_name(),
+            rpc: supervisor::Operation::Generate.rpc_name(),
             code: "OK",
             policy: "default",
             duration: Duration::from_millis(40),
@@ -570,7 +570,7 @@ mod tests {
             ..Default::default()
         });
         m.finished(&Finished {
-            rpc: jail::Operation::Match.rpc_name(),
+            rpc: supervisor::Operation::Match.rpc_name(),
             code: "ResourceExhausted",
             policy: "team-a",
             duration: Duration::from_secs(2),
@@ -585,7 +585,7 @@ mod tests {
             ..Default::default()
         });
         m.finished(&Finished {
-            rpc: jail::Operation::Parameters.rpc_name(),
+            rpc: supervisor::Operation::Parameters.rpc_name(),
             code: "InvalidArgument",
             policy: "default",
             duration: Duration::from_millis(1),
@@ -595,7 +595,7 @@ mod tests {
             ..Default::default()
         });
         m.finished(&Finished {
-            rpc: jail::Operation::Generate.rpc_name(),
+            rpc: supervisor::Operation::Generate.rpc_name(),
             code: "ResourceExhausted",
             policy: "default",
             duration: Duration::from_millis(1),

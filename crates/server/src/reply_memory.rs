@@ -1,7 +1,7 @@
 //! A response holds its share of the server's reply memory until its body is written.
 //!
 //! The runner charges a large reply to a server-wide budget when it starts reading it from the
-//! jail ([`jail::ReplyShare`]); the parsed manifests and the encoded message are each at most
+//! jail ([`supervisor::ReplyShare`]); the parsed manifests and the encoded message are each at most
 //! that size. The handler puts the share into the response's extensions, and this layer moves
 //! it into the response body, which hyper drops once the last byte is written (or the
 //! connection is gone): a slow reader keeps its reply's memory charged, so many of them cannot
@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
-use jail::ReplyShare;
+use supervisor::ReplyShare;
 
 /// The layer (one per server).
 #[derive(Debug, Clone, Copy, Default)]

@@ -7,9 +7,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jail::{
-    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Plans, Runner, TimeLimit,
-};
 use plugin::PluginConfig;
 use proto::plugin::config_management_plugin_service_server::ConfigManagementPluginService;
 use proto::plugin::{
@@ -18,6 +15,9 @@ use proto::plugin::{
 };
 use proto::repository::ParameterAnnouncement;
 use sha2::{Digest, Sha256};
+use supervisor::{
+    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Plans, Runner, TimeLimit,
+};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
@@ -63,7 +63,7 @@ struct Ctx {
     app_rel_path: String,
     env_names: Vec<String>,
     archive: ArchiveInfo,
-    record: Option<jail::record::Recorder>,
+    record: Option<supervisor::record::Recorder>,
     limit: Option<Limit>,
     trace: Option<crate::trace::RequestTrace>,
     /// The caller's trace ID (its `traceparent`), traced here or not.
@@ -201,7 +201,7 @@ impl CmpService {
         let record = ctx
             .record
             .as_ref()
-            .map(jail::record::snapshot)
+            .map(supervisor::record::snapshot)
             .unwrap_or_default();
         let policy = ctx.plan.clone();
         if let (Some(trace), Some(tracer)) = (&ctx.trace, &self.cfg.tracer) {
@@ -267,7 +267,9 @@ impl CmpService {
                 .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
                 .collect(),
             egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
-            tree_cache: event.tree_cache.map(jail::record::TreeCacheUse::as_str),
+            tree_cache: event
+                .tree_cache
+                .map(supervisor::record::TreeCacheUse::as_str),
             busy: limit == Some(Limit::Concurrency),
         });
         if limit == Some(Limit::Authentication) {
@@ -329,11 +331,11 @@ impl CmpService {
         // Named in the audit event only once it selected without ambiguity.
         ctx.project = selected
             .project
-            .map(|p| jail::bounded(&p, 256).into_owned());
+            .map(|p| supervisor::bounded(&p, 256).into_owned());
         // The application as Argo CD names it, where the repo-server says (the metadata's
         // `appName` is the last directory of its path).
         if let Some(a) = selected.application {
-            ctx.app = jail::bounded(&a, 256).into_owned();
+            ctx.app = supervisor::bounded(&a, 256).into_owned();
             tracing::Span::current().record("app", ctx.app.as_str());
         }
         let (deadline, limit) = plan.deadline_from(started, client_deadline);
@@ -462,15 +464,15 @@ impl CmpService {
         let Some(app_stream_request::Request::Metadata(meta)) = first.request else {
             return Err(StreamError::NoMetadata.to_status());
         };
-        ctx.app = jail::bounded(&meta.app_name, 256).into_owned();
+        ctx.app = supervisor::bounded(&meta.app_name, 256).into_owned();
         tracing::Span::current().record("app", ctx.app.as_str());
-        ctx.app_rel_path = jail::bounded(&meta.app_rel_path, 1024).into_owned();
+        ctx.app_rel_path = supervisor::bounded(&meta.app_rel_path, 1024).into_owned();
         // The audit event names the variables, not a flood of them.
         ctx.env_names = meta
             .env
             .iter()
             .take(256)
-            .map(|e| jail::bounded(&e.name, 128).into_owned())
+            .map(|e| supervisor::bounded(&e.name, 128).into_owned())
             .collect();
         // (A flood of entries cost a worker thread seconds when composition was quadratic.)
         plugin::env::check_request(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
@@ -505,7 +507,7 @@ impl CmpService {
         handoff_slot: &mut Option<Arc<Mutex<Handoff>>>,
     ) -> (
         mpsc::Sender<Chunk>,
-        tokio::sync::oneshot::Receiver<Result<Executed, jail::RequestError>>,
+        tokio::sync::oneshot::Receiver<Result<Executed, supervisor::RequestError>>,
     ) {
         // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());
@@ -573,7 +575,7 @@ impl CmpService {
     /// then; for the policy's wall clock the jail kills the command itself and names it, so
     /// it has time to say so.
     async fn answer(
-        task: tokio::sync::oneshot::Receiver<Result<Executed, jail::RequestError>>,
+        task: tokio::sync::oneshot::Receiver<Result<Executed, supervisor::RequestError>>,
         received: Result<(), StreamError>,
         (deadline, limit): (Option<Instant>, TimeLimit),
         cancel: &CancelToken,

@@ -7,8 +7,8 @@
 //! wrong token → Unauthenticated; a refused unix peer → PermissionDenied; a plaintext client on
 //! the TLS port → Unavailable.
 
-use jail::ErrorKind;
-use jail::RequestError;
+use supervisor::ErrorKind;
+use supervisor::RequestError;
 use tonic::{Code, Status};
 
 /// The longest pause in a stream whose request holds a sandbox slot (`--stream-idle-timeout`

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jail::Operation;
-use jail::record::RunRecord;
 use otlp::{Kind, Parent, Span, SpanId, SpanStatus, TraceId, Value};
+use supervisor::Operation;
+use supervisor::record::RunRecord;
 
 /// The gRPC service every CMP span names (as the OpenTelemetry gRPC instrumentation does).
 const SERVICE: &str = "plugin.ConfigManagementPluginService";

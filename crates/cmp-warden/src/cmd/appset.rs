@@ -124,7 +124,7 @@ struct Prepared {
     svc: Arc<server::appset::AppSetService>,
     /// Shut down after the last request: retires the spare jail (none without a command
     /// source).
-    supervisor: Option<Arc<jail::Supervisor>>,
+    supervisor: Option<Arc<supervisor::Supervisor>>,
     grace: Duration,
     metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
 }
@@ -150,17 +150,18 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
     let work_parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_dir = work_parent.join("_cmp_appset");
     let mut bound = None;
-    let (supervisor, runner, plan): (_, Arc<dyn jail::Runner>, _) =
+    let (supervisor, runner, plan): (_, Arc<dyn supervisor::Runner>, _) =
         if matches!(config.source, Source::Command(_)) {
             let bind = || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 bound = a.net.bind(&[b"http/1.1"])?;
                 Ok(())
             };
-            let mut start = jail::StartOptions::new(work_dir.clone(), jail::Owner::Server);
+            let mut start =
+                supervisor::StartOptions::new(work_dir.clone(), supervisor::Owner::Server);
             start.log_args = log_args;
             start.bind = Some(Box::new(bind));
             start.lease_dir = super::flags::lease_dir(None);
-            let (supervisor, _) = jail::Supervisor::start(&policy, start)?;
+            let (supervisor, _) = supervisor::Supervisor::start(&policy, start)?;
             // Each running command holds a leased UID: more slots than UIDs would turn a burst
             // into errors instead of a queue.
             if let Some((_, capacity)) = supervisor.pool_usage()
@@ -178,15 +179,12 @@ fn prepare(a: AppsetServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared
         } else {
             // Static and file sources run nothing: bind, then keep no capability.
             bound = a.net.bind(&[b"http/1.1"])?;
-            jail::supervisor::start_without_jails()?;
-            let plan = jail::Plan::new(
-                &policy,
-                &jail::supervisor::Overrides::default(),
-                std::env::vars(),
-            );
+            supervisor::start_without_jails()?;
+            let plan =
+                supervisor::Plan::new(&policy, &supervisor::Overrides::default(), std::env::vars());
             (
                 None,
-                Arc::new(server::appset::NoCommands) as Arc<dyn jail::Runner>,
+                Arc::new(server::appset::NoCommands) as Arc<dyn supervisor::Runner>,
                 Arc::new(plan),
             )
         };

@@ -1,5 +1,5 @@
 //! Flag and environment parsing the commands share. Everything a flag changes about requests
-//! goes to `jail::supervisor::Overrides`, applied in the policy's one translation.
+//! goes to `supervisor::Overrides`, applied in the policy's one translation.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -380,8 +380,8 @@ fn write(
 }
 
 /// Why `p`'s seccomp profile does not compile here (as `serve` would compile it).
-fn seccomp_error(p: &Policy) -> Option<jail::supervisor::SeccompError> {
-    jail::Plan::new(p, &jail::supervisor::Overrides::default(), Vec::new())
+fn seccomp_error(p: &Policy) -> Option<supervisor::SeccompError> {
+    supervisor::Plan::new(p, &supervisor::Overrides::default(), Vec::new())
         .seccomp_error()
         .cloned()
 }

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use jail::{CancelToken, Operation, Outcome, RequestSpec};
 use plugin::PluginConfig;
+use supervisor::{CancelToken, Operation, Outcome, RequestSpec};
 
 /// `render` flags.
 #[derive(Debug, Args)]
@@ -48,7 +48,7 @@ pub fn run(a: RenderArgs, log_args: Vec<String>) -> ExitCode {
 
 fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     let mut policy = super::flags::load_policy(a.policy.as_deref())?;
-    if !jail::supervisor::privileges_now().can_switch_uids()
+    if !supervisor::privileges_now().can_switch_uids()
         && policy.require.contains(&policy::Protection::UniqueUid)
     {
         // A plugin author's laptop: say so, and keep every other protection.
@@ -80,44 +80,45 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
         hex::encode(sha2::Sha256::digest(&buf))
     };
     let work = std::env::temp_dir().join(format!("cmp-warden-render-{}", std::process::id()));
-    let mut start = jail::StartOptions::new(work.clone(), jail::Owner::OneShot);
+    let mut start = supervisor::StartOptions::new(work.clone(), supervisor::Owner::OneShot);
     start.log_args = log_args;
     start.overrides.command_timeout = super::flags::exec_timeout();
     start.lease_dir = super::flags::lease_dir(None);
-    let (supervisor, _) = jail::Supervisor::start(&policy, start)?;
+    let (supervisor, _) = supervisor::Supervisor::start(&policy, start)?;
     let plan = supervisor.plan();
     let runner = supervisor.runner();
-    let account =
-        |s: &RequestSpec, r: &Result<Outcome, jail::RequestError>, took: std::time::Duration| {
-            let Some(sink) = &audit else { return };
-            let status = r.as_ref().err().map(server::status::to_status);
-            let event = server::audit::finished(
-                s.op(),
-                server::audit::Seen {
-                    request_id: s
-                        .tree
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    app: app.clone(),
-                    project: None,
-                    trace_id: None,
-                    app_rel_path: a.app_rel_path.clone(),
-                    env_names: a.env.iter().map(|(k, _)| k.clone()).collect(),
-                    archive: server::audit::ArchiveInfo {
-                        sha256: Some(sha.clone()),
-                        bytes: buf.len() as u64,
-                        ..Default::default()
-                    },
-                    limit: None,
+    let account = |s: &RequestSpec,
+                   r: &Result<Outcome, supervisor::RequestError>,
+                   took: std::time::Duration| {
+        let Some(sink) = &audit else { return };
+        let status = r.as_ref().err().map(server::status::to_status);
+        let event = server::audit::finished(
+            s.op(),
+            server::audit::Seen {
+                request_id: s
+                    .tree
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                app: app.clone(),
+                project: None,
+                trace_id: None,
+                app_rel_path: a.app_rel_path.clone(),
+                env_names: a.env.iter().map(|(k, _)| k.clone()).collect(),
+                archive: server::audit::ArchiveInfo {
+                    sha256: Some(sha.clone()),
+                    bytes: buf.len() as u64,
+                    ..Default::default()
                 },
-                status.as_ref().map_or(Ok(()), Err),
-                took,
-                server::audit::policy_ref(&plan),
-                jail::record::snapshot(&s.record),
-            );
-            sink.emit(&event);
-        };
+                limit: None,
+            },
+            status.as_ref().map_or(Ok(()), Err),
+            took,
+            server::audit::policy_ref(&plan),
+            supervisor::record::snapshot(&s.record),
+        );
+        sink.emit(&event);
+    };
     let spec = |op: Operation| {
         plan.request(
             op,

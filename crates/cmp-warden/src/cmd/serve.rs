@@ -194,7 +194,7 @@ where
 struct Prepared {
     svc: CmpService,
     /// Shut down after the last request: retires the spare jail.
-    supervisor: Arc<jail::Supervisor>,
+    supervisor: Arc<supervisor::Supervisor>,
     opts: ListenOptions,
     listener: Option<std::os::unix::net::UnixListener>,
     tcp: Option<(std::net::TcpListener, server::TcpOptions)>,
@@ -209,7 +209,7 @@ struct Prepared {
 /// 1. the flags, the tracer, the policy and the overrides flags make of it;
 /// 2. `plugin.yaml` ([`plugin_config`]);
 /// 3. the unix socket's options ([`listen_options`]);
-/// 4. the supervisor's start-up (`jail::Supervisor::start`), which binds our listeners at
+/// 4. the supervisor's start-up (`supervisor::Supervisor::start`), which binds our listeners at
 ///    its step for it;
 /// 5. the doctor report logged ([`report`]);
 /// 6. the audit sink, the metrics listener, admission within the UID range, the service.
@@ -225,7 +225,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     let policies = super::flags::load_policies(a.policy.as_deref())?;
     let policy = policies.default_policy();
     let grpc_max_size_mb = grpc_max_size_mb(a.grpc_max_size_mb.as_deref());
-    let overrides = jail::supervisor::Overrides {
+    let overrides = supervisor::Overrides {
         compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
         output_bytes: super::flags::quantity("--output-bytes", a.output_bytes.as_deref())?,
         command_timeout: super::flags::exec_timeout(),
@@ -262,7 +262,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
             });
             Ok(())
         };
-        let mut start = jail::StartOptions::new(work_dir.clone(), jail::Owner::Server);
+        let mut start = supervisor::StartOptions::new(work_dir.clone(), supervisor::Owner::Server);
         start.overrides = overrides;
         start.log_args = log_args;
         // The start-up self-test: the confined extractor must fail to write here.
@@ -272,7 +272,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         ];
         start.bind = Some(Box::new(bind));
         start.lease_dir = super::flags::lease_dir(Some(&std::path::absolute(&a.socket_dir)?));
-        jail::Supervisor::start_set(&policies, start)?
+        supervisor::Supervisor::start_set(&policies, start)?
     };
     // 5.
     report(policy, &enforcement, (&a.socket_dir, &work_parent));
@@ -427,7 +427,7 @@ fn listen_options(
 /// The doctor report as one log line, and each gap in confinement as a warning.
 fn report(
     policy: &policy::Policy,
-    enforcement: &jail::Enforcement,
+    enforcement: &supervisor::Enforcement,
     dirs: (&std::path::Path, &std::path::Path),
 ) {
     let doctor =
@@ -574,7 +574,7 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
 
 /// Retire what the runner keeps ready (the spare jail: its processes, directory, cgroup and UID)
 /// once no request is left.
-pub async fn shut_down(supervisor: Arc<jail::Supervisor>) {
+pub async fn shut_down(supervisor: Arc<supervisor::Supervisor>) {
     let _ = tokio::task::spawn_blocking(move || supervisor.shutdown()).await;
 }
 
@@ -626,7 +626,7 @@ fn default_socket(
         return None;
     }
     const REPO_SERVER_GID: u32 = 999;
-    let can_chown = jail::supervisor::privileges_now()
+    let can_chown = supervisor::privileges_now()
         .effective
         .iter()
         .any(|c| c == "CAP_CHOWN");

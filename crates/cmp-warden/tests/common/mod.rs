@@ -426,7 +426,7 @@ impl Server {
     pub fn busy_uids(&self, first: u32, count: u32) -> std::collections::BTreeSet<u32> {
         self.leftover_processes(first, count)
             .into_iter()
-            .filter_map(jail::proc_uid)
+            .filter_map(supervisor::proc_uid)
             .collect()
     }
 
@@ -444,9 +444,9 @@ impl Server {
 
     pub fn leftover_processes(&self, first: u32, count: u32) -> Vec<i32> {
         let idle: Vec<u32> = self.idle_jails().iter().filter_map(|j| j.uid).collect();
-        jail::processes_in_range(Path::new("/proc"), first, count)
+        supervisor::processes_in_range(Path::new("/proc"), first, count)
             .into_iter()
-            .filter(|pid| jail::proc_uid(*pid).is_none_or(|u| !idle.contains(&u)))
+            .filter(|pid| supervisor::proc_uid(*pid).is_none_or(|u| !idle.contains(&u)))
             .collect()
     }
 
@@ -760,7 +760,7 @@ pub struct AuditOn(bool);
 #[allow(dead_code)]
 impl AuditOn {
     pub fn enable() -> std::io::Result<AuditOn> {
-        use jail::supervisor::landlock_log;
+        use supervisor::landlock_log;
         let was = landlock_log::audit_enabled()?;
         landlock_log::set_audit_enabled(true)?;
         Ok(AuditOn(was))
@@ -769,7 +769,7 @@ impl AuditOn {
 
 impl Drop for AuditOn {
     fn drop(&mut self) {
-        let _ = jail::supervisor::landlock_log::set_audit_enabled(self.0);
+        let _ = supervisor::landlock_log::set_audit_enabled(self.0);
     }
 }
 

@@ -413,7 +413,7 @@ pub(super) fn landlock_check(f: &Found<'_>) -> Check {
                 format!(
                     "kernel ABI {} (this build asks for ABI {}); features in effect: {}{}; enforced rights: {}{}",
                     r.landlock_abi.map_or("none".into(), |a| a.to_string()),
-                    jail::supervisor::TESTED_LANDLOCK_ABI as i32,
+                    supervisor::TESTED_LANDLOCK_ABI as i32,
                     if in_effect.is_empty() {
                         "none".to_owned()
                     } else {
@@ -658,7 +658,7 @@ pub(super) fn rlimits_check(f: &Found<'_>) -> Check {
 /// One line per namespace: the ones the plan asks for (the policy's, less `net` under
 /// `network: egress`), as the probe's jail entered them.
 pub(super) fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
-    let ns = jail::supervisor::wanted_namespaces(f.policy);
+    let ns = supervisor::wanted_namespaces(f.policy);
     let wanted = [
         (Namespace::User, true),
         (Namespace::Mount, ns.mount),

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use jail::supervisor::{
-    DenialLog, LandlockStatus, Layout, Namespace, PrivilegeModel, Privileges, Report,
-};
-use jail::{Enforcement, Owner, StartOptions, Supervisor};
 use policy::{LandlockFeature, NetworkMode, Policy, Protection, SeccompMode};
 use serde::Serialize;
+use supervisor::{
+    DenialLog, LandlockStatus, Layout, Namespace, PrivilegeModel, Privileges, Report,
+};
+use supervisor::{Enforcement, Owner, StartOptions, Supervisor};
 
 /// Schema identifier of the JSON report; bumped on any incompatible change.
 mod checks;
@@ -203,7 +203,7 @@ pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
 /// from what it found; on refusal, start again with nothing required to show what exists.
 fn diagnose(set: &policy::PolicySet, a: &DoctorArgs, log_args: Vec<String>) -> DoctorReport {
     let policy = set.default_policy();
-    let held = jail::supervisor::privileges_now();
+    let held = supervisor::privileges_now();
     let parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = parent.join(format!("cmp-warden-doctor-{}", std::process::id()));
     let start = |p: &policy::PolicySet| {
@@ -444,7 +444,7 @@ mod tests {
 
     use std::path::PathBuf;
 
-    use jail::supervisor::NamespaceReport;
+    use supervisor::NamespaceReport;
 
     use super::*;
 
@@ -467,7 +467,7 @@ mod tests {
                 controllers: vec![("memory".into(), PathBuf::from("/sys/fs/cgroup/memory/x"))],
             }),
             cgroup_controllers: vec!["memory".into()],
-            cgroup_probe: Some(jail::supervisor::Readback {
+            cgroup_probe: Some(supervisor::Readback {
                 version: 1,
                 memory_max: Some(1 << 30),
                 swap_max: Some(0),
@@ -476,7 +476,7 @@ mod tests {
                 cpu_max: None,
                 ran: true,
             }),
-            cgroup_limits: jail::supervisor::CgroupLimits {
+            cgroup_limits: supervisor::CgroupLimits {
                 memory_bytes: 1 << 30,
                 pids: 512,
                 cpu_millis: 2000,
@@ -523,10 +523,7 @@ mod tests {
                     private_proc: true,
                     private_tmp: true,
                     disk_bytes: Some(2 << 30),
-                    notes: vec![jail::supervisor::NsNote::of(
-                        Namespace::Uts,
-                        "sethostname: EPERM",
-                    )],
+                    notes: vec![supervisor::NsNote::of(Namespace::Uts, "sethostname: EPERM")],
                 },
                 request_dir: PathBuf::from("/w/j"),
                 rlimits: vec![("NOFILE".into(), 4096), ("AS".into(), u64::MAX)],

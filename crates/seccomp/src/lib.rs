@@ -2,6 +2,8 @@
 //! BPF (seccompiler) once, the filter crosses to each jail as raw instructions, and the jail
 //! installs it and serves its user-notification listener.
 //!
+//! Architecture invariant: no `unsafe` here; every raw call is `jail_sys::sys`.
+//!
 //! Rules are grouped by action; each group becomes one filter whose mismatch action is allow.
 //! The kernel runs every installed filter and keeps the strongest verdict, so the groups
 //! compose (e.g. `clone3` → ENOSYS while the rest answers EPERM).
@@ -15,6 +17,8 @@
 //! records what enforce mode would have denied. Chosen over SECCOMP_RET_LOG: the kernel's log
 //! is rate-limited, needs CAP_SYSLOG to read inside a container, and cannot be tied to a
 //! request. Kill and log rules stay plain kernel actions.
+
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 
@@ -778,7 +782,7 @@ impl CompiledFilter {
                 let raw: Vec<(u16, u8, u8, u32)> =
                     p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect();
                 listener = Some(
-                    crate::sys::seccomp_install_with_listener(&raw)
+                    jail_sys::sys::seccomp_install_with_listener(&raw)
                         .map_err(|e| SeccompError::Install(e.to_string()))?,
                 );
             } else {
@@ -865,7 +869,7 @@ impl CompiledFilter {
 fn serve(listener: &std::os::fd::OwnedFd, f: &CompiledFilter) {
     use std::os::fd::AsFd;
     loop {
-        let (id, pid, nr, args) = match crate::sys::seccomp_notif_recv(listener.as_fd()) {
+        let (id, pid, nr, args) = match jail_sys::sys::seccomp_notif_recv(listener.as_fd()) {
             Ok(n) => n,
             // ENOENT: the caller died before we read it; anything else: give up
             // (closing the listener lets waiting calls fail with ENOSYS).
@@ -879,10 +883,10 @@ fn serve(listener: &std::os::fd::OwnedFd, f: &CompiledFilter) {
         }
         match answer {
             Answer::Continue => {
-                let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, None);
+                let _ = jail_sys::sys::seccomp_notif_respond(listener.as_fd(), id, None);
             }
             Answer::Errno(e) => {
-                let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, Some(e));
+                let _ = jail_sys::sys::seccomp_notif_respond(listener.as_fd(), id, Some(e));
             }
             Answer::OnLoopback => on_loopback(listener, id, &args),
         }
@@ -932,8 +936,8 @@ fn note(f: &CompiledFilter, nr: i32, pid: u32, action: SeccompAction, answer: An
 fn on_loopback(listener: &std::os::fd::OwnedFd, id: u64, args: &[u64; 6]) {
     use std::os::fd::AsFd;
     let (domain, ty, protocol) = (args[0] as i32, args[1] as i32, args[2] as i32);
-    let made = crate::sys::socket_on_loopback(domain, ty, protocol).and_then(|sock| {
-        crate::sys::seccomp_notif_addfd_send(
+    let made = jail_sys::sys::socket_on_loopback(domain, ty, protocol).and_then(|sock| {
+        jail_sys::sys::seccomp_notif_addfd_send(
             listener.as_fd(),
             id,
             sock.as_fd(),
@@ -947,7 +951,7 @@ fn on_loopback(listener: &std::os::fd::OwnedFd, id: u64, args: &[u64; 6]) {
         Err(e) => {
             let errno = e.raw_os_error().unwrap_or(libc::EACCES);
             tracing::warn!(error = %e, "network.mode allowList: a socket on the loopback could not be made; the call fails");
-            let _ = crate::sys::seccomp_notif_respond(listener.as_fd(), id, Some(errno));
+            let _ = jail_sys::sys::seccomp_notif_respond(listener.as_fd(), id, Some(errno));
         }
     }
 }

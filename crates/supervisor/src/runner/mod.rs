@@ -15,12 +15,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::cache::{Borrow, FillFailed, FillTicket, Lookup};
-use super::cgroup::{CgroupStats, Layout, RequestCgroup};
 use super::plan::Plan;
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use super::uid::{Lease, UidPool, proc_uid, processes_in_range};
 use crate::factory::{Factory, JailProcess};
 use crate::{Executed, Runner};
+use cgroups::{CgroupStats, Layout, RequestCgroup};
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::KILL_GRACE;
 use jail_wire::protocol::{
@@ -58,7 +58,7 @@ pub(crate) struct ConfinedConfig {
     pub probe_writes: Vec<PathBuf>,
     /// Without request cgroups: the server's own cgroup's OOM-kill counter (the container's
     /// memory limit), read around each request to name an OOM kill that limit caused.
-    pub container_oom: Option<super::cgroup::OomCounter>,
+    pub container_oom: Option<cgroups::OomCounter>,
 }
 
 /// A started jail and everything it holds until it is reclaimed.
@@ -134,7 +134,7 @@ struct Inner {
     /// Each policy's spare, by plan index, confined by that policy's plan (from its start-up
     /// probe on).
     spares: Vec<Spare>,
-    cgroup_remover: super::cgroup::Remover,
+    cgroup_remover: cgroups::Remover,
     /// Forks the jails.
     factory: Factory,
     /// Numbers jail names (with our PID: unique on this host).
@@ -189,7 +189,7 @@ impl Confined {
                 pending: Mutex::default(),
                 quarantined: Mutex::default(),
                 spares,
-                cgroup_remover: super::cgroup::Remover::new(),
+                cgroup_remover: cgroups::Remover::new(),
                 factory,
                 seq: AtomicU64::new(0),
                 landlock_log: std::sync::OnceLock::new(),
@@ -301,7 +301,7 @@ impl Confined {
     pub fn probe(
         &self,
         plan: &Arc<Plan>,
-    ) -> Result<(Report, Option<super::cgroup::Readback>), RequestError> {
+    ) -> Result<(Report, Option<cgroups::Readback>), RequestError> {
         let name = format!("probe-{}-{}", std::process::id(), plan.index.0);
         let header = Header::Probe {
             writes: self.inner.cfg.probe_writes.clone(),

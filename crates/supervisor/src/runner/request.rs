@@ -164,7 +164,7 @@ impl Inner {
         // 7. After `E`, closing stdin tells the jail to cancel; if it has not exited a grace
         // period later, its whole UID is killed (the runner's one watcher thread).
         let done = Arc::new(AtomicBool::new(false));
-        self.watcher.watch(super::super::watch::Watch {
+        self.watcher.watch(crate::watch::Watch {
             cancel: cancel.clone(),
             deadline,
             done: done.clone(),
@@ -332,7 +332,7 @@ impl Inner {
     fn landlock_denials(
         &self,
         plan: &Plan,
-        denial_log: Option<(&super::super::landlock_log::LandlockLog, u32)>,
+        denial_log: Option<(&crate::landlock_log::LandlockLog, u32)>,
         reply: &Reply,
         record: &Recorder,
     ) {

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
+use crate::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::KILL_GRACE;
 

@@ -25,7 +25,7 @@
 //!     (before Linux 6.3) could fill trees but never lend one, so the keeper stops here;
 //!  7. `R`, then one command at a time until the socket closes ([`KeeperCmd`]).
 //!
-//! A fill runs in a forked filler (`jail_inside::fill_main`), confined before it reads the archive; the
+//! A fill runs in a forked filler (`jail::fill_main`), confined before it reads the archive; the
 //! keeper only makes its staging directory, later renames it into `trees/` (sealing: the
 //! filler has exited by then and nothing of it can remain) or removes it.
 
@@ -202,7 +202,7 @@ fn start(a: &KeeperArgs, sock: std::os::fd::BorrowedFd<'_>) -> Result<Cache, Str
     // 5.
     landlock_cache_only(&root)?;
     // 5b.
-    let denied = jail_sys::seccomp::install_keeper_filter().map_err(|e| format!("seccomp: {e}"))?;
+    let denied = seccomp_filter::install_keeper_filter().map_err(|e| format!("seccomp: {e}"))?;
     tracing::debug!(denied, "tree cache keeper: Landlock and seccomp in force");
     Ok(cache)
 }
@@ -308,13 +308,13 @@ impl Keeper {
                     .map_err(|e| format!("staging {id}: {e}"))?;
                 match fork_single_threaded().map_err(|e| format!("fork: {e}"))? {
                     Forked::Child => {
-                        let placed = [(archive, 0), (reply, 1), (dir, jail_inside::STAGING_FD)];
+                        let placed = [(archive, 0), (reply, 1), (dir, jail::STAGING_FD)];
                         for (fd, at) in &placed {
                             if jail_sys::sys::dup_to(fd.as_fd(), *at).is_err() {
                                 std::process::exit(1);
                             }
                         }
-                        jail_inside::fill_main(&options, limits)
+                        jail::fill_main(&options, limits)
                     }
                     Forked::Parent(pid) => {
                         let pid = Pid::from_raw(pid).ok_or("fork: bad PID")?;

@@ -50,7 +50,7 @@ impl Inner {
         let plan = &jail.plan;
         if let Some(layout) = &self.cfg.cgroups {
             jail.cgroup = Some(
-                super::super::cgroup::create(layout, &jail.name, &plan.cgroup)
+                cgroups::create(layout, &jail.name, &plan.cgroup)
                     .map_err(|e| internal(e.to_string()))?,
             );
         }

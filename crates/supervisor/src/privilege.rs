@@ -157,8 +157,17 @@ pub fn drop_supervisor_capabilities() -> std::io::Result<Vec<String>> {
 }
 
 #[cfg(test)]
+#[allow(clippy::print_stderr)] // a skip must say why
 mod tests {
     use super::*;
+    use rustix::thread::CapabilitySet;
+    use std::path::{Path, PathBuf};
+
+    const LIMITS: cgroups::CgroupLimits = cgroups::CgroupLimits {
+        memory_bytes: 1 << 30,
+        pids: 512,
+        cpu_millis: 2000,
+    };
 
     #[test]
     fn uid_map_coverage() {
@@ -176,5 +185,71 @@ mod tests {
             ..p
         };
         assert!(host.range_mapped(20000, 40000));
+    }
+
+    #[test]
+    fn v1_instance_directories_go_after_the_supervisors_capability_drop() {
+        // What `render` and `serve` do on the way out, with only the capabilities the
+        // supervisor keeps (capabilities are per thread: dropped in this test's own thread).
+        // Made straight in a hierarchy's root (0555 here), an instance directory outlived
+        // every one-shot run.
+        if !rustix::process::geteuid().is_root()
+            || !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists()
+        {
+            let why = "v1 cgroup test needs root and a v1 pids hierarchy";
+            assert!(
+                std::env::var_os("CMP_WARDEN_TESTS_MUST_RUN").is_none(),
+                "this test must run here (CMP_WARDEN_TESTS_MUST_RUN): {why}"
+            );
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        std::thread::spawn(|| {
+            let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
+            let instance = format!("cmp-warden-unit-drop-{}", std::process::id());
+            let layout = cgroups::detect(Path::new("/sys/fs/cgroup"), &own, None, &instance)
+                .expect("detect");
+            let dirs: Vec<PathBuf> = layout
+                .instance_dirs()
+                .into_iter()
+                .map(Path::to_path_buf)
+                .collect();
+            assert!(
+                dirs.iter()
+                    .all(|d| d.parent().is_some_and(|p| p.ends_with(cgroups::OUR_DIR)))
+            );
+            cgroups::prepare(&layout, cgroups::Tenants::OnlySelf).expect("prepare");
+            let cg = cgroups::create(&layout, "req", &LIMITS).expect("create");
+            drop_supervisor_capabilities().expect("drop");
+            let caps = rustix::thread::capabilities(None).expect("caps");
+            assert!(!caps.effective.contains(CapabilitySet::DAC_OVERRIDE));
+            // A request cgroup with a process in it (another instance's): the directory stays.
+            let mut holder = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("sleep");
+            for f in cg.procs_files() {
+                std::fs::write(f, holder.id().to_string()).expect("join");
+            }
+            cgroups::remove_instance_if_unused(&layout, std::time::Duration::from_millis(200));
+            assert!(dirs.iter().all(|d| d.exists()));
+            // The request being reclaimed as the server stops (its process killed, then its
+            // cgroup removed, after the check began): waited for (mutant: no wait -> the
+            // directories stay, as a VM's stop right after an OOM kill once showed).
+            let later = cg.clone();
+            let reclaim = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                holder.kill().expect("kill");
+                holder.wait().expect("wait");
+                later.remove().expect("remove the request cgroup");
+            });
+            cgroups::remove_instance_if_unused(&layout, std::time::Duration::from_secs(10));
+            reclaim.join().expect("reclaim");
+            for d in &dirs {
+                assert!(!d.exists(), "{} left behind", d.display());
+            }
+        })
+        .join()
+        .expect("test thread");
     }
 }

@@ -351,7 +351,7 @@ pub fn factory_main() -> i32 {
 /// that traps to the hypervisor in a VM (~0.1 ms of every jail in the profile) — is done here
 /// once and inherited by every jail; likewise the kernel's highest capability number.
 fn warm_up() {
-    let _ = jail_inside::last_cap();
+    let _ = jail::last_cap();
     let mut tgz = Vec::new();
     let packed = archive::pack_tree(None, &[("warm-up", b"x")], &|_| false, &mut tgz);
     if packed.is_ok() {
@@ -374,5 +374,5 @@ fn become_jail(stdin: OwnedFd, stdout: OwnedFd) -> i32 {
         tracing::error!(error = %e, "jail: dumpable");
         return 1;
     }
-    jail_inside::jail_main()
+    jail::jail_main()
 }

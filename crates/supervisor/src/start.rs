@@ -1,37 +1,24 @@
-//! The supervisor: the privileged side, in the server process. [`Supervisor::start`] is the
-//! whole start-up sequence, in order (docs/supervisor.md mirrors it step by step, with the test
-//! that checks each step); `plan` is the one translation of the policy into what the runtime
-//! enforces; `runner` leases UIDs, creates cgroups, feeds each jail its request and reclaims it.
-//! The reclaim helper (`reclaim`) is ours too: started privileged, it switches to a request's
-//! UID only to kill and remove what the request left.
-
-pub mod cache;
-mod cgroup;
-pub mod landlock_log;
-mod plan;
-mod privilege;
-pub(crate) mod reclaim;
-pub(crate) mod runner;
-pub(crate) mod uid;
-mod watch;
+//! Start-up: [`Supervisor::start`] is the whole sequence, in order (docs/supervisor.md mirrors
+//! it step by step, with the test that checks each step), fail closed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use policy::{Policy, PolicySet, Protection};
 
-pub use cache::CacheStats;
-pub use cgroup::{CgroupLimits, Layout, Readback};
-pub use jail_sys::seccomp::SeccompError;
+pub use crate::cache::CacheStats;
+pub use crate::plan::{Overrides, Plan, Plans, Selected, wanted_namespaces};
+pub use crate::privilege::{PrivilegeModel, Privileges};
+pub use cgroups::{CgroupLimits, Layout, Readback};
 pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;
 pub use jail_wire::protocol::{
     LandlockStatus, Namespace, NamespaceReport, NsNote, Report, SelfTestOutcome,
 };
-pub use plan::{Overrides, Plan, Plans, Selected, wanted_namespaces};
-pub use privilege::{PrivilegeModel, Privileges};
+pub use seccomp_filter::SeccompError;
 
-use runner::{Confined, ConfinedConfig};
-use uid::UidPool;
+use crate::runner::{Confined, ConfinedConfig};
+use crate::uid::UidPool;
+use crate::{landlock_log, privilege, uid};
 
 /// Who the supervisor is for: the long-lived server owns its UID range and cgroup directory
 /// (and sweeps a previous run's leftovers); a one-shot run (`render`, `doctor`) shares them with
@@ -653,12 +640,12 @@ impl Supervisor {
                 tracing::warn!(dir = %self.work_root.display(), error = %e, "work root not removed");
             }
             if let Some(layout) = &self.cgroups {
-                cgroup::remove_instance(layout);
+                cgroups::remove_instance(layout);
             }
         } else if let Some(layout) = &self.cgroups {
             // (Bounded: within the pod's grace period, which the drain before this also
             // spent part of.)
-            cgroup::remove_instance_if_unused(layout, std::time::Duration::from_secs(10));
+            cgroups::remove_instance_if_unused(layout, std::time::Duration::from_secs(10));
         }
     }
 }
@@ -801,7 +788,7 @@ fn per_request_cgroups(
     };
     let configured = std::env::var_os("CMP_WARDEN_CGROUP_ROOT").map(PathBuf::from);
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let found = cgroup::detect(
+    let found = cgroups::detect(
         Path::new("/sys/fs/cgroup"),
         &own,
         configured.as_deref(),
@@ -809,10 +796,10 @@ fn per_request_cgroups(
     )
     .and_then(|layout| {
         let tenants = match owner {
-            Owner::Server => cgroup::Tenants::All,
-            Owner::OneShot => cgroup::Tenants::OnlySelf,
+            Owner::Server => cgroups::Tenants::All,
+            Owner::OneShot => cgroups::Tenants::OnlySelf,
         };
-        let ctls = cgroup::prepare(&layout, tenants)?;
+        let ctls = cgroups::prepare(&layout, tenants)?;
         Ok((layout, ctls))
     });
     match found {
@@ -841,9 +828,9 @@ fn per_request_cgroups(
 }
 
 /// Step 6, without request cgroups: the server's own memory cgroup's OOM-kill counter.
-fn container_oom_counter() -> Option<cgroup::OomCounter> {
+fn container_oom_counter() -> Option<cgroups::OomCounter> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let found = cgroup::OomCounter::find(Path::new("/sys/fs/cgroup"), &own);
+    let found = cgroups::OomCounter::find(Path::new("/sys/fs/cgroup"), &own);
     match &found {
         Some(c) => tracing::info!(
             file = %c.file().display(),
@@ -869,7 +856,7 @@ fn sweep(runner: &Confined, layout: Option<&Layout>) -> Result<(), StartError> {
         );
     }
     if let Some(layout) = layout {
-        let n = cgroup::sweep(layout, |name| runner.held_by_another_instance(name));
+        let n = cgroups::sweep(layout, |name| runner.held_by_another_instance(name));
         if n > 0 {
             tracing::info!(
                 removed = n,

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use plugin::PluginConfig;
 use policy::{Identity, NetworkMode, Policy, PolicySet, Protection, Select};
 
-use super::cgroup::CgroupLimits;
-use jail_sys::seccomp::{CompiledFilter, SeccompError};
+use cgroups::CgroupLimits;
 use jail_wire::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
 use jail_wire::spec::{Operation, PolicyIndex, RequestSpec, Task, TimeLimit};
+use seccomp_filter::{CompiledFilter, SeccompError};
 use std::sync::Arc;
 
 /// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
@@ -77,7 +77,7 @@ pub struct Plan {
     pub egress: Option<(egress::AllowList, egress::Limits)>,
     /// The tree cache (`spec.cache`), when on and the jails can take a tree (their own user,
     /// mount and PID namespaces).
-    pub cache: Option<super::cache::CacheConfig>,
+    pub cache: Option<crate::cache::CacheConfig>,
     /// Why this policy's requests never take a tree from the cache, if they do not: its
     /// request limits (`diskBytes`, `fileSizeBytes`) are tighter than its archive limits, so
     /// a tree the cache holds could be one its own extraction would refuse. Checked per
@@ -108,7 +108,7 @@ impl Plan {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Plan {
         let env: Vec<(String, String)> = env.into_iter().collect();
-        let (seccomp, seccomp_error) = match jail_sys::seccomp::compile(
+        let (seccomp, seccomp_error) = match seccomp_filter::compile(
             &policy.seccomp,
             policy.seccomp_mode,
             policy.network,
@@ -426,10 +426,10 @@ pub(super) fn cache_outside_request_limits(p: &Policy) -> Option<String> {
 const MAX_FILLS: usize = 2;
 
 /// `spec.cache`, when on and the jails have what taking a tree needs.
-fn cache_config(p: &Policy) -> Option<super::cache::CacheConfig> {
+fn cache_config(p: &Policy) -> Option<crate::cache::CacheConfig> {
     let ns = p.namespaces;
     // (The user namespace comes with any of them.)
-    (p.cache.enabled && ns.mount && ns.pid).then_some(super::cache::CacheConfig {
+    (p.cache.enabled && ns.mount && ns.pid).then_some(crate::cache::CacheConfig {
         budget: p.cache.bytes,
         max_fills: MAX_FILLS,
         uid: p.cache.uid,

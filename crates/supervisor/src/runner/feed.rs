@@ -23,7 +23,7 @@ pub(super) struct FillJob {
 /// A borrowed tree, returned to the cache when dropped.
 pub(super) struct TreeHold(
     pub(super) Option<Borrow>,
-    pub(super) Option<super::super::cache::SharedCache>,
+    pub(super) Option<crate::cache::SharedCache>,
 );
 
 impl Drop for TreeHold {
@@ -66,7 +66,7 @@ impl Inner {
             .task
             .archive_sha256
             .as_deref()
-            .and_then(|c| super::super::cache::tree_key(c, &options));
+            .and_then(|c| crate::cache::tree_key(c, &options));
         // Too small to be worth a tree: a fill costs more than its hits save.
         let small = spec
             .task
@@ -177,7 +177,7 @@ pub(super) fn receive_mounter(
 /// replaces the tree's figures.
 pub(super) fn fall_back_to_extraction(
     record: &Recorder,
-    cache: Option<&super::super::cache::SharedCache>,
+    cache: Option<&crate::cache::SharedCache>,
 ) {
     if let Some(c) = cache {
         c.not_lent();

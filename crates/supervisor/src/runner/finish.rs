@@ -174,9 +174,7 @@ impl Inner {
                 if let Some(other) = procs
                     .iter()
                     .filter(|(_, u)| *u == uid)
-                    .find_map(|(pid, _)| {
-                        super::super::uid::live_instance_above(Path::new("/proc"), *pid)
-                    })
+                    .find_map(|(pid, _)| crate::uid::live_instance_above(Path::new("/proc"), *pid))
                 {
                     return Err(format!(
                         "UID {uid} of spec.uidRange {first}+{count} runs processes of another live cmp-warden (PID {other}) that keeps its UID leases elsewhere than this instance ({}): two instances on one node need disjoint spec.uidRange values, or one lease directory (CMP_WARDEN_LEASE_DIR; a pod's plugin sidecars share the socket directory, where it is by default); nothing of the other instance was touched",

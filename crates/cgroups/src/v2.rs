@@ -1,0 +1,535 @@
+//! The unified hierarchy (v2): the delegated cgroup is the one the server started in
+//! (`/proc/self/cgroup`) or a configured directory; the server's processes move into its leaf
+//! [`SUPERVISOR_LEAF`] (the kernel's "no internal processes" rule: a cgroup that enables
+//! controllers for its children holds no process; the hierarchy's root is exempt and keeps
+//! them), `memory pids cpu` are enabled for its children, and every request cgroup is made in
+//! the instance directory `<delegated>/cmp-warden/<instance>`, which is ours alone: the sweep
+//! never looks beyond it.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::files::{io_err, keyed, read_u64, write};
+use crate::{
+    CPU_PERIOD_US, CgroupError, CgroupLimits, CgroupStats, Hierarchy, Layout, OUR_DIR, Readback,
+    RequestCgroup, SUPERVISOR_LEAF, Tenants,
+};
+
+/// The v2 controllers we use, in the order they are enabled.
+const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// The unified hierarchy, with the instance directory request cgroups are made in.
+pub(crate) struct Unified<'a> {
+    /// `<delegated>/cmp-warden/<instance>`.
+    pub base: &'a Path,
+}
+
+/// The layout of a v2 mount at `root` for the server whose `/proc/self/cgroup` is
+/// `self_cgroup`.
+pub(crate) fn detect(
+    root: &Path,
+    self_cgroup: &str,
+    instance: &str,
+) -> Result<Layout, CgroupError> {
+    let own = self_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or_else(|| CgroupError::Unavailable("no v2 entry in /proc/self/cgroup".into()))?;
+    let mut delegated = root.join(own.trim().trim_start_matches('/'));
+    // Started in our own leaf (a second start in this process; `kubectl exec`, which runc
+    // puts in the cgroup of the container's init once the container's own cgroup delegates
+    // controllers): the delegated cgroup is the leaf's parent.
+    if delegated.file_name() == Some(std::ffi::OsStr::new(SUPERVISOR_LEAF))
+        && let Some(parent) = delegated.parent()
+    {
+        delegated = parent.to_path_buf();
+    }
+    Ok(Layout::V2 {
+        base: delegated.join(OUR_DIR).join(instance),
+    })
+}
+
+impl Hierarchy for Unified<'_> {
+    fn prepare(&self, tenants: Tenants) -> Result<Vec<String>, CgroupError> {
+        prepare(self.base, tenants)
+    }
+
+    fn create(&self, name: &str, limits: &CgroupLimits) -> Result<RequestCgroup, CgroupError> {
+        let dir = self.base.join(name);
+        std::fs::create_dir(&dir).map_err(io_err("creating", &dir))?;
+        configure(dir, limits)
+    }
+}
+
+/// v2 preparation, in order (`base` is `<delegated>/cmp-warden/<instance>`):
+/// 1. What the delegated cgroup has to give: memory, pids, cpu among its `cgroup.controllers`.
+/// 2. Leave it, unless it is the hierarchy's root (which has no `cgroup.type` and is exempt
+///    from the no-internal-process rule): `tenants` move into [`SUPERVISOR_LEAF`].
+/// 3. Enable the controllers for its children, one at a time, skipping those already on (a
+///    restart, another instance); what cannot be enabled is named.
+/// 4. Our directory `cmp-warden`, now: at the root only CAP_DAC_OVERRIDE (dropped at
+///    start-up's step 10) makes or removes entries, its directory being 0555 in the kernel;
+///    ours is 0755 and the supervisor's own, so instance directories come and go in it later.
+/// 5. The instance directory, each with the controllers enabled for the request cgroups.
+fn prepare(base: &Path, tenants: Tenants) -> Result<Vec<String>, CgroupError> {
+    let ours = base
+        .parent()
+        .ok_or_else(|| CgroupError::Unavailable(format!("{} has no parent", base.display())))?;
+    let delegated = ours
+        .parent()
+        .ok_or_else(|| CgroupError::Unavailable(format!("{} has no parent", ours.display())))?;
+
+    // 1. What is delegated to us.
+    let available = std::fs::read_to_string(delegated.join("cgroup.controllers"))
+        .map_err(io_err("reading", &delegated.join("cgroup.controllers")))?;
+    let wanted: Vec<&str> = V2_CONTROLLERS
+        .into_iter()
+        .filter(|c| available.split_whitespace().any(|a| a == *c))
+        .collect();
+    if wanted.is_empty() {
+        return Err(CgroupError::Unavailable(format!(
+            "{} delegates none of memory, pids, cpu (has {:?})",
+            delegated.display(),
+            available.trim()
+        )));
+    }
+
+    // 2. Out of the delegated cgroup, into our leaf (not at the root).
+    if delegated.join("cgroup.type").exists() {
+        let leaf = delegated.join(SUPERVISOR_LEAF);
+        create_dir_existing(&leaf)?;
+        move_into(delegated, &leaf, tenants)?;
+    }
+
+    // 3. The controllers for the delegated cgroup's children.
+    let enabled = enable(delegated, &wanted)?;
+
+    // 4. Our directory.
+    create_dir_existing(ours)?;
+    let enabled = enable(ours, &enabled)?;
+
+    // 5. The instance directory.
+    create_dir_existing(base)?;
+    enable(base, &enabled)
+}
+
+fn create_dir_existing(dir: &Path) -> Result<(), CgroupError> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_err("creating", dir)(e)),
+    }
+}
+
+fn procs(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Move `tenants` of `from` into `leaf`. A process that exits meanwhile is no error; one that
+/// forks meanwhile is caught by the next round.
+fn move_into(from: &Path, leaf: &Path, tenants: Tenants) -> Result<(), CgroupError> {
+    let target = leaf.join("cgroup.procs");
+    if tenants == Tenants::OnlySelf {
+        return write(&target, &std::process::id().to_string());
+    }
+    for _ in 0..10 {
+        let left = procs(from);
+        if left.is_empty() {
+            return Ok(());
+        }
+        for pid in left {
+            match std::fs::write(&target, &pid) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(3) => {} // ESRCH: it exited
+                Err(e) => return Err(io_err("writing", &target)(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Enable `wanted` in `dir/cgroup.subtree_control` (those not on yet), one at a time. Returns
+/// those on afterwards; none on is an error that says why.
+fn enable(dir: &Path, wanted: &[impl AsRef<str>]) -> Result<Vec<String>, CgroupError> {
+    let control = dir.join("cgroup.subtree_control");
+    let on = std::fs::read_to_string(&control).map_err(io_err("reading", &control))?;
+    let mut enabled = Vec::new();
+    let mut refused = Vec::new();
+    for c in wanted.iter().map(AsRef::as_ref) {
+        if on.split_whitespace().any(|x| x == c) {
+            enabled.push(c.to_owned());
+            continue;
+        }
+        match std::fs::write(&control, format!("+{c}")) {
+            Ok(()) => enabled.push(c.to_owned()),
+            Err(e) => refused.push(explain_enable(dir, c, &e)),
+        }
+    }
+    for why in &refused {
+        tracing::warn!(why = %why, "cgroup controller not enabled for the requests");
+    }
+    if enabled.is_empty() {
+        return Err(CgroupError::Unavailable(refused.join("; ")));
+    }
+    Ok(enabled)
+}
+
+fn explain_enable(dir: &Path, c: &str, e: &io::Error) -> String {
+    let held = procs(dir).len();
+    if e.raw_os_error() == Some(16) && held > 0 {
+        // EBUSY: the no-internal-process rule.
+        format!(
+            "enabling {c} in {}: {e}: it still holds {held} process(es), and a cgroup that \
+             delegates controllers may hold none (run the server in a cgroup of its own — a \
+             container, a systemd service with Delegate=yes — or set CMP_WARDEN_CGROUP_ROOT)",
+            dir.join("cgroup.subtree_control").display()
+        )
+    } else {
+        format!(
+            "enabling {c} in {}: {e}",
+            dir.join("cgroup.subtree_control").display()
+        )
+    }
+}
+
+/// Set a new v2 request cgroup's limits, for the controllers delegated to it.
+pub(crate) fn configure(dir: PathBuf, limits: &CgroupLimits) -> Result<RequestCgroup, CgroupError> {
+    let quota = limits.cpu_millis.saturating_mul(CPU_PERIOD_US) / 1000;
+    // The controllers delegated to the new cgroup show as their interface files.
+    let controllers: Vec<String> = [
+        ("memory", "memory.max"),
+        ("pids", "pids.max"),
+        ("cpu", "cpu.max"),
+    ]
+    .into_iter()
+    .filter(|(_, f)| dir.join(f).exists())
+    .map(|(c, _)| c.to_owned())
+    .collect();
+    let cg = RequestCgroup {
+        v2: true,
+        dirs: vec![("unified".into(), dir.clone())],
+        controllers,
+    };
+    let set = || -> Result<(), CgroupError> {
+        if cg.has("memory") {
+            write(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
+            // Swap off for the request where the kernel has swap accounting.
+            if dir.join("memory.swap.max").exists() {
+                write(&dir.join("memory.swap.max"), "0")?;
+            }
+            // An OOM kill takes the whole request, not one random process of it.
+            if dir.join("memory.oom.group").exists() {
+                write(&dir.join("memory.oom.group"), "1")?;
+            }
+        }
+        if cg.has("pids") {
+            write(&dir.join("pids.max"), &limits.pids.to_string())?;
+        }
+        if cg.has("cpu") {
+            write(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = set() {
+        let _ = cg.remove();
+        return Err(e);
+    }
+    Ok(cg)
+}
+
+/// Peak memory and OOM kills from a v2 memory controller's files.
+pub(crate) fn memory_stats(d: &Path, s: &mut CgroupStats) {
+    s.peak_memory_bytes = read_u64(&d.join("memory.peak"));
+    s.oom_kills = keyed(&d.join("memory.events"), "oom_kill");
+}
+
+/// The memory limits as a v2 cgroup holds them, and whether a process ran in it.
+pub(crate) fn read_back_memory(d: &Path, r: &mut Readback, max: impl Fn(PathBuf) -> Option<u64>) {
+    r.memory_max = max(d.join("memory.max"));
+    r.swap_max = max(d.join("memory.swap.max"));
+    r.oom_group = max(d.join("memory.oom.group")).map(|v| v == 1);
+    r.ran = ran(d);
+}
+
+/// `cpu.max` as (quota, period); `max` is `u64::MAX`.
+pub(crate) fn cpu_max(d: &Path) -> Option<(u64, u64)> {
+    std::fs::read_to_string(d.join("cpu.max"))
+        .ok()
+        .and_then(|s| {
+            let mut f = s.split_whitespace();
+            let quota = match f.next()? {
+                "max" => u64::MAX,
+                q => q.parse().ok()?,
+            };
+            Some((quota, f.next()?.parse().ok()?))
+        })
+}
+
+/// Whether a process ran in the cgroup: the core `cpu.stat` every v2 cgroup has.
+pub(crate) fn ran(d: &Path) -> bool {
+    keyed(&d.join("cpu.stat"), "usage_usec") > 0
+}
+
+/// `cgroup.kill`: every process of the cgroup, atomically (where the kernel has it).
+pub(crate) fn kill(d: &Path) -> Result<(), CgroupError> {
+    let f = d.join("cgroup.kill");
+    if f.exists() {
+        write(&f, "1")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::print_stderr)] // a skip must say why
+mod tests {
+    use super::*;
+    use crate::testing::{LIMITS, create_with_kernel_files, fake_v2, join};
+    use crate::{detect, prepare, sweep};
+
+    #[test]
+    fn v2_detect_prepare_create_stats_kill_remove_on_a_fake_cgroupfs() {
+        let t = fake_v2("cpu memory pids");
+        let ctr = t.path().join("kubepods/pod1/ctr");
+        let layout = detect(t.path(), "0::/kubepods/pod1/ctr\n", None, "i1").expect("detect");
+        let base = ctr.join("cmp-warden/i1");
+        assert_eq!(layout, Layout::V2 { base: base.clone() });
+        // Started in our own leaf (a second start, `kubectl exec` beside the server): the same.
+        let again = detect(
+            t.path(),
+            "0::/kubepods/pod1/ctr/cmp-warden-supervisor\n",
+            None,
+            "i1",
+        )
+        .expect("detect");
+        assert_eq!(again, layout);
+        let ctls = prepare(&layout, Tenants::OnlySelf).expect("prepare");
+        assert_eq!(ctls, ["memory", "pids", "cpu"]);
+        assert_eq!(
+            std::fs::read_to_string(ctr.join(SUPERVISOR_LEAF).join("cgroup.procs")).expect("r"),
+            std::process::id().to_string()
+        );
+        // One controller per write (a fake file keeps the last), at each level.
+        for dir in [ctr.clone(), ctr.join("cmp-warden"), base.clone()] {
+            assert_eq!(
+                std::fs::read_to_string(dir.join("cgroup.subtree_control")).expect("r"),
+                "+cpu"
+            );
+        }
+        // The kernel fills a new cgroup with the interface files of the delegated controllers
+        // (memory.swap.max only with swap accounting); a fake cgroupfs cannot, so the test
+        // creates them where the kernel would, just before `create` writes them.
+        let cg = create_with_kernel_files(
+            &layout,
+            "r1",
+            &[
+                "memory.max",
+                "memory.swap.max",
+                "memory.oom.group",
+                "pids.max",
+                "cpu.max",
+            ],
+        );
+        assert_eq!(cg.controllers, ["memory", "pids", "cpu"]);
+        let r = |f: &str| std::fs::read_to_string(base.join("r1").join(f)).expect(f);
+        assert_eq!(r("memory.max"), "1073741824");
+        assert_eq!(r("memory.swap.max"), "0");
+        assert_eq!(r("memory.oom.group"), "1");
+        assert_eq!(r("pids.max"), "512");
+        assert_eq!(r("cpu.max"), "200000 100000");
+        assert_eq!(cg.procs_files(), [base.join("r1/cgroup.procs")]);
+        join(&cg);
+        assert_eq!(r("cgroup.procs"), "0");
+        std::fs::write(base.join("r1/memory.peak"), "123456\n").expect("w");
+        std::fs::write(
+            base.join("r1/memory.events"),
+            "low 0\nhigh 0\nmax 7\noom 2\noom_kill 1\n",
+        )
+        .expect("w");
+        std::fs::write(base.join("r1/pids.events"), "max 3\n").expect("w");
+        assert_eq!(
+            cg.stats(),
+            CgroupStats {
+                peak_memory_bytes: 123456,
+                oom_kills: 1,
+                pids_refused: 3,
+                pids_peak: 0,
+            }
+        );
+        std::fs::write(base.join("r1/cgroup.kill"), "").expect("w");
+        cg.kill().expect("kill");
+        assert_eq!(r("cgroup.kill"), "1");
+        // The real cgroupfs lets rmdir succeed with its control files present; a fake needs
+        // them gone first.
+        for e in std::fs::read_dir(base.join("r1")).expect("ls").flatten() {
+            std::fs::remove_file(e.path()).expect("rm");
+        }
+        cg.remove().expect("remove");
+        assert!(!base.join("r1").exists());
+    }
+
+    #[test]
+    fn the_sweep_leaves_another_live_instances_request_cgroups_alone() {
+        let t = tempfile::tempdir().expect("tmp");
+        let base = t.path().to_path_buf();
+        for d in ["j20001-10-0", "j20002-11-0"] {
+            std::fs::create_dir(base.join(d)).expect("mkdir");
+        }
+        let layout = Layout::V2 { base: base.clone() };
+        let removed = sweep(&layout, |name| name.starts_with("j20002-"));
+        assert_eq!(removed, 1);
+        assert!(!base.join("j20001-10-0").exists(), "ours: removed");
+        assert!(
+            base.join("j20002-11-0").exists(),
+            "another instance's: kept"
+        );
+    }
+
+    #[test]
+    fn v2_without_delegated_controllers_is_unavailable() {
+        let t = fake_v2("io");
+        let layout = detect(t.path(), "0::/kubepods/pod1/ctr\n", None, "i1").expect("detect");
+        let e = prepare(&layout, Tenants::All).expect_err("nothing delegated");
+        assert!(e.to_string().contains("delegates none"), "{e}");
+        let e =
+            detect(t.path(), "1:name=systemd:/\n", None, "cmp-warden").expect_err("no 0:: line");
+        assert!(e.to_string().contains("no v2 entry"), "{e}");
+        let e = detect(&t.path().join("nowhere"), "", None, "cmp-warden").expect_err("nothing");
+        assert!(e.to_string().contains("no cgroup v2"), "{e}");
+    }
+
+    /// At the hierarchy's root (no `cgroup.type`: exempt from the no-internal-process rule)
+    /// nothing moves; the requests still go into our instance directory, never beside the
+    /// host's own cgroups.
+    #[test]
+    fn at_the_root_nothing_moves_and_requests_stay_in_our_directory() {
+        let t = fake_v2("cpu memory pids");
+        let root = t.path();
+        std::fs::write(root.join("cgroup.subtree_control"), "memory").expect("w");
+        let base = root.join("cmp-warden/cmp-warden-20000");
+        std::fs::create_dir_all(&base).expect("mkdir");
+        for dir in [root.join("cmp-warden"), base.clone()] {
+            std::fs::write(dir.join("cgroup.controllers"), "cpu memory pids").expect("w");
+            std::fs::write(dir.join("cgroup.subtree_control"), "").expect("w");
+        }
+        let layout = detect(root, "0::/\n", None, "cmp-warden-20000").expect("detect");
+        assert_eq!(layout, Layout::V2 { base: base.clone() });
+        prepare(&layout, Tenants::All).expect("prepare");
+        assert!(
+            !root.join(SUPERVISOR_LEAF).exists(),
+            "nothing moved at the root"
+        );
+        // memory was on already: only pids and cpu were written.
+        assert_eq!(
+            std::fs::read_to_string(root.join("cgroup.subtree_control")).expect("r"),
+            "+cpu"
+        );
+        // The host's own cgroups beside ours are never swept.
+        std::fs::create_dir(root.join("system.slice")).expect("mkdir");
+        std::fs::create_dir(base.join("j20001-5-0")).expect("mkdir");
+        assert_eq!(sweep(&layout, |_| false), 1);
+        assert!(root.join("system.slice").exists());
+    }
+
+    #[test]
+    fn a_configured_delegated_directory_wins() {
+        let t = fake_v2("memory pids");
+        let dir = t.path().join("kubepods/pod1/ctr");
+        let layout = detect(Path::new("/nonexistent"), "", Some(&dir), "i1").expect("detect");
+        assert_eq!(
+            layout,
+            Layout::V2 {
+                base: dir.join("cmp-warden/i1")
+            }
+        );
+        assert_eq!(
+            prepare(&layout, Tenants::All).expect("prepare"),
+            ["memory", "pids"]
+        );
+    }
+
+    /// What doctor reports comes from the kernel's files: each limit read back and compared.
+    #[test]
+    fn read_back_reports_what_the_kernel_holds_and_each_difference() {
+        let t = tempfile::tempdir().expect("tmp");
+        let dir = t.path().join("j1");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let put = |f: &str, v: &str| std::fs::write(dir.join(f), v).expect("w");
+        put("memory.max", "1073741824\n");
+        put("memory.swap.max", "0\n");
+        put("memory.oom.group", "1\n");
+        put("pids.max", "512\n");
+        put("cpu.max", "200000 100000\n");
+        put("cpu.stat", "usage_usec 1234\nuser_usec 1000\n");
+        let cg = RequestCgroup {
+            v2: true,
+            dirs: vec![("unified".into(), dir.clone())],
+            controllers: vec!["memory".into(), "pids".into(), "cpu".into()],
+        };
+        let rb = cg.read_back();
+        assert!(rb.ran);
+        assert_eq!(rb.mismatches(&LIMITS), Vec::<String>::new());
+        assert_eq!(
+            rb.describe(),
+            "memory.max=1073741824 (spec.limits.memoryBytes), memory.swap.max=0, memory.oom.group=1, pids.max=512 (spec.limits.pids), cpu.max=200000 100000 (spec.limits.cpuMillis)"
+        );
+        put("memory.max", "max\n");
+        put("pids.max", "max\n");
+        put("memory.oom.group", "0\n");
+        put("cpu.stat", "usage_usec 0\n");
+        let wrong = cg.read_back().mismatches(&LIMITS);
+        assert_eq!(
+            wrong,
+            [
+                format!("memory.max is {}, not 1073741824", u64::MAX),
+                "memory.oom.group is 0".to_owned(),
+                format!("pids.max is {}, not 512", u64::MAX),
+                "no process ran in it".to_owned(),
+            ]
+        );
+    }
+
+    /// `cgroup.kill` and removal on a real cgroup v2 hierarchy (this CI host mounts an empty
+    /// one at /sys/fs/cgroup/unified: no memory or pids controller there, so `memory.oom.group`
+    /// is only tested on the fake cgroupfs): a process moved into a request cgroup dies with
+    /// the kill, the cgroup is then empty and is removed.
+    #[test]
+    fn v2_kill_on_this_machine_for_real() {
+        let root = Path::new("/sys/fs/cgroup/unified");
+        if !rustix::process::geteuid().is_root() || !root.join("cgroup.procs").exists() {
+            let why = "v2 cgroup test needs root and a cgroup2 mount at /sys/fs/cgroup/unified";
+            assert!(
+                std::env::var_os("CMP_WARDEN_TESTS_MUST_RUN").is_none(),
+                "this test must run here (CMP_WARDEN_TESTS_MUST_RUN): {why}"
+            );
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let dir = root.join(format!("cmp-warden-unit-{}", std::process::id()));
+        std::fs::create_dir(&dir).expect("mkdir");
+        let cg = RequestCgroup {
+            v2: true,
+            dirs: vec![("unified".into(), dir.clone())],
+            controllers: Vec::new(),
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).expect("join");
+        assert!(!cg.is_empty());
+        cg.kill().expect("cgroup.kill");
+        let status = child.wait().expect("wait");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "killed by cgroup.kill"
+        );
+        assert!(cg.is_empty());
+        cg.remove().expect("rmdir");
+        assert!(!dir.exists());
+    }
+}

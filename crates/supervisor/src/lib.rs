@@ -1,0 +1,97 @@
+//! The supervisor: the privileged side, in the server process. It starts fail closed
+//! ([`Supervisor::start`], a numbered sequence in `start`), translates each policy once into
+//! what the runtime enforces (`plan`), and runs each request in a jail: the runner leases a
+//! UID, creates the request's cgroup, forks a jail through the factory, feeds it the request
+//! and reclaims everything it left. Knows nothing of gRPC; the server calls [`Runner`].
+//!
+//! The rooms around it:
+//! - the jail itself is the `jail` crate (the confined side): it confines itself (`confine`,
+//!   a numbered sequence) before it reads any byte of a request, then extracts the archive and
+//!   runs the commands. This crate names only its entry points (`jail_main`, `fill_main`);
+//! - they share only `jail-wire` (the pipe protocol, and the request's vocabulary re-exported
+//!   here as [`spec`] and [`record`]), `seccomp` (the filter, compiled here, installed there)
+//!   and `jail-sys` (the kernel primitives);
+//! - `factory` is the process boundary itself: the process that forks each jail; `keeper`
+//!   holds the tree cache's trees; `reclaim` kills and removes what a request left, as its UID.
+//!
+//! Architecture invariant: nothing here names gRPC, HTTP or Argo CD's types; a request
+//! arrives as a [`RequestSpec`] and leaves as an [`Outcome`].
+#![forbid(unsafe_code)]
+
+pub mod cache;
+mod factory;
+mod keeper;
+pub mod landlock_log;
+mod plan;
+mod privilege;
+pub(crate) mod reclaim;
+pub(crate) mod runner;
+mod start;
+pub(crate) mod uid;
+mod watch;
+
+pub use jail_wire::{record, redact, spec};
+
+use std::io::Read;
+
+pub use factory::{FACTORY_ARG, factory_main};
+pub use jail_sys::cancel::{CancelReason, CancelToken};
+pub use jail_wire::protocol::KILL_GRACE;
+pub use jail_wire::record::{Limit, RunRecord};
+pub use jail_wire::spec::{
+    ErrorKind, GENERATOR_REQUEST, Operation, Outcome, PolicyIndex, RequestError, RequestSpec, Task,
+    TimeLimit, bounded, parse_generated,
+};
+pub use keeper::{KEEPER_ARG, keeper_main};
+pub use reclaim::{RECLAIM_ARG, reclaim_main};
+pub use runner::ReplyShare;
+pub use uid::{proc_uid, processes_in_range};
+// Start-up's types and what it re-exports (the plan, cgroup read-backs, the jail's report).
+pub use start::*;
+
+/// For the benchmark harness only: one command run as the jail runs it, to measure the
+/// runner's cost over a bare spawn; and the orphan reaping a harness that is the subreaper of
+/// other sandboxes needs to count their CPU in the right window.
+#[doc(hidden)]
+pub mod bench {
+    pub use jail::{CmdSpec, run};
+    pub use jail_sys::reaper::reap_orphans;
+}
+
+/// What [`Runner::execute`] produced: the outcome, and its share of the server's reply memory,
+/// which the caller holds until the response is written.
+#[derive(Debug)]
+pub struct Executed {
+    /// The request's result.
+    pub outcome: Outcome,
+    /// Held until the response is written (dropping it lets the next large reply in).
+    pub memory: ReplyShare,
+}
+
+impl From<Outcome> for Executed {
+    fn from(outcome: Outcome) -> Self {
+        Executed {
+            outcome,
+            memory: ReplyShare::default(),
+        }
+    }
+}
+
+/// Executes requests. Blocking: the server calls it from a blocking thread.
+pub trait Runner: Send + Sync + std::fmt::Debug {
+    /// Run `spec`, reading the archive from `input`, until done or `cancel` fires.
+    fn execute(
+        &self,
+        spec: &RequestSpec,
+        input: Box<dyn Read + Send>,
+        cancel: &CancelToken,
+    ) -> Result<Executed, RequestError>;
+    /// Remove everything `execute` left for `spec` (processes, tree, lease). Called once per
+    /// request after its result has been sent.
+    fn reclaim(&self, spec: &RequestSpec);
+    /// Retire what the runner keeps ready for the next request (a spare jail) and reclaim it;
+    /// called once when the server stops.
+    fn shutdown(&self) {}
+    /// One line describing what this runner enforces (logged at start-up).
+    fn describe(&self) -> &'static str;
+}
