@@ -3,8 +3,7 @@
 //! fail ([`RequestError`], classified by [`ErrorKind`]). [`Task`] crosses the pipe to the jail
 //! unchanged, inside the header frame.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use plugin::PluginConfig;
 use plugin::config::ParameterAnnouncement;
@@ -87,34 +86,6 @@ pub struct Task {
     /// only decides whether the archive is worth caching.
     #[serde(default)]
     pub archive_size: Option<u64>,
-}
-
-/// Which of the server's policies a request runs under: its place in the supervisor's plans,
-/// the default being 0 (chosen by the server from Argo CD's own variables, `spec.select`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct PolicyIndex(pub usize);
-
-/// One request as the caller hands it to a [`crate::Runner`].
-#[derive(Debug, Clone)]
-pub struct RequestSpec {
-    /// What to run.
-    pub task: Task,
-    /// The policy it runs under (its jail is confined by that policy's plan).
-    pub policy: PolicyIndex,
-    /// The (not yet existing) directory the archive is extracted into; its name names the
-    /// request's jail and cgroup.
-    pub tree: PathBuf,
-    /// When the request must be finished.
-    pub deadline: Option<Instant>,
-    /// What the request did, for the audit log (filled by the runner).
-    pub record: crate::record::Recorder,
-}
-
-impl RequestSpec {
-    /// Which RPC.
-    pub fn op(&self) -> Operation {
-        self.task.op
-    }
 }
 
 /// A request's result.

@@ -497,7 +497,7 @@ impl CmpService {
     fn start_run(
         &self,
         op: Operation,
-        plan: &Plan,
+        plan: &Arc<Plan>,
         meta: &proto::plugin::ManifestRequestMetadata,
         request_id: uuid::Uuid,
         (deadline, limit): (Option<Instant>, &TimeLimit),

@@ -39,8 +39,8 @@ pub use jail_sys::cancel::{CancelReason, CancelToken};
 pub use jail_wire::protocol::KILL_GRACE;
 pub use jail_wire::record::{Limit, RunRecord};
 pub use jail_wire::spec::{
-    ErrorKind, GENERATOR_REQUEST, Operation, Outcome, PolicyIndex, RequestError, RequestSpec, Task,
-    TimeLimit, bounded, parse_generated,
+    ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, Task, TimeLimit, bounded,
+    parse_generated,
 };
 pub use keeper::{KEEPER_ARG, keeper_main};
 pub use reclaim::{RECLAIM_ARG, reclaim_main};

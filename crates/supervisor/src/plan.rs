@@ -11,7 +11,7 @@ use policy::{Identity, NetworkMode, Policy, PolicySet, Protection, Select};
 
 use cgroups::CgroupLimits;
 use jail_wire::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
-use jail_wire::spec::{Operation, PolicyIndex, RequestSpec, Task, TimeLimit};
+use jail_wire::spec::{Operation, Task, TimeLimit};
 use seccomp_filter::{CompiledFilter, SeccompError};
 use std::sync::Arc;
 
@@ -267,7 +267,7 @@ impl Plan {
     /// the request's own, last wins), its budgets and `deadline` (from [`Plan::deadline`]).
     /// `tree` names the request's directory (and jail and cgroup).
     pub fn request(
-        &self,
+        self: &Arc<Self>,
         op: Operation,
         config: &PluginConfig,
         tree: PathBuf,
@@ -276,7 +276,7 @@ impl Plan {
         (deadline, deadline_limit): (Option<Instant>, TimeLimit),
     ) -> RequestSpec {
         RequestSpec {
-            policy: self.index,
+            plan: Arc::clone(self),
             task: Task {
                 op,
                 config: config.clone(),
@@ -333,11 +333,6 @@ impl Plans {
     /// Every plan, the default first.
     pub fn all(&self) -> &[Arc<Plan>] {
         &self.plans
-    }
-
-    /// The plan `i` names (the default for an index out of range, which no caller makes).
-    pub fn get(&self, i: PolicyIndex) -> &Arc<Plan> {
-        self.plans.get(i.0).unwrap_or(&self.plans[0])
     }
 
     /// The plan a request with this environment runs under: the most specific policy whose
@@ -480,6 +475,36 @@ fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
     }
 }
 
+/// A plan's place among the server's plans, the default being 0: the slot of the spare jail
+/// prepared under it. A request carries its plan itself ([`RequestSpec::plan`]), never an
+/// index to look it up again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PolicyIndex(pub usize);
+
+/// One request as the caller hands it to a [`crate::Runner`], made by [`Plan::request`].
+#[derive(Debug, Clone)]
+pub struct RequestSpec {
+    /// What to run.
+    pub task: Task,
+    /// The plan of the policy it runs under, as it was when the request arrived: its jail is
+    /// confined by it, whatever the server's plans are later.
+    pub plan: Arc<Plan>,
+    /// The (not yet existing) directory the archive is extracted into; its name names the
+    /// request's jail and cgroup.
+    pub tree: PathBuf,
+    /// When the request must be finished.
+    pub deadline: Option<Instant>,
+    /// What the request did, for the audit log (filled by the runner).
+    pub record: jail_wire::record::Recorder,
+}
+
+impl RequestSpec {
+    /// Which RPC.
+    pub fn op(&self) -> Operation {
+        self.task.op
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,7 +557,7 @@ mod tests {
         );
         let p = Policy::parse(&text, None).expect("allowList policy");
         let server_env = [("ARGOCD_ASK_PASS_SOCK".to_owned(), "/ask/sock".to_owned())];
-        let plan = Plan::new(&p, &Overrides::default(), server_env);
+        let plan = Arc::new(Plan::new(&p, &Overrides::default(), server_env));
         let mut creds = PluginConfig::default();
         creds.spec.provide_git_creds = true;
         let relayed = |config: &PluginConfig, sock: &str| {
@@ -586,7 +611,7 @@ mod tests {
                 Duration::from_secs(11)
             )
         );
-        let over = Plan::new(
+        let over = Arc::new(Plan::new(
             &p,
             &Overrides {
                 compressed_bytes: Some(4096),
@@ -595,7 +620,7 @@ mod tests {
                 reply_bytes: Some(5 << 20),
             },
             Vec::new(),
-        );
+        ));
         assert_eq!(over.reply_bytes, 5 << 20);
         assert_eq!(over.archive.limits.compressed_bytes, 4096);
         assert_eq!(over.archive.limits.entries, 77);
@@ -673,14 +698,14 @@ mod tests {
     #[test]
     fn the_environment_is_the_passed_server_variables_then_the_requests() {
         let p = Policy::default_policy().expect("default");
-        let plan = Plan::new(
+        let plan = Arc::new(Plan::new(
             &p,
             &Overrides::default(),
             vec![
                 ("PATH".to_owned(), "/bin".to_owned()),
                 ("SECRET_TOKEN".to_owned(), "x".to_owned()),
             ],
-        );
+        ));
         let spec = plan.request(
             Operation::Match,
             &PluginConfig::default(),

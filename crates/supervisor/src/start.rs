@@ -7,7 +7,9 @@ use std::sync::Arc;
 use policy::{Policy, PolicySet, Protection};
 
 pub use crate::cache::CacheStats;
-pub use crate::plan::{Overrides, Plan, Plans, Selected, wanted_namespaces};
+pub use crate::plan::{
+    Overrides, Plan, Plans, PolicyIndex, RequestSpec, Selected, wanted_namespaces,
+};
 pub use crate::privilege::{PrivilegeModel, Privileges};
 pub use cgroups::{CgroupLimits, Layout, Readback};
 pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;

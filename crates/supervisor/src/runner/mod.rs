@@ -18,6 +18,7 @@ use super::cache::{Borrow, FillFailed, FillTicket, Lookup};
 use super::plan::Plan;
 use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
 use super::uid::{Lease, UidPool, proc_uid, processes_in_range};
+use crate::RequestSpec;
 use crate::factory::{Factory, JailProcess};
 use crate::{Executed, Runner};
 use cgroups::{CgroupStats, Layout, RequestCgroup};
@@ -27,7 +28,7 @@ use jail_wire::protocol::{
     Creds, Degraded, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame,
 };
 use jail_wire::record::{Limit, Recorder};
-use jail_wire::spec::{ErrorKind, RequestError, RequestSpec};
+use jail_wire::spec::{ErrorKind, RequestError};
 
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);
@@ -406,7 +407,7 @@ impl Runner for Confined {
         cancel: &CancelToken,
     ) -> Result<Executed, RequestError> {
         let request = name_of(spec)?;
-        let plan = self.inner.cfg.plans.get(spec.policy).clone();
+        let plan = Arc::clone(&spec.plan);
         // From the tree cache when it can: the bytes are then received and verified (and, on
         // a fill, extracted by the filler) before the jail is taken.
         let feed = self.inner.cached_tree(&plan, spec, input)?;
