@@ -128,6 +128,14 @@ impl AuditEvent {
     }
 }
 
+/// The event as one JSON line, as the server writes it (without the log's own fields).
+impl std::fmt::Display for AuditEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let line = serde_json::to_string(self).map_err(|_| std::fmt::Error)?;
+        f.write_str(&line)
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

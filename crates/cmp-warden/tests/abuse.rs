@@ -336,10 +336,10 @@ fn a_client_that_disconnects_mid_generate_leaves_nothing() {
     let events = audit_lines();
     let gone = events
         .iter()
-        .find(|e| e["code"] == "Cancelled")
+        .find(|e| e.code == "Cancelled")
         .unwrap_or_else(|| panic!("no audit event for the abandoned request: {events:?}"));
-    assert_eq!(gone["commands"][0]["endedBy"], "cancelled", "{gone}");
-    assert_eq!(gone["limit"], "cancelled", "{gone}");
+    assert_eq!(gone.commands[0].ended_by, Some(Limit::Cancelled), "{gone}");
+    assert_eq!(gone.limit, Some(Limit::Cancelled), "{gone}");
 }
 
 /// SIGTERM while an honest (slow) request and a hostile (endless) one are both running: the

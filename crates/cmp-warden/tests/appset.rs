@@ -127,7 +127,7 @@ impl Gen {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
-    fn audit_events(&self) -> Vec<serde_json::Value> {
+    fn audit_events(&self) -> Vec<server::audit::AuditEvent> {
         common::audit_events_in(&self.logs())
     }
 
@@ -227,14 +227,14 @@ fn answers_the_controller_exactly_with_a_confined_command() {
     let (status, _, _) = g.post(Some(TOKEN), "{\"applicationSetName\":\"x\",\"input\":{}}\n");
     assert_eq!(status, 200);
     // One audit event per request, named after the ApplicationSet, with the command's record.
-    let audit: Vec<serde_json::Value> = g.audit_events().into_iter().collect();
+    let audit = g.audit_events();
     assert_eq!(audit.len(), 2, "{}", g.logs());
-    assert_eq!(audit[0]["rpc"], "getparams.execute");
-    assert_eq!(audit[0]["app"], "shop");
-    assert_eq!(audit[0]["code"], "200");
-    let uid = audit[0]["uid"].as_u64().expect("leased uid") as u32;
+    assert_eq!(audit[0].rpc, "getparams.execute");
+    assert_eq!(audit[0].app, "shop");
+    assert_eq!(audit[0].code, "200");
+    let uid = audit[0].uid.expect("leased uid");
     assert!((g.uid_range.0..g.uid_range.0 + g.uid_range.1).contains(&uid));
-    assert_eq!(audit[0]["commands"][0]["phase"], "generator");
+    assert_eq!(audit[0].commands[0].phase, common::Phase::Generator);
 }
 
 #[test]
@@ -353,14 +353,14 @@ fn refusals_before_authentication_are_audited_within_a_budget_and_echo_little() 
     let windows = t0.elapsed().as_secs() / 10 + 1;
     assert_eq!(g.post(Some(TOKEN), &controller_body("shop", "{}")).0, 200);
     let logs = g.logs();
-    let audited: Vec<serde_json::Value> = common::audit_events_in(&logs).into_iter().collect();
-    let refused = audited.iter().filter(|e| e["code"] != "200").count() as u64;
+    let audited = common::audit_events_in(&logs);
+    let refused = audited.iter().filter(|e| e.code != "200").count() as u64;
     assert!(
         (50..=50 * windows).contains(&refused),
         "{refused} refusals audited in {windows} window(s)"
     );
     assert!(
-        audited.iter().any(|e| e["code"] == "200"),
+        audited.iter().any(|e| e.code == "200"),
         "the honest request was not audited"
     );
     let warned = logs
@@ -494,16 +494,12 @@ fn the_command_is_confined_like_a_cmp_command() {
         );
     }
     // The seccomp denial is in the request's own record, not only an errno.
-    let audit = g
-        .logs()
-        .lines()
-        .find(|l| l.contains("\"log\":\"audit\""))
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit json"))
-        .expect("audit event");
+    let audit = g.audit_events().into_iter().next().expect("audit event");
     assert!(
-        audit["seccompAudit"].as_array().is_some_and(|v| v
+        audit
+            .seccomp_audit
             .iter()
-            .any(|e| e["syscall"] == "unshare" && e["action"] == "denied")),
+            .any(|e| e.syscall == "unshare" && e.action == common::SeccompAction::Denied),
         "{audit}"
     );
     assert_eq!(p["legit"], "ok");

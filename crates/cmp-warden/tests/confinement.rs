@@ -176,9 +176,9 @@ fn with(
 fn assert_seccomp_denied(logs: &str, calls: &[&str]) {
     let denied: std::collections::BTreeSet<String> = audit_events_in(logs)
         .into_iter()
-        .flat_map(|e| e["seccompAudit"].as_array().cloned().unwrap_or_default())
-        .filter(|x| x["action"] == "denied")
-        .filter_map(|x| x["syscall"].as_str().map(str::to_owned))
+        .flat_map(|e| e.seccomp_audit)
+        .filter(|x| x.action == SeccompAction::Denied)
+        .map(|x| x.syscall)
         .collect();
     let missing: Vec<&&str> = calls.iter().filter(|c| !denied.contains(**c)).collect();
     assert!(

@@ -97,17 +97,17 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
     let s = example_server("helm-dependencies", true, &[], pol.path());
     let v = generate(&s, "helm-dependencies").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     assert_eq!(manifests(&v), expected("helm-dependencies"));
-    let egress: Vec<serde_json::Value> = s
+    let egress: Vec<_> = s
         .audit_events()
-        .iter()
-        .flat_map(|e| e["egress"].as_array().cloned().unwrap_or_default())
+        .into_iter()
+        .flat_map(|e| e.egress)
         .collect();
     assert!(!egress.is_empty(), "no egress recorded: {}", s.logs());
     for c in &egress {
-        assert_eq!(c["destination"], "charts.example.test:18443", "{c}");
-        assert_eq!(c["decision"], "allowed", "{c}");
-        assert_eq!(c["address"], "127.0.0.1:18443", "{c}");
-        assert!(c["bytesDown"].as_u64().unwrap_or(0) > 0, "{c}");
+        assert_eq!(c.destination, "charts.example.test:18443", "{c:?}");
+        assert_eq!(c.decision, Decision::Allowed, "{c:?}");
+        assert_eq!(c.address, Some(([127, 0, 0, 1], 18443).into()), "{c:?}");
+        assert!(c.bytes_down > 0, "{c:?}");
     }
     s.assert_work_dir_empties();
 
@@ -177,10 +177,9 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     let v = generate(&s, "vault-style").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     assert_eq!(manifests(&v), expected("vault-style"));
     let event = s.audit_events().pop().expect("audit event");
-    let egress = event["egress"].as_array().expect("egress");
     // The login, then one read (the plugin caches by path).
-    assert_eq!(egress.len(), 2, "{event}");
-    assert!(egress.iter().all(|c| c["decision"] == "allowed"));
+    assert_eq!(event.egress.len(), 2, "{event}");
+    assert!(event.egress.iter().all(|c| c.decision == Decision::Allowed));
     // Secret values never reach the logs; variable names do, values never.
     for secret in [
         "hunter2",
@@ -224,13 +223,8 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let ev: serde_json::Value = serde_json::from_str(events.last().expect("event")).expect("json");
-    assert!(
-        ev["withheldEnv"]
-            .as_array()
-            .is_some_and(|w| w.iter().any(|n| n == "VAULT_ADDR")),
-        "{ev}"
-    );
+    let ev = server::audit::AuditEvent::from_line(events.last().expect("event")).expect("event");
+    assert!(ev.withheld_env.iter().any(|n| n == "VAULT_ADDR"), "{ev}");
     assert!(
         !ev.to_string().contains("vault.example.test:18200"),
         "values never: {ev}"
@@ -268,11 +262,10 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     for name in named {
         assert!(pass_line.contains(name), "{name}: {pass_line}");
     }
-    let unnamed: Vec<&str> = ev["withheldEnv"]
-        .as_array()
-        .expect("withheldEnv")
+    let unnamed: Vec<&str> = ev
+        .withheld_env
         .iter()
-        .filter_map(|n| n.as_str())
+        .map(String::as_str)
         .filter(|n| !named.contains(n) && !n.starts_with("VAULT_") && !n.starts_with("AVP_"))
         .collect();
     assert!(!unnamed.is_empty(), "{ev}");
@@ -461,22 +454,18 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
 
     // Audited: one record per connection, with the decision and reason.
     let event = s.audit_events().pop().expect("event");
-    let egress = event["egress"].as_array().expect("egress");
-    let denied: Vec<&serde_json::Value> = egress
-        .iter()
-        .filter(|c| c["decision"] == "denied")
-        .collect();
-    let allowed: Vec<&serde_json::Value> = egress
-        .iter()
-        .filter(|c| c["decision"] == "allowed")
-        .collect();
-    assert_eq!((allowed.len(), denied.len()), (2, 9), "{event}");
-    assert!(!egress.iter().any(|c| {
-        c["destination"]
-            .as_str()
-            .unwrap_or("")
-            .contains("other.example.test:80")
-    }));
+    let egress = &event.egress;
+    let count = |d: Decision| egress.iter().filter(|c| c.decision == d).count();
+    assert_eq!(
+        (count(Decision::Allowed), count(Decision::Denied)),
+        (2, 9),
+        "{event}"
+    );
+    assert!(
+        !egress
+            .iter()
+            .any(|c| c.destination.contains("other.example.test:80"))
+    );
     // Counted.
     let mut body = String::new();
     let mut c = TcpStream::connect(&metrics).expect("metrics");
@@ -488,8 +477,8 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     let events = s.audit_events();
     let denied_total = events
         .iter()
-        .flat_map(|e| e["egress"].as_array().cloned().unwrap_or_default())
-        .filter(|c| c["decision"] == "denied")
+        .flat_map(|e| &e.egress)
+        .filter(|c| c.decision == Decision::Denied)
         .count();
     assert!(denied_total >= 18, "{events:#?}");
     assert!(
@@ -500,15 +489,14 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
     );
     // The direct connections never reached the proxy; Landlock's own records of them are in
     // the event, naming the field.
-    let landlock = event["landlockDenials"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
     assert!(
-        landlock.iter().any(|d| d["blockers"] == "net.connect_tcp"
-            && d["allowedBy"]
-                .as_str()
-                .is_some_and(|f| f.contains("allowList"))),
+        event
+            .landlock_denials
+            .iter()
+            .any(|d| d.blockers == "net.connect_tcp"
+                && d.allowed_by
+                    .as_deref()
+                    .is_some_and(|f| f.contains("allowList"))),
         "{event}"
     );
     // Nothing of the request's connections stays behind in the server: no thread, no socket.
@@ -716,17 +704,11 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
     // calls (UDP, UDP over IPv6, SCTP; Fast Open); the TCP attempts are not there, so Landlock
     // refused them.
     let event = s.audit_events().pop().expect("event");
-    let calls: std::collections::BTreeMap<String, u64> = event["seccompAudit"]
-        .as_array()
-        .expect("seccompAudit")
+    let calls: std::collections::BTreeMap<String, u64> = event
+        .seccomp_audit
         .iter()
-        .filter(|c| c["action"] == "denied")
-        .map(|c| {
-            (
-                c["syscall"].as_str().unwrap_or_default().to_owned(),
-                c["count"].as_u64().unwrap_or_default(),
-            )
-        })
+        .filter(|c| c.action == SeccompAction::Denied)
+        .map(|c| (c.syscall.clone(), c.count))
         .collect();
     assert_eq!(
         calls,
@@ -734,18 +716,18 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
         "{event}"
     );
     // The stranger's knock is in the request's egress records, refused.
-    let egress = event["egress"].as_array().expect("egress");
+    let egress = &event.egress;
     assert!(
-        egress.iter().any(|c| c["decision"] == "denied"
-            && c["reason"]
-                .as_str()
+        egress.iter().any(|c| c.decision == Decision::Denied
+            && c.reason
+                .as_deref()
                 .is_some_and(|r| r.contains("not the request's UID"))),
         "{event}"
     );
     assert!(
         egress
             .iter()
-            .any(|c| c["decision"] == "allowed" && c["destination"] == "vault.example.test:18211"),
+            .any(|c| c.decision == Decision::Allowed && c.destination == "vault.example.test:18211"),
         "{event}"
     );
     s.assert_work_dir_empties();
@@ -1069,11 +1051,10 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
     );
     let event = s.audit_events().pop().expect("event");
     assert!(
-        event["egress"]
-            .as_array()
-            .expect("egress")
+        event
+            .egress
             .iter()
-            .any(|c| c["decision"] == "allowed" && c["destination"] == "vault.example.test:18211"),
+            .any(|c| c.decision == Decision::Allowed && c.destination == "vault.example.test:18211"),
         "{event}"
     );
     s.assert_work_dir_empties();
@@ -1302,12 +1283,12 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
     let v = request(&s).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     assert_eq!(manifests(&v), expected("git-fetch"));
     let event = s.audit_events().pop().expect("event");
-    let egress = event["egress"].as_array().expect("egress");
     assert!(
-        egress
+        event
+            .egress
             .iter()
-            .any(|c| c["destination"] == "askpass.cmp-warden.invalid:1"
-                && c["decision"] == "allowed"),
+            .any(|c| c.destination == "askpass.cmp-warden.invalid:1"
+                && c.decision == Decision::Allowed),
         "{event}"
     );
     assert!(!s.logs().contains("s3cret"), "the password reached the log");
@@ -1534,13 +1515,10 @@ fn trickling_floods_through_three_proxies_leave_the_servers_threads_bounded() {
     );
     // The audit events record each request's connections within the record bound.
     let logs = s.logs();
-    let events: Vec<serde_json::Value> = audit_events_in(&logs).into_iter().collect();
-    let flooded: Vec<_> = events
-        .iter()
-        .filter(|e| e["egress"].as_array().is_some_and(|a| a.len() > 1))
-        .collect();
+    let events = audit_events_in(&logs);
+    let flooded: Vec<_> = events.iter().filter(|e| e.egress.len() > 1).collect();
     assert_eq!(flooded.len(), 3, "{logs}");
     for e in flooded {
-        assert!(e["egress"].as_array().expect("egress").len() <= 256);
+        assert!(e.egress.len() <= 256);
     }
 }

@@ -106,7 +106,7 @@ fn a_full_work_disk_fails_the_request_naming_the_disk_and_the_next_one_succeeds(
     );
     s.wait_settled(1);
     let ev = s.audit_events();
-    assert_eq!(ev[0]["limit"], "workDisk", "{ev:?}");
+    assert_eq!(ev[0].limit, Some(Limit::WorkDisk), "{ev:?}");
     // Nothing of the request is left, so the disk has its room back ...
     s.assert_work_dir_empties();
     let free = rustix::fs::statvfs(&work).expect("statvfs");
@@ -130,7 +130,7 @@ fn a_full_work_disk_fails_the_request_naming_the_disk_and_the_next_one_succeeds(
     assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
     assert!(msg.contains("the work directory's disk is full"), "{msg}");
     s.wait_settled(3);
-    assert_eq!(s.audit_events()[2]["limit"], "workDisk");
+    assert_eq!(s.audit_events()[2].limit, Some(Limit::WorkDisk));
     s.assert_work_dir_empties();
     go(&s, "generate", &["-dir", small_dir]).expect("served again once the tree is gone");
     checked(
@@ -403,10 +403,11 @@ fn a_jail_killed_mid_command_fails_its_request_and_leaves_nothing() {
     s.assert_work_dir_empties();
     s.wait_settled(1);
     let ev = s.audit_events();
-    assert_eq!(ev[0]["outcome"], "error", "{ev:?}");
+    assert_eq!(ev[0].outcome, "error", "{ev:?}");
     assert!(
-        ev[0]["error"]
-            .as_str()
+        ev[0]
+            .error
+            .as_deref()
             .is_some_and(|e| e.contains("SIGKILL")),
         "{ev:?}"
     );
@@ -631,7 +632,7 @@ fn crash_mid_command(edits: &[(&str, &str)], mode: &'static str) {
         // The answered request's event was written before its answer left.
         let events = s.audit_events();
         assert!(
-            events.last().is_some_and(|e| e["outcome"] == "ok"),
+            events.last().is_some_and(|e| e.outcome == "ok"),
             "the answered request's audit event is lost: {events:?}"
         );
     }

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::pki::Ca;
-use common::{Server, bin, plugin, repo};
+use common::{Limit, Server, bin, plugin, repo};
 
 /// Why these tests need root (printed when one skips).
 const NEEDS_ROOT: &str =
@@ -365,7 +365,7 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     let refused = srv
         .audit_events()
         .into_iter()
-        .filter(|e| e["code"] == "Unauthenticated" && e["limit"] == "authentication")
+        .filter(|e| e.code == "Unauthenticated" && e.limit == Some(Limit::Authentication))
         .count();
     assert!(refused >= 2, "refusals audited: {refused}\n{}", srv.logs());
     // ... within a budget: anyone who reaches the port can send them. At most 50 per 10 s are
@@ -388,7 +388,7 @@ fn bearer_token_is_required_on_tcp_but_not_for_health_or_the_unix_socket() {
     let logs = srv.logs();
     let refused = common::audit_events_in(&logs)
         .into_iter()
-        .filter(|e| e["code"] == "Unauthenticated")
+        .filter(|e| e.code == "Unauthenticated")
         .count();
     assert!(
         (50..=50 * windows).contains(&refused),

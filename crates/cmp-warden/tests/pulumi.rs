@@ -364,7 +364,7 @@ fn each_widening_of_the_policy_is_needed_and_named() {
     let refused: Vec<String> = e
         .egress
         .iter()
-        .filter(|c| c.decision == egress::Decision::Denied)
+        .filter(|c| c.decision == Decision::Denied)
         .map(|c| format!("{} {:?}", c.destination, c.reason))
         .collect();
     say!("pulumi: refused: {refused:?}");

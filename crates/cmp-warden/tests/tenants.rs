@@ -187,12 +187,7 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
     let events = s.audit_events();
     let policies: Vec<(&str, &str)> = events
         .iter()
-        .map(|e| {
-            (
-                e["policy"]["name"].as_str().expect("policy.name"),
-                e["policy"]["sha256"].as_str().expect("policy.sha256"),
-            )
-        })
+        .map(|e| (e.policy.name.as_str(), e.policy.sha256.as_str()))
         .collect();
     let (team_a_sha, default_sha) = (
         sha256_of(&pol.path().join("team-a.yaml")),
@@ -201,7 +196,7 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
     assert_eq!(policies.len(), 12, "{events:?}");
     assert_eq!(policies[0], ("team-a", team_a_sha.as_str()));
     for (e, p) in events.iter().zip(&policies).skip(1) {
-        let want = if e["project"] == "team-a" {
+        let want = if e.project.as_deref() == Some("team-a") {
             ("team-a", team_a_sha.as_str())
         } else {
             ("default", default_sha.as_str())
@@ -210,12 +205,11 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
     }
     // The refused one claims no project: its two said different things.
     let refused = events.last().expect("event");
-    assert_eq!(refused["code"], "InvalidArgument", "{refused}");
-    assert!(refused["project"].is_null(), "{refused}");
-    let egress = |e: &serde_json::Value| e["egress"].as_array().map_or(0, Vec::len);
+    assert_eq!(refused.code, "InvalidArgument", "{refused}");
+    assert!(refused.project.is_none(), "{refused}");
     for e in &events {
-        let team_a = e["policy"]["name"] == "team-a";
-        assert_eq!(egress(e) >= 1, team_a, "{e}");
+        let team_a = e.policy.name == "team-a";
+        assert_eq!(!e.egress.is_empty(), team_a, "{e}");
     }
     // Metrics carry the policy.
     let body = scrape(&s.metrics_address());
@@ -231,8 +225,7 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
         "{body}"
     );
     // Two tenants never share an identity.
-    let uid = |e: &serde_json::Value| e["uid"].as_u64();
-    assert!(uid(&events[0]).is_some() && uid(&events[0]) != uid(&events[1]));
+    assert!(events[0].uid.is_some() && events[0].uid != events[1].uid);
 }
 
 /// `policy check DIR` and `doctor --policy DIR` validate every policy and say which selects
@@ -475,7 +468,7 @@ fn policy_suggest_writes_a_policy_per_project_that_serves_as_a_directory() {
     let names: Vec<String> = s
         .audit_events()
         .iter()
-        .map(|e| e["policy"]["name"].as_str().unwrap_or_default().to_owned())
+        .map(|e| e.policy.name.clone())
         .collect();
     assert_eq!(names, ["project-team-a", "project-team-b"]);
 }
@@ -553,20 +546,17 @@ fn policy_suggest_grants_nothing_a_hostile_request_did_or_said() {
     // The attack happened as described: the proxy refused, the call was denied under the
     // hostile name, the variables were withheld.
     assert!(
-        event["egress"]
-            .as_array()
-            .expect("egress")
+        event
+            .egress
             .iter()
-            .any(|c| c["decision"] == "denied" && c["destination"] == "evil.example.test:443"),
+            .any(|c| c.decision == Decision::Denied && c.destination == "evil.example.test:443"),
         "{event}"
     );
     assert!(
-        event["seccompAudit"]
-            .as_array()
-            .expect("seccomp")
+        event
+            .seccomp_audit
             .iter()
-            .any(|c| c["syscall"] == "ptrace"
-                && c["comm"].as_str().is_some_and(|n| n.contains('\n'))),
+            .any(|c| c.syscall == "ptrace" && c.comm.contains('\n')),
         "{event}"
     );
     let log = work.path().join("audit.jsonl");
@@ -644,11 +634,5 @@ fn policy_suggest_grants_nothing_a_hostile_request_did_or_said() {
 /// The names the last audit event lists as withheld from commands.
 fn event_withheld_names(s: &Server) -> Vec<String> {
     s.wait_settled(1);
-    let e = s.audit_events().pop().expect("event");
-    e["withheldEnv"]
-        .as_array()
-        .expect("withheldEnv")
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect()
+    s.audit_events().pop().expect("event").withheld_env
 }

@@ -144,9 +144,7 @@ fn a_cached_tree_is_a_fresh_extraction_and_nothing_a_command_does_reaches_it() {
         "{fresh:?}"
     );
     assert!(
-        off.audit_events()
-            .iter()
-            .all(|e| e.get("treeCache").is_none()),
+        off.audit_events().iter().all(|e| e.tree_cache.is_none()),
         "the off switch leaves no cache in the audit event"
     );
     drop(off);
@@ -228,7 +226,7 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
     let (s, r, pristine) = with_a_filled_tree(t.path());
     let dir = r.path().to_str().expect("utf8");
     let event = s.audit_events().pop().expect("event");
-    let sha = event["archive"]["sha256"].as_str().expect("sha").to_owned();
+    let sha = event.archive.sha256.expect("sha");
     // Other bytes, the cached tree's checksum claimed.
     let other = repo(&[("evil.txt", "not the cached tree\n")]);
     let (code, msg) = go(
@@ -248,18 +246,14 @@ fn claiming_a_cached_trees_checksum_with_other_bytes_gets_nothing() {
     // (Its event follows the response.)
     let deadline = Instant::now() + Duration::from_secs(10);
     let refused = loop {
-        if let Some(e) = s
-            .audit_events()
-            .into_iter()
-            .find(|e| e["code"] == "DataLoss")
-        {
+        if let Some(e) = s.audit_events().into_iter().find(|e| e.code == "DataLoss") {
             break e;
         }
         assert!(Instant::now() < deadline, "no audit event:\n{}", s.logs());
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(refused["treeCache"], "hit", "{refused}");
-    assert_eq!(refused["commands"], serde_json::json!([]), "{refused}");
+    assert_eq!(refused.tree_cache, Some(TreeCacheUse::Hit), "{refused}");
+    assert!(refused.commands.is_empty(), "{refused}");
     // The tree is still there and still pristine.
     assert_eq!(
         listing(&go(&s, "generate", &["-dir", dir]).expect("hit")),
@@ -349,8 +343,8 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
     loop {
         let events = s.audit_events();
         if events.iter().any(|e| {
-            e["error"]
-                .as_str()
+            e.error
+                .as_deref()
                 .is_some_and(|e| e.contains("no sandbox UID free"))
         }) {
             break;
@@ -373,7 +367,7 @@ fn a_fill_that_never_started_does_not_hold_its_archive() {
     let v = go(&s, "generate", &["-dir", dir, "-timeout", "20s"]).expect("after the holder");
     assert!(listing(&v).iter().any(|l| l.starts_with("./a.txt")), "{v}");
     let last = s.audit_events().pop().expect("event");
-    assert_eq!(last["treeCache"], "filled", "{last}");
+    assert_eq!(last.tree_cache, Some(TreeCacheUse::Filled), "{last}");
 }
 
 /// A request's disk below the archive limit: a cached tree would not be held to it, so the
@@ -398,7 +392,7 @@ fn the_cache_stays_off_when_the_request_disk_is_below_the_archive_limit() {
         "{logs}"
     );
     let last = s.audit_events().pop().expect("event");
-    assert!(last["treeCache"].is_null(), "{last}");
+    assert!(last.tree_cache.is_none(), "{last}");
 }
 
 /// A selected policy whose own disk and file-size limits are tighter than the archive limits a
@@ -459,9 +453,14 @@ fn a_selected_policys_disk_and_file_limits_hold_on_cached_trees() {
     );
     let events = s.audit_events();
     let last = events.last().expect("event");
-    assert_eq!(last["policy"]["name"], "small-disk", "{last}");
-    assert_eq!(last["treeCache"], "uncached", "{last}");
-    assert_eq!(events[0]["treeCache"], "filled", "{}", events[0]);
+    assert_eq!(last.policy.name, "small-disk", "{last}");
+    assert_eq!(last.tree_cache, Some(TreeCacheUse::Uncached), "{last}");
+    assert_eq!(
+        events[0].tree_cache,
+        Some(TreeCacheUse::Filled),
+        "{}",
+        events[0]
+    );
     // The tenant's honest request works.
     let small = repo(&[("a.txt", "alpha\n")]);
     let ok = go(
@@ -522,10 +521,7 @@ fn a_hit_whose_tree_cannot_be_lent_extracts_instead() {
     assert_eq!(uses, ["filled", "uncached", "uncached"], "{uses:?}");
     // The fallen-back request's extraction is its own: the archive's figures are reported.
     let second = &s.audit_events()[1];
-    assert!(
-        second["archive"]["entries"].as_u64().is_some_and(|n| n > 0),
-        "{second}"
-    );
+    assert!(second.archive.entries.is_some_and(|n| n > 0), "{second}");
 }
 
 /// The keeper gone (killed; the natural cause was a second instance's start-up sweep) before
