@@ -606,7 +606,33 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> std::process::Child {
+/// A server started by a test, killed when the test ends however it ends (a failed
+/// assertion included: a leaked server outlives the test run).
+struct Running(std::process::Child);
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> Running {
     for d in ["config", "plugins", "work"] {
         std::fs::create_dir_all(root.join(d)).expect("mkdir");
         std::fs::set_permissions(root.join(d), std::fs::Permissions::from_mode(0o777))
@@ -619,33 +645,35 @@ fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> std::proces
         std::fs::Permissions::from_mode(0o755),
     )
     .expect("chmod");
-    Command::new("setpriv")
-        .args([
-            "--reuid=65000",
-            "--regid=65000",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(bin())
-        .args([
-            "serve",
-            "--loglevel",
-            "debug",
-            "--allowed-uids",
-            "any",
-            "--policy",
-        ])
-        .arg(policy)
-        .arg("--config-dir-path")
-        .arg(root.join("config"))
-        .args(extra)
-        .env("ARGOCD_PLUGINSOCKFILEPATH", root.join("plugins"))
-        .env("ARGOCD_CMP_WORKDIR", root.join("work"))
-        .stdout(std::process::Stdio::null())
-        // A file, not a pipe nobody drains: a full pipe would stall the server's logging.
-        .stderr(std::fs::File::create(root.join("log")).expect("log"))
-        .spawn()
-        .expect("spawn")
+    Running(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65000",
+                "--regid=65000",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(bin())
+            .args([
+                "serve",
+                "--loglevel",
+                "debug",
+                "--allowed-uids",
+                "any",
+                "--policy",
+            ])
+            .arg(policy)
+            .arg("--config-dir-path")
+            .arg(root.join("config"))
+            .args(extra)
+            .env("ARGOCD_PLUGINSOCKFILEPATH", root.join("plugins"))
+            .env("ARGOCD_CMP_WORKDIR", root.join("work"))
+            .stdout(std::process::Stdio::null())
+            // A file, not a pipe nobody drains: a full pipe would stall the server's logging.
+            .stderr(std::fs::File::create(root.join("log")).expect("log"))
+            .spawn()
+            .expect("spawn"),
+    )
 }
 
 #[test]
