@@ -13,9 +13,9 @@
 #               COPY --from=registry.k8s.io/kustomize/kustomize:v5 /app/kustomize /usr/local/bin/
 #               COPY plugin.yaml /home/argocd/cmp-server/config/plugin.yaml
 #   examples  `plugin` plus every tool examples/ needs (kubectl, jsonnet, node + cdk8s): the
-#             image scripts/container-test reproduces with debootstrap (no registry there).
+#             image tests/system/container-test reproduces with debootstrap (no registry there).
 # Build:  podman build --target plugin -t cmp-warden:plugin .
-# CI (scripts/image-test) builds binary, server and plugin from a prebuilt static binary and
+# CI (tests/system/image-test) builds binary, server and plugin from a prebuilt static binary and
 # local base images: --build-context build=container-image://<image with /out> and
 # --build-arg DEBIAN_IMAGE=… DISTROLESS_IMAGE=… (no registry is reachable there).
 # Run it as the sidecar with `command: [/usr/local/bin/cmp-warden]` (deploy/ does), a

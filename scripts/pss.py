@@ -1,4 +1,4 @@
-"""Pod Security Standards checks for deploy/ (used by scripts/check-deploy).
+"""Pod Security Standards checks for deploy/ (used by tests/system/deploy-test).
 
 Implements the Kubernetes Pod Security Standards (kubernetes.io/docs/concepts/security/
 pod-security-standards, "latest") for the pod templates we ship: the baseline controls and
@@ -183,7 +183,7 @@ def cmd_rendered(path):
         ns = obj["metadata"].get("namespace")
         level = levels.get(ns)
         if level not in LEVELS[1:]:
-            print(f"FAIL  {path}: namespace {ns!r} of {obj['kind']}/{obj['metadata']['name']} claims no "
+            print(f"FAIL {path}: namespace {ns!r} of {obj['kind']}/{obj['metadata']['name']} claims no "
                   f"baseline/restricted enforce level")
             failed = True
             continue
@@ -191,11 +191,11 @@ def cmd_rendered(path):
         host_users = spec.get("hostUsers", True)
         if bad:
             failed = True
-            print(f"FAIL  {obj['kind']}/{obj['metadata']['name']} violates PSS {level}:")
+            print(f"FAIL {obj['kind']}/{obj['metadata']['name']} violates PSS {level}:")
             for b in bad:
                 print(f"        - {b}")
         else:
-            print(f"ok    {obj['kind']}/{obj['metadata']['name']}: PSS {level} "
+            print(f"PASS {obj['kind']}/{obj['metadata']['name']}: PSS {level} "
                   f"(hostUsers: {str(host_users).lower()})")
         # Our own claim on top: cmp-warden never needs more than these three capabilities.
         for c in containers(spec):
@@ -205,7 +205,7 @@ def cmd_rendered(path):
                 if not added <= {"SETUID", "SETGID", "SETPCAP"} or sc.get("readOnlyRootFilesystem") is not True \
                         or sc.get("allowPrivilegeEscalation") is not False \
                         or "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
-                    print("FAIL  cmp-warden container: needs drop ALL, add ⊆ {SETUID, SETGID, SETPCAP}, "
+                    print("FAIL cmp-warden container: needs drop ALL, add ⊆ {SETUID, SETGID, SETPCAP}, "
                           "a read-only root filesystem and allowPrivilegeEscalation: false")
                     failed = True
     if failed:
@@ -263,11 +263,11 @@ def cmd_helm(values_path, rendered_path, components, *configmap_paths):
     spec["securityContext"] = values["global"]["securityContext"]
     failed += baseline(spec)
     if failed:
-        print(f"FAIL  {values_path}:")
+        print(f"FAIL {values_path}:")
         for f in failed:
             print(f"        - {f}")
         sys.exit(1)
-    print(f"ok    {values_path}: the kustomize build's sidecars ({', '.join(sorted(names))}), ConfigMaps the chart renders, pod passes PSS baseline")
+    print(f"PASS {values_path}: the kustomize build's sidecars ({', '.join(sorted(names))}), ConfigMaps the chart renders, pod passes PSS baseline")
 
 
 def cmd_compose(composed_path, operator_path, ours_path, rendered_path):
@@ -307,11 +307,11 @@ def cmd_compose(composed_path, operator_path, ours_path, rendered_path):
     spec.pop("securityContext", None)
     failed += baseline(spec)
     if failed:
-        print(f"FAIL  {composed_path}:")
+        print(f"FAIL {composed_path}:")
         for f in failed:
             print(f"        - {f}")
         sys.exit(1)
-    print(f"ok    deploy/helm/argo-values: {operator_path.split('/')[-1]} kept ({', '.join(c['name'] for c in op.get('extraContainers', []))} and their volumes), cmp-warden added, no pod-wide fsGroup, pod passes PSS baseline")
+    print(f"PASS deploy/helm/argo-values: {operator_path.split('/')[-1]} kept ({', '.join(c['name'] for c in op.get('extraContainers', []))} and their volumes), cmp-warden added, no pod-wide fsGroup, pod passes PSS baseline")
 
 
 def cmd_selftest():
@@ -336,7 +336,7 @@ def cmd_selftest():
         spec = copy.deepcopy(good)
         mutate(spec)
         assert check(spec, level), f"selftest: a bad pod passed {level}: {spec}"
-    print(f"ok    PSS checker rejects all {len(cases)} known-bad pods")
+    print(f"PASS PSS checker rejects all {len(cases)} known-bad pods")
 
 
 # Which Argo CD component may call each network service.
@@ -378,9 +378,9 @@ def cmd_netpol(path):
                     problems.append("an ingress rule without from/ports admits everyone")
         if problems:
             failed = True
-            print(f"FAIL  NetworkPolicy for {name}: " + "; ".join(problems))
+            print(f"FAIL NetworkPolicy for {name}: " + "; ".join(problems))
         else:
-            print(f"ok    NetworkPolicy for {name}: ingress only from {CALLERS[name]} (+ monitoring on 9464), no egress")
+            print(f"PASS NetworkPolicy for {name}: ingress only from {CALLERS[name]} (+ monitoring on 9464), no egress")
     if failed:
         sys.exit(1)
 
@@ -403,14 +403,14 @@ def cmd_upstream(root, version):
                                  + ("; ".join(bad) if bad else "allowed"))
     total = sum(counts.values())
     if not all(counts.values()):
-        print(f"FAIL  {root}: no fixtures for " + ", ".join(
+        print(f"FAIL {root}: no fixtures for " + ", ".join(
             f"{lvl} {out}" for (lvl, out), n in counts.items() if not n))
         sys.exit(1)
     for w in wrong:
-        print(f"FAIL  {w}")
+        print(f"FAIL {w}")
     if wrong:
         sys.exit(1)
-    print(f"ok    {root} {version}: all {total} fixtures classified as the fixture says "
+    print(f"PASS {root} {version}: all {total} fixtures classified as the fixture says "
           + ", ".join(f"{lvl} {out} {n}" for (lvl, out), n in counts.items()))
 
 

@@ -1,7 +1,7 @@
 // Prints containerd's built-in default seccomp profile (what Kubernetes calls RuntimeDefault on
 // containerd nodes) for a container whose bounding capability set is given as the arguments,
 // e.g. CAP_SETUID CAP_SETGID CAP_SETPCAP: the profile is computed from the capabilities, as
-// `ctr run --seccomp` and the CRI plugin compute it. Built by scripts/containerd-test as the
+// `ctr run --seccomp` and the CRI plugin compute it. Built by tests/system/containerd-test as the
 // module beside it (go.mod: containerd v2, from the module proxy), with containerd's
 // contrib/seccomp copied in as ./seccomp at build time (its GOARCH made a variable, so one build
 // prints any architecture's profile; PROFILE_ARCH chooses).

@@ -1,6 +1,6 @@
 // containerd's default seccomp profile (RuntimeDefault on containerd nodes), printed by
 // dump-seccomp.go; its contrib/seccomp sources are copied from this module's own containerd
-// at build time by scripts/containerd-test (GOARCH made a variable), nothing of them committed.
+// at build time by tests/system/containerd-test (GOARCH made a variable), nothing of them committed.
 module cmpwarden.test/containerd-seccomp
 
 go 1.26.6

@@ -1,6 +1,6 @@
 """What the system tests share: processes started and stopped, free ports, a git server over
 HTTP, audit events read back, and the verdict lines (`PASS|FAIL <case>`, then `N passed, M
-failed`) every system test prints."""
+failed`) every system test prints (the shell ones through lib.sh, in the same format)."""
 
 import base64
 import http.server
@@ -39,6 +39,12 @@ class Verdicts:
     def finish(self):
         say(f"{self.passed} passed, {self.failed} failed")
         return 0 if self.failed == 0 and self.passed > 0 else 1
+
+    def fatal(self, name, why=""):
+        """A failed case after which nothing else can run: its line, the count, exit 1."""
+        self.check(name, False, why)
+        self.finish()
+        sys.exit(1)
 
 
 def free_port():

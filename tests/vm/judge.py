@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Judge the kernel matrix (scripts/vm-test): what each VM recorded, against SECURITY.md.
+"""Judge the kernel matrix (tests/system/kernel-matrix-test): what each VM recorded, against SECURITY.md.
 
 Each VM's console holds a tar.gz (base64, between markers) of what tests/vm/guest/matrix.sh
 recorded: the audit events, the client's answers, the request cgroups' own files sampled while

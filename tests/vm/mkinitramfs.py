@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The kernel matrix's initramfs (scripts/vm-test): a newc cpio, gzip'd, written here so that no
+"""The kernel matrix's initramfs (tests/system/kernel-matrix-test): a newc cpio, gzip'd, written here so that no
 cpio tool is needed and every entry is root-owned whoever builds it.
 
 Holds Debian's busybox-static for the guest's architecture (every applet a link to it), the
