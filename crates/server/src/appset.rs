@@ -27,7 +27,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::auth::BearerToken;
 use crate::listener::{Conn, spawn_tcp_acceptor};
-use crate::metrics::{Finished, Metrics};
+use crate::metrics::Metrics;
 
 /// The one path the controller calls.
 pub const PATH: &str = "/api/v1/getparams.execute";
@@ -211,62 +211,38 @@ impl AppSetService {
         elapsed: Duration,
         bytes_out: u64,
     ) {
-        let record = ctx
-            .record
-            .as_ref()
-            .map(supervisor::record::snapshot)
-            .unwrap_or_default();
-        let refused = ctx.refused;
         let status = result
             .as_ref()
             .err()
             .map(|e| crate::status::from_http(e.status, &e.message));
-        let mut event = crate::audit::finished(
-            Operation::Generator,
-            Seen {
-                request_id: request_id.to_string(),
-                app: ctx.appset,
-                project: None,
-                archive: ArchiveInfo {
-                    bytes: ctx.bytes_in,
-                    ..Default::default()
-                },
-                limit: ctx.limit,
-                ..Default::default()
-            },
-            status.as_ref().map_or(Ok(()), Err),
-            elapsed,
-            crate::audit::policy_ref(&self.plan),
-            record,
-        );
         let http_status = result
             .as_ref()
             .map_or_else(|e| e.status, |()| StatusCode::OK);
-        event.code = http_status.as_u16().to_string();
-        let kill = crate::metrics::kill_reason(event.limit);
-        self.metrics.finished(&Finished {
-            rpc: Operation::Generator.rpc_name(),
-            code: &event.code,
-            policy: &event.policy.name,
-            duration: elapsed,
-            bytes_in: ctx.bytes_in,
-            bytes_out,
-            kill,
-            rejection: None,
-            seccomp: event
-                .seccomp_audit
-                .iter()
-                .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
-                .collect(),
-            egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
-            tree_cache: None,
-            busy: event.limit == Some(Limit::Concurrency),
-        });
-        if refused {
-            self.audit.emit_refused(&event);
-        } else {
-            self.audit.emit(&event);
-        }
+        crate::lifecycle::account(
+            &self.metrics,
+            &self.audit,
+            crate::lifecycle::Ending {
+                op: Operation::Generator,
+                seen: Seen {
+                    request_id: request_id.to_string(),
+                    app: ctx.appset,
+                    project: None,
+                    archive: ArchiveInfo {
+                        bytes: ctx.bytes_in,
+                        ..Default::default()
+                    },
+                    limit: ctx.limit,
+                    ..Default::default()
+                },
+                result: status.as_ref().map_or(Ok(()), Err),
+                code: Some(http_status.as_u16().to_string()),
+                elapsed,
+                plan: &self.plan,
+                record: ctx.record.as_ref(),
+                bytes_out,
+                refused: ctx.refused,
+            },
+        );
     }
 
     async fn serve_one(&self, req: Request<Incoming>, ctx: &mut Ctx) -> Result<String, HttpError> {
@@ -436,19 +412,14 @@ impl AppSetService {
             deadline,
         );
         ctx.record = Some(spec.record.clone());
-        let runner = self.runner.clone();
-        let span = tracing::Span::current();
-        let cancel = CancelToken::new();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::task::spawn_blocking(move || {
-            let _e = span.enter();
-            let r = runner.execute(&spec, Box::new(std::io::Cursor::new(tgz)), &cancel);
-            let _ = tx.send(r);
-            runner.reclaim(&spec);
-            // The slot is free only once the request's UID is back in the pool: a burst then
-            // queues for slots instead of running out of UIDs.
-            drop(slot);
-        });
+        let rx = crate::lifecycle::run(
+            &self.runner,
+            spec,
+            Box::new(std::io::Cursor::new(tgz)),
+            &CancelToken::new(),
+            slot,
+            || {},
+        );
         let result = rx
             .await
             .map_err(|_| internal("the sandbox task ended without a result".into()))?;

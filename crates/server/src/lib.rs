@@ -8,6 +8,7 @@ pub mod audit;
 pub mod auth;
 pub mod authority;
 pub mod conns;
+mod lifecycle;
 pub mod listener;
 pub mod metrics;
 mod refuse;

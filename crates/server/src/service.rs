@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::conns::PeerInfo;
-use crate::metrics::{Finished, Metrics};
+use crate::metrics::Metrics;
 use crate::status::{StreamError, to_status};
 
 /// Bytes handed to the extractor at once.
@@ -189,7 +189,8 @@ impl CmpService {
         out
     }
 
-    /// The request's audit event and metrics (also for requests refused before any sandbox).
+    /// The request's audit event and metrics (also for requests refused before any sandbox),
+    /// and its trace's spans.
     fn account(
         &self,
         op: Operation,
@@ -198,13 +199,12 @@ impl CmpService {
         out: &Result<Executed, Status>,
         elapsed: Duration,
     ) {
-        let record = ctx
-            .record
-            .as_ref()
-            .map(supervisor::record::snapshot)
-            .unwrap_or_default();
-        let policy = ctx.plan.clone();
         if let (Some(trace), Some(tracer)) = (&ctx.trace, &self.cfg.tracer) {
+            let record = ctx
+                .record
+                .as_ref()
+                .map(supervisor::record::snapshot)
+                .unwrap_or_default();
             tracer.submit(trace.spans(
                 op,
                 &ctx.app,
@@ -218,65 +218,38 @@ impl CmpService {
                 },
             ));
         }
-        let event = crate::audit::finished(
-            op,
-            Seen {
-                request_id: request_id.to_string(),
-                trace_id: ctx
-                    .trace
-                    .as_ref()
-                    .map(crate::trace::RequestTrace::trace_id)
-                    .or(ctx.caller_trace),
-                app: ctx.app,
-                project: ctx.project,
-                app_rel_path: ctx.app_rel_path,
-                env_names: ctx.env_names,
-                archive: ctx.archive,
-                limit: ctx.limit,
-            },
-            out.as_ref().map(|_| ()),
-            elapsed,
-            crate::audit::policy_ref(policy.as_deref().unwrap_or(self.cfg.plans.default_plan())),
-            record,
-        );
-        let code = out.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
         let bytes_out = match out.as_ref().map(|e| &e.outcome) {
             Ok(Outcome::Manifests(m)) => m.iter().map(|s| s.len() as u64).sum(),
             _ => 0,
         };
-        let limit = event.limit;
-        let kill = crate::metrics::kill_reason(limit);
-        let rejection = (limit == Some(Limit::Archive)).then_some(match code {
-            tonic::Code::ResourceExhausted => "limit",
-            tonic::Code::DataLoss => "integrity",
-            _ => "policy",
-        });
-        let code_s = format!("{code:?}");
-        self.cfg.metrics.finished(&Finished {
-            rpc: op.rpc_name(),
-            code: &code_s,
-            policy: &event.policy.name,
-            duration: elapsed,
-            bytes_in: event.archive.bytes,
-            bytes_out,
-            kill,
-            rejection,
-            seccomp: event
-                .seccomp_audit
-                .iter()
-                .map(|e| (e.syscall.as_str(), e.action.as_str(), e.count))
-                .collect(),
-            egress: event.egress.iter().map(|c| c.decision.as_str()).collect(),
-            tree_cache: event
-                .tree_cache
-                .map(supervisor::record::TreeCacheUse::as_str),
-            busy: limit == Some(Limit::Concurrency),
-        });
-        if limit == Some(Limit::Authentication) {
-            self.cfg.audit.emit_refused(&event);
-        } else {
-            self.cfg.audit.emit(&event);
-        }
+        crate::lifecycle::account(
+            &self.cfg.metrics,
+            &self.cfg.audit,
+            crate::lifecycle::Ending {
+                op,
+                seen: Seen {
+                    request_id: request_id.to_string(),
+                    trace_id: ctx
+                        .trace
+                        .as_ref()
+                        .map(crate::trace::RequestTrace::trace_id)
+                        .or(ctx.caller_trace),
+                    app: ctx.app,
+                    project: ctx.project,
+                    app_rel_path: ctx.app_rel_path,
+                    env_names: ctx.env_names,
+                    archive: ctx.archive,
+                    limit: ctx.limit,
+                },
+                result: out.as_ref().map(|_| ()),
+                code: None,
+                elapsed,
+                plan: ctx.plan.as_deref().unwrap_or(self.cfg.plans.default_plan()),
+                record: ctx.record.as_ref(),
+                bytes_out,
+                refused: ctx.limit == Some(Limit::Authentication),
+            },
+        );
     }
 
     /// One CMP call, after authentication:
@@ -507,7 +480,7 @@ impl CmpService {
         handoff_slot: &mut Option<Arc<Mutex<Handoff>>>,
     ) -> (
         mpsc::Sender<Chunk>,
-        tokio::sync::oneshot::Receiver<Result<Executed, supervisor::RequestError>>,
+        tokio::sync::oneshot::Receiver<crate::lifecycle::RunResult>,
     ) {
         // The runner creates (and later reclaims) this directory; the service never touches it.
         let tree = self.cfg.work_dir.join(request_id.to_string());
@@ -535,26 +508,14 @@ impl CmpService {
         // and what bounds the server's memory when many requests stream at once (flow
         // control holds the rest at the client).
         let (tx, rx) = mpsc::channel::<Chunk>(8);
-        let runner = self.runner.clone();
-        let run_cancel = cancel.clone();
-        let span = tracing::Span::current();
-        let (result_tx, result_rx) = tokio::sync::oneshot::channel();
         let handoff = Arc::new(Mutex::new(Handoff::Running));
         *handoff_slot = Some(handoff.clone());
-        tokio::task::spawn_blocking(move || {
-            let _e = span.enter();
-            let result = runner.execute(
-                &spec,
-                Box::new(ChannelReader {
-                    rx,
-                    cur: Vec::new(),
-                    pos: 0,
-                }),
-                &run_cancel,
-            );
-            let _ = result_tx.send(result);
-            runner.reclaim(&spec);
-            drop(slot);
+        let input = Box::new(ChannelReader {
+            rx,
+            cur: Vec::new(),
+            pos: 0,
+        });
+        let result_rx = crate::lifecycle::run(&self.runner, spec, input, cancel, slot, move || {
             // The client went away while this ran: its audit event is ours to emit, now that
             // the record says what really ran.
             let abandoned = match std::mem::replace(
@@ -575,7 +536,7 @@ impl CmpService {
     /// then; for the policy's wall clock the jail kills the command itself and names it, so
     /// it has time to say so.
     async fn answer(
-        task: tokio::sync::oneshot::Receiver<Result<Executed, supervisor::RequestError>>,
+        task: tokio::sync::oneshot::Receiver<crate::lifecycle::RunResult>,
         received: Result<(), StreamError>,
         (deadline, limit): (Option<Instant>, TimeLimit),
         cancel: &CancelToken,
