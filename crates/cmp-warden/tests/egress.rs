@@ -319,26 +319,27 @@ def direct(host, port):
     except OSError as e:
         return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
 # First, so that Landlock's records of them have arrived by the end.
-out["bypass_vault"] = direct("127.0.0.1", 18210)
+out["bypass_vault"] = direct("127.0.0.1", VAULT_PORT)
 out["bypass_metrics"] = direct("127.0.0.1", M)
-out["honest"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
+out["honest"] = via_proxy("GET http://vault.example.test:VAULT_PORT/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
 out["other_host"] = via_proxy("CONNECT other.example.test:443 HTTP/1.1\r\n\r\n")
 out["other_port"] = via_proxy("CONNECT vault.example.test:22 HTTP/1.1\r\n\r\n")
-out["ip_literal"] = via_proxy("CONNECT 127.0.0.1:18210 HTTP/1.1\r\n\r\n")
+out["ip_literal"] = via_proxy("CONNECT 127.0.0.1:VAULT_PORT HTTP/1.1\r\n\r\n")
 out["metrics_port"] = via_proxy("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % M)
 out["metadata"] = via_proxy("GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n")
-out["private_name"] = via_proxy("CONNECT intranet.example.test:18210 HTTP/1.1\r\n\r\n")
-out["numeric_name"] = via_proxy("CONNECT 2130706433:18210 HTTP/1.1\r\n\r\n")
-out["resolver_name"] = via_proxy("CONNECT localhost:18210 HTTP/1.1\r\n\r\n")
-out["smuggled"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET http://other.example.test/smuggled HTTP/1.1\r\n\r\n")
-out["virtual_host"] = via_proxy("GET http://vault.example.test:18210/v1/sys/health HTTP/1.1\r\nHost: admin.example.test\r\n\r\n")
+out["private_name"] = via_proxy("CONNECT intranet.example.test:VAULT_PORT HTTP/1.1\r\n\r\n")
+out["numeric_name"] = via_proxy("CONNECT 2130706433:VAULT_PORT HTTP/1.1\r\n\r\n")
+out["resolver_name"] = via_proxy("CONNECT localhost:VAULT_PORT HTTP/1.1\r\n\r\n")
+out["smuggled"] = via_proxy("GET http://vault.example.test:VAULT_PORT/v1/sys/health HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET http://other.example.test/smuggled HTTP/1.1\r\n\r\n")
+out["virtual_host"] = via_proxy("GET http://vault.example.test:VAULT_PORT/v1/sys/health HTTP/1.1\r\nHost: admin.example.test\r\n\r\n")
 print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
 "#;
 
 #[test]
 fn every_way_around_the_allow_list_is_refused_and_audited() {
     needs_root!(NEEDS_ROOT);
-    let _vault = fixture("vault-style", "vault.py", 18210);
+    let (_vault, vault_port) = fixture_on_any_port("vault-style", "vault.py");
+    let vault_port = vault_port.to_string();
     // Landlock's own records of the direct connections, for the audit event.
     let _audit =
         AuditOn::enable().unwrap_or_else(|e| panic!("kernel audit cannot be enabled here ({e})"));
@@ -350,7 +351,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
         &pol_file,
         &[(
             "network: {mode: none}",
-            "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18210], internal: true}, {host: intranet.example.test, ports: [18210]}, {host: localhost, ports: [18210]}], hosts: {vault.example.test: [127.0.0.1], intranet.example.test: [10.0.0.1]}}",
+            &"network: {mode: allowList, allow: [{host: vault.example.test, ports: [VAULT_PORT], internal: true}, {host: intranet.example.test, ports: [VAULT_PORT]}, {host: localhost, ports: [VAULT_PORT]}], hosts: {vault.example.test: [127.0.0.1], intranet.example.test: [10.0.0.1]}}".replace("VAULT_PORT", &vault_port),
         )],
     );
     let s = Server::start(
@@ -387,7 +388,7 @@ fn every_way_around_the_allow_list_is_refused_and_audited() {
             .expect("fds")
             .count()
     };
-    let r = repo(&[("attack.py", ATTACK)]);
+    let r = repo(&[("attack.py", &ATTACK.replace("VAULT_PORT", &vault_port))]);
     // Warm up (the spare jail, the runtime's threads), then count.
     let _ = go(
         &s,
@@ -558,7 +559,7 @@ def attempt(f):
 # The test's TCP listener is in the table: the jail shares the server's network namespace.
 out["shares_host_network"] = str(any((":%04X " % T) in l for l in open("/proc/net/tcp")))
 out["direct_tcp"] = attempt(lambda: socket.create_connection(("127.0.0.1", T), timeout=5).close())
-out["direct_vault"] = attempt(lambda: socket.create_connection(("127.0.0.1", 18211), timeout=5).close())
+out["direct_vault"] = attempt(lambda: socket.create_connection(("127.0.0.1", VAULT_PORT), timeout=5).close())
 out["bind_tcp"] = attempt(lambda: socket.socket().bind(("127.0.0.1", 0)))
 out["udp"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", U)))
 out["udp6"] = attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
@@ -566,7 +567,7 @@ out["sctp"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 
 out["fastopen"] = attempt(lambda: socket.socket().sendto(b"GET / HTTP/1.0\r\n\r\n", 0x20000000, ("127.0.0.1", T)))
 time.sleep(float(os.environ.get("ARGOCD_ENV_HOLD", "0")))
 s = socket.create_connection(("127.0.0.1", P), timeout=10)
-s.sendall(b"GET http://vault.example.test:18211/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
+s.sendall(b"GET http://vault.example.test:VAULT_PORT/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
 out["honest"] = s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
 print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
 "#;
@@ -583,7 +584,8 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 #[test]
 fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_peer_check() {
     needs_root!(NEEDS_ROOT);
-    let _vault = fixture("vault-style", "vault.py", 18211);
+    let (_vault, vault_port) = fixture_on_any_port("vault-style", "vault.py");
+    let vault_port = vault_port.to_string();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
     tcp.set_nonblocking(true).expect("nonblocking");
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp socket");
@@ -595,7 +597,7 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
         &[
             (
                 "network: {mode: none}",
-                "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18211], internal: true}], hosts: {vault.example.test: [127.0.0.1]}}",
+                &"network: {mode: allowList, allow: [{host: vault.example.test, ports: [VAULT_PORT], internal: true}], hosts: {vault.example.test: [127.0.0.1]}}".replace("VAULT_PORT", &vault_port),
             ),
             (
                 "namespaces: [mount, pid, net, ipc, uts, cgroup]",
@@ -607,7 +609,10 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
         &plugin("  generate: {command: [python3, attack.py]}\n"),
         &["--policy", pol_file.to_str().expect("utf8")],
     );
-    let r = repo(&[("attack.py", NO_NETNS_ATTACK)]);
+    let r = repo(&[(
+        "attack.py",
+        &NO_NETNS_ATTACK.replace("VAULT_PORT", &vault_port),
+    )]);
     let dir = r.path().to_str().expect("utf8").to_owned();
     let env = [
         format!(
@@ -644,7 +649,9 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
             };
             c.set_read_timeout(Some(Duration::from_secs(2)))
                 .expect("timeout");
-            let _ = c.write_all(b"CONNECT vault.example.test:18211 HTTP/1.1\r\n\r\n");
+            let _ = c.write_all(
+                format!("CONNECT vault.example.test:{vault_port} HTTP/1.1\r\n\r\n").as_bytes(),
+            );
             let mut line = String::new();
             let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(c), &mut line);
             if !line.is_empty() {
@@ -725,9 +732,8 @@ fn allow_list_without_a_network_namespace_holds_on_landlock_tcp_seccomp_and_the_
         "{event}"
     );
     assert!(
-        egress
-            .iter()
-            .any(|c| c.decision == Decision::Allowed && c.destination == "vault.example.test:18211"),
+        egress.iter().any(|c| c.decision == Decision::Allowed
+            && c.destination == format!("vault.example.test:{vault_port}")),
         "{event}"
     );
     s.assert_work_dir_empties();
@@ -914,7 +920,7 @@ out["outside_v4"] = reach(socket.AF_INET, (OUT4, P))
 out["outside_v6"] = reach(socket.AF_INET6, (OUT6, P))
 out["outside_mapped"] = reach(socket.AF_INET6, ("::ffff:" + OUT4, P))
 s = socket.create_connection(("127.0.0.1", P), timeout=10)
-s.sendall(b"GET http://vault.example.test:18211/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
+s.sendall(b"GET http://vault.example.test:VAULT_PORT/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
 out["honest"] = s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
 print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "egress"}, "data": out}))
 "#;
@@ -930,7 +936,8 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 #[test]
 fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_host() {
     needs_root!(NEEDS_ROOT);
-    let _vault = fixture("vault-style", "vault.py", 18211);
+    let (_vault, vault_port) = fixture_on_any_port("vault-style", "vault.py");
+    let vault_port = vault_port.to_string();
     let outside = OutsideHost::new();
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
@@ -939,7 +946,7 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
         &[
             (
                 "network: {mode: none}",
-                "network: {mode: allowList, allow: [{host: vault.example.test, ports: [18211], internal: true}], hosts: {vault.example.test: [127.0.0.1]}}",
+                &"network: {mode: allowList, allow: [{host: vault.example.test, ports: [VAULT_PORT], internal: true}], hosts: {vault.example.test: [127.0.0.1]}}".replace("VAULT_PORT", &vault_port),
             ),
             (
                 "namespaces: [mount, pid, net, ipc, uts, cgroup]",
@@ -951,7 +958,10 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
         &plugin("  generate: {command: [python3, attack.py]}\n"),
         &["--policy", pol_file.to_str().expect("utf8")],
     );
-    let r = repo(&[("attack.py", PROXY_PORT_ELSEWHERE)]);
+    let r = repo(&[(
+        "attack.py",
+        &PROXY_PORT_ELSEWHERE.replace("VAULT_PORT", &vault_port),
+    )]);
     let dir = r.path().to_str().expect("utf8").to_owned();
     let env = [
         format!("ARGOCD_ENV_OUT4={}", outside.v4),
@@ -1051,10 +1061,8 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
     );
     let event = s.audit_events().pop().expect("event");
     assert!(
-        event
-            .egress
-            .iter()
-            .any(|c| c.decision == Decision::Allowed && c.destination == "vault.example.test:18211"),
+        event.egress.iter().any(|c| c.decision == Decision::Allowed
+            && c.destination == format!("vault.example.test:{vault_port}")),
         "{event}"
     );
     s.assert_work_dir_empties();
@@ -1067,13 +1075,13 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
 #[test]
 fn policy_suggest_writes_the_allow_list_from_what_the_plugin_reached() {
     needs_root!(NEEDS_ROOT);
-    let _vault = fixture("vault-style", "vault.py", 18230);
+    let (_vault, vault_port) = fixture_on_any_port("vault-style", "vault.py");
     let t = tempfile::tempdir().expect("tmp");
     let cfg = t.path().join("plugin");
     std::fs::create_dir_all(&cfg).expect("mkdir");
     std::fs::write(
         cfg.join("plugin.yaml"),
-        plugin("  generate:\n    command: [python3, -c]\n    args:\n      - |\n        import urllib.request, urllib.error\n        try:\n            urllib.request.urlopen('http://localhost:18230/v1/sys/health', timeout=5)\n        except urllib.error.HTTPError as e:\n            print('{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"reached\"}, \"data\": {\"status\": \"%d\"}}' % e.code)\n"),
+        plugin("  generate:\n    command: [python3, -c]\n    args:\n      - |\n        import urllib.request, urllib.error\n        try:\n            urllib.request.urlopen('http://localhost:VAULT_PORT/v1/sys/health', timeout=5)\n        except urllib.error.HTTPError as e:\n            print('{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"reached\"}, \"data\": {\"status\": \"%d\"}}' % e.code)\n").replace("VAULT_PORT", &vault_port.to_string()),
     )
     .expect("plugin");
     let app = repo(&[("app.yaml", "x: 1\n")]);
@@ -1139,8 +1147,9 @@ fn policy_suggest_writes_the_allow_list_from_what_the_plugin_reached() {
         &t.path().join("p3"),
     );
     assert!(
-        yaml.contains(r#"- {host: "localhost", ports: [18230], internal: true}"#)
-            && !yaml.contains("audit: true"),
+        yaml.contains(&format!(
+            r#"- {{host: "localhost", ports: [{vault_port}], internal: true}}"#
+        )) && !yaml.contains("audit: true"),
         "{yaml}\n{notes}"
     );
     // A run that finished: the limits come down to room above what it needed.

@@ -34,6 +34,32 @@ pub fn fixture(example: &str, script: &str, port: u16) -> Fixture {
     Fixture::listening(child, port, script)
 }
 
+/// `python3 fixtures/SCRIPT 0` in the example's directory: on a port the kernel chose, which
+/// the script prints first (`… http://127.0.0.1:PORT/`); the fixture and that port.
+pub fn fixture_on_any_port(example: &str, script: &str) -> (Fixture, u16) {
+    let dir = examples_dir().join(example);
+    let mut child = Command::new("python3")
+        .arg(dir.join("fixtures").join(script))
+        .arg("0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fixture");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("the fixture's first line");
+    let port: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{script} printed no port: {line:?}"));
+    (Fixture::listening(child, port, script), port)
+}
+
 impl Fixture {
     /// `child`, once something accepts connections on `port` (at most 10 s; `what` names it
     /// if nothing does).
