@@ -238,7 +238,11 @@ impl AppSetService {
                 code: Some(http_status.as_u16().to_string()),
                 elapsed,
                 plan: &self.plan,
-                record: ctx.record.as_ref(),
+                record: ctx
+                    .record
+                    .as_ref()
+                    .map(supervisor::record::snapshot)
+                    .unwrap_or_default(),
                 bytes_out,
                 refused: ctx.refused,
             },

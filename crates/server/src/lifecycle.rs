@@ -14,7 +14,7 @@ use supervisor::{
 };
 use tokio::sync::oneshot;
 
-use crate::audit::{AuditEvent, AuditSink, Seen};
+use crate::audit::{AuditSink, Seen};
 use crate::metrics::{Finished, Metrics};
 
 /// What the runner answered for one request.
@@ -57,8 +57,8 @@ pub(crate) struct Ending<'a> {
     pub elapsed: Duration,
     /// The plan it ran under (the default's before one was chosen).
     pub plan: &'a Plan,
-    /// What its run recorded; none when it was refused before a run.
-    pub record: Option<&'a supervisor::record::Recorder>,
+    /// What its run recorded (empty when it was refused before a run).
+    pub record: supervisor::record::RunRecord,
     /// Manifest or parameter bytes returned.
     pub bytes_out: u64,
     /// Refused before it authenticated: audited within the refusal budget only.
@@ -66,18 +66,14 @@ pub(crate) struct Ending<'a> {
 }
 
 /// The request's audit event and metrics, once.
-pub(crate) fn account(metrics: &Metrics, audit: &AuditSink, end: Ending<'_>) -> AuditEvent {
-    let record = end
-        .record
-        .map(supervisor::record::snapshot)
-        .unwrap_or_default();
+pub(crate) fn account(metrics: &Metrics, audit: &AuditSink, end: Ending<'_>) {
     let mut event = crate::audit::finished(
         end.op,
         end.seen,
         end.result,
         end.elapsed,
         crate::audit::policy_ref(end.plan),
-        record,
+        end.record,
     );
     if let Some(code) = end.code {
         event.code = code;
@@ -117,5 +113,4 @@ pub(crate) fn account(metrics: &Metrics, audit: &AuditSink, end: Ending<'_>) -> 
     } else {
         audit.emit(&event);
     }
-    event
 }

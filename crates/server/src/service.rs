@@ -199,12 +199,13 @@ impl CmpService {
         out: &Result<Executed, Status>,
         elapsed: Duration,
     ) {
+        // One snapshot of what ran, for the trace and the audit event.
+        let record = ctx
+            .record
+            .as_ref()
+            .map(supervisor::record::snapshot)
+            .unwrap_or_default();
         if let (Some(trace), Some(tracer)) = (&ctx.trace, &self.cfg.tracer) {
-            let record = ctx
-                .record
-                .as_ref()
-                .map(supervisor::record::snapshot)
-                .unwrap_or_default();
             tracer.submit(trace.spans(
                 op,
                 &ctx.app,
@@ -245,7 +246,7 @@ impl CmpService {
                 code: None,
                 elapsed,
                 plan: ctx.plan.as_deref().unwrap_or(self.cfg.plans.default_plan()),
-                record: ctx.record.as_ref(),
+                record,
                 bytes_out,
                 refused: ctx.limit == Some(Limit::Authentication),
             },
