@@ -20,9 +20,9 @@ use crate::metrics::{Finished, Metrics};
 /// What the runner answered for one request.
 pub(crate) type RunResult = Result<Executed, RequestError>;
 
-/// Runs `spec` on a blocking thread, reading its archive from `input`, until done or `cancel`
-/// fires. Its result arrives on the returned receiver as soon as it exists; then the jail is
-/// reclaimed (off the response's critical path), `slot` is dropped (a burst queues for slots
+/// Runs `spec` on a blocking thread (a request's steps 5–13, docs/supervisor.md), reading its
+/// archive from `input`, until done or `cancel` fires. Its result arrives on the returned
+/// receiver as soon as it exists; then the jail is reclaimed (step 15) (off the response's critical path), `slot` is dropped (a burst queues for slots
 /// rather than running out of UIDs) and `then` runs.
 pub(crate) fn run<S: Send + 'static>(
     runner: &Arc<dyn Runner>,
@@ -65,7 +65,7 @@ pub(crate) struct Ending<'a> {
     pub refused: bool,
 }
 
-/// The request's audit event and metrics, once.
+/// Step 16: the request's audit event and metrics, once.
 pub(crate) fn account(metrics: &Metrics, audit: &AuditSink, end: Ending<'_>) {
     let mut event = crate::audit::finished(
         end.op,

@@ -253,7 +253,8 @@ impl CmpService {
         );
     }
 
-    /// One CMP call, after authentication:
+    /// One CMP call, after authentication: steps 1–4 and 14 of a request (docs/supervisor.md,
+    /// "Per request"; 5–13 run in the supervisor's jail, 15–16 in [`lifecycle`]):
     ///
     /// 1. the stream's header: metadata, its environment and `appRelPath` checked
     ///    ([`CmpService::receive_header`]), then the policy its Argo CD variables select
@@ -261,11 +262,12 @@ impl CmpService {
     /// 2. the archive's first chunk (no jail before the archive starts to arrive);
     /// 3. a slot, waiting in the queue within the request's deadline ([`Admission`]);
     /// 4. the request handed to the runner on a blocking thread, reading the archive from a
-    ///    channel ([`CmpService::start_run`]);
-    /// 5. the archive received into that channel, its end let through only once the
-    ///    checksum matched ([`CmpService::receive`]);
-    /// 6. the runner's answer awaited within the deadline ([`CmpService::answer`]).
+    ///    channel ([`CmpService::start_run`]), and the archive received into that channel, its
+    ///    end let through only once the checksum matched ([`CmpService::receive`]), while the
+    ///    runner takes its jail and streams the archive to it (steps 5–13);
+    /// 14. the runner's answer awaited within the deadline ([`CmpService::answer`]).
     ///
+    /// [`lifecycle`]: crate::lifecycle
     /// [`Admission`]: crate::admission::Admission
     async fn handle_inner(
         &self,
@@ -353,7 +355,7 @@ impl CmpService {
             .min(Duration::from_secs(crate::status::HELD_STREAM_IDLE_SECS));
         clock.holding_slot = true;
 
-        // 4. The run.
+        // 4. The run, and the archive it reads.
         let cancel = CancelToken::new();
         let _guard = ActiveGuard::new(&self.active, id, &cancel);
         let (tx, task) = self.start_run(
@@ -368,7 +370,7 @@ impl CmpService {
             &mut audit.handoff,
         );
 
-        // 5. The archive.
+        // 4, its archive.
         let received = Self::receive(
             plan.archive.limits.compressed_bytes,
             &mut stream,
@@ -399,7 +401,7 @@ impl CmpService {
         }
         drop(tx);
 
-        // 6. The answer.
+        // 14. The answer.
         let out = Self::answer(task, received, (deadline, limit), &cancel, ctx).await;
         match &out {
             Ok(_) => tracing::info!(
@@ -533,7 +535,7 @@ impl CmpService {
         (tx, result_rx)
     }
 
-    /// Step 6: the runner's answer. At the client's deadline the client gives up, so answer
+    /// Step 14: the runner's answer. At the client's deadline the client gives up, so answer
     /// then; for the policy's wall clock the jail kills the command itself and names it, so
     /// it has time to say so.
     async fn answer(
@@ -577,6 +579,9 @@ impl CmpService {
         }
     }
 
+    /// Step 4, the archive: its chunks into the run's channel within the archive's size and
+    /// clocks; its end let through only once the SHA-256 of everything received matched the
+    /// metadata's checksum (a mismatch aborts the run: nothing executes).
     async fn receive(
         cap: u64,
         stream: &mut Streaming<AppStreamRequest>,

@@ -33,8 +33,9 @@ impl Inner {
         }
     }
 
-    /// Reclaim a jail: wait for it to finish its own clean-up, remove its cgroup and its
-    /// (then empty) directory entry, release its UID; or, when anything is left, have the
+    /// Step 15 of a request (and a discarded spare's end): reclaim a jail: wait for it to
+    /// finish its own clean-up, remove its cgroup and its (then empty) directory entry,
+    /// release its UID; or, when anything is left, have the
     /// helper kill and remove it as the UID and quarantine the UID if even that fails. A
     /// request's jail (`refill`) then lets the default's spare, and its own policy's, be
     /// prepared with the UID it gave back; a discarded spare's UID is left to whoever needs it.

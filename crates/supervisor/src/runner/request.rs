@@ -1,7 +1,9 @@
 //! One request in its jail, step by step (docs/supervisor.md, "Per request").
 
 use super::*;
+use feed::FillJob;
 use jail_wire::protocol::LandlockStatus;
+use reply::{RawReply, ReplyPermit};
 
 /// Who a taken jail is, for the audit record: its identity, its cgroup and its name.
 #[derive(Clone)]
@@ -19,28 +21,22 @@ impl Who {
             name: jail.name.clone(),
         }
     }
+}
 
-    /// Step 8's record, once the reply is read: the egress connections, the jail's identity
-    /// and its cgroup's figures.
-    fn record_after(
-        &self,
-        proxy: Option<egress::ProxyHandle>,
-        record: &Recorder,
-    ) -> Option<CgroupStats> {
-        if let Some(p) = proxy {
-            let (connections, unrecorded) = p.finish();
-            jail_wire::record::update(record, |r| {
-                r.egress = connections;
-                r.egress_unrecorded = unrecorded;
-            });
-        }
-        let stats = self.cgroup.as_ref().map(|c| c.stats());
-        self.record(record);
-        jail_wire::record::update(record, |r| {
-            r.peak_memory_bytes = stats.map(|s| s.peak_memory_bytes);
-            r.oom_kills = stats.map(|s| s.oom_kills);
-        });
-        if let Some(s) = stats {
+/// What the supervisor learns of a request's jail on the way (steps 5, 8 and 12), written to
+/// the audit record once, after the reply or wherever the request ended
+/// ([`Findings::write`]), and before the verdict reads it.
+#[derive(Default)]
+struct Findings {
+    who: Option<Who>,
+    /// The egress proxy's connections and how many it could not record.
+    egress: Option<(Vec<egress::Connection>, u64)>,
+    stats: Option<CgroupStats>,
+}
+
+impl Findings {
+    fn write(self, record: &Recorder) {
+        if let Some(s) = self.stats {
             tracing::debug!(
                 peak_memory_bytes = s.peak_memory_bytes,
                 oom_kills = s.oom_kills,
@@ -48,37 +44,89 @@ impl Who {
                 "request cgroup"
             );
         }
-        stats
-    }
-
-    /// The supervisor's part of the audit record that names the jail.
-    fn record(&self, record: &Recorder) {
         jail_wire::record::update(record, |r| {
-            r.uid = self.creds.map(|c| c.uid);
-            r.gid = self.creds.map(|c| c.gid);
-            r.cgroup = self.cgroup.as_ref().map(|_| self.name.clone());
+            if let Some(who) = &self.who {
+                r.uid = who.creds.map(|c| c.uid);
+                r.gid = who.creds.map(|c| c.gid);
+                r.cgroup = who.cgroup.as_ref().map(|_| who.name.clone());
+            }
+            if let Some((connections, unrecorded)) = self.egress {
+                r.egress = connections;
+                r.egress_unrecorded = unrecorded;
+            }
+            if self.who.is_some() {
+                r.peak_memory_bytes = self.stats.map(|s| s.peak_memory_bytes);
+                r.oom_kills = self.stats.map(|s| s.oom_kills);
+            }
         });
     }
 }
 
+/// What a request sends its jail: the archive's stream, whether its bytes go to the jail
+/// (`forward`: not when a tree is in place or a fill took them), and the tree it works on.
+struct Stream {
+    input: Box<dyn Read + Send>,
+    forward: bool,
+    /// Returned to the cache if the request ends before a jail holds it.
+    hold: TreeHold,
+    /// A fill still to do: the ticket and how to extract.
+    fill: Option<(FillTicket, Box<FillJob>)>,
+    /// This request filled the tree from its own stream.
+    filled: bool,
+}
+
+/// The jail once the request owns it (step 7): its pipes, the tree lent for its UID, and
+/// where Landlock's records of its denials come from.
+struct Owned<'l> {
+    stdin: Option<std::fs::File>,
+    stdout: Option<std::fs::File>,
+    lent: Option<Result<std::os::fd::OwnedFd, RequestError>>,
+    denial_log: Option<(&'l crate::landlock_log::LandlockLog, u32)>,
+}
+
+/// The reply as step 12 read it, with what step 13 judges it by.
+struct Read12 {
+    raw: Option<Vec<u8>>,
+    permit: Option<ReplyPermit>,
+    stats: Option<CgroupStats>,
+    container_oom_before: Option<u64>,
+    who: Who,
+    denial_log_uid: Option<u32>,
+}
+
+/// One request (or the probe) in its jail: what every step needs. Its methods are the steps
+/// 5–13 of a request (docs/supervisor.md, "Per request"), in order; [`Inner::run_jail`]
+/// calls them top to bottom.
+struct Run<'a> {
+    inner: &'a Arc<Inner>,
+    request: &'a str,
+    plan: &'a Arc<Plan>,
+    header: &'a Header,
+    cancel: &'a CancelToken,
+    deadline: Option<Instant>,
+    record: &'a Recorder,
+}
+
 impl Inner {
-    /// Run one request (or the probe) in the next jail:
+    /// Run one request (or the probe) in the next jail, steps 5–13 of a request
+    /// (docs/supervisor.md, "Per request"; 1–4 are the service's, 14–16 the answer, reclaim
+    /// and accounting):
     ///
-    /// 1. take the prepared jail ([`Inner::take`]);
-    /// 2. a fill: stream the archive into the filler and hold its sealed tree, or extract
-    ///    in the jail when the fill could not start ([`Inner::fill_tree`]);
-    /// 3. lend the tree for the jail's UID; from here the request owns the jail (reclaim
-    ///    finds it by the request's name);
-    /// 4. `network: allowList`: serve the listener the jail made ([`Inner::serve_egress`]);
-    /// 5. put the lent tree in place through the jail's mounter, or fall back to
-    ///    extraction ([`Inner::place_tree`]);
-    /// 6. stream the header, the archive (drained when a tree is in place) and its end,
-    ///    which comes only once the bytes matched their checksum ([`stream_frames`]);
-    /// 7. have the watcher bound the jail's life (cancel, deadline);
-    /// 8. read the reply ([`read_reply`]) and record the jail's identity, cgroup figures
-    ///    and egress connections;
-    /// 9. judge it ([`verdict`]) and explain what the sandbox refused
-    ///    ([`Inner::landlock_denials`], [`explain_denials`]).
+    /// 5. take the prepared jail ([`Run::take`]);
+    /// 6. a fill: stream the archive into the filler and hold its sealed tree, or extract
+    ///    in the jail when the fill could not start ([`Run::fill`]);
+    /// 7. lend the tree for the jail's UID; from here the request owns the jail (reclaim
+    ///    finds it by the request's name) ([`Run::own`]);
+    /// 8. `network: allowList`: serve the listener the jail made ([`Run::serve_egress`]);
+    /// 9. put the lent tree in place through the jail's mounter, or fall back to
+    ///    extraction ([`Run::place_tree`]);
+    /// 10. stream the header, the archive (drained when a tree is in place) and its end,
+    ///     which comes only once the bytes matched their checksum ([`stream_frames`]);
+    /// 11. have the watcher bound the jail's life: cancel, deadline ([`Run::watch`]);
+    /// 12. read the reply ([`Run::read`]); the jail's identity, cgroup figures and egress
+    ///     connections go into the audit record ([`Findings::write`]);
+    /// 13. judge it ([`verdict`]) and explain what the sandbox refused
+    ///     ([`Run::landlock_denials`], [`explain_denials`]) ([`Run::judge`]).
     pub(super) fn run_jail(
         self: &Arc<Self>,
         (request, plan): (&str, &Arc<Plan>),
@@ -88,161 +136,140 @@ impl Inner {
         deadline: Option<Instant>,
         record: &Recorder,
     ) -> Result<(Reply, ReplyShare), RequestError> {
-        // With a tree, the bytes are received and verified but not sent: only their end is.
-        let (mut input, tree, fill) = match feed {
-            Feed::Archive(input) => (input, None, None),
-            Feed::Tree(b, rest) => (rest, Some(b), None),
-            Feed::Fill(ticket, input, job) => (input, None, Some((ticket, job))),
+        let run = Run {
+            inner: self,
+            request,
+            plan,
+            header,
+            cancel,
+            deadline,
+            record,
         };
-        let mut forward = tree.is_none() && fill.is_none();
-        // Returned to the cache if this ends before a jail holds it.
-        let mut hold = TreeHold(tree, self.cache.get().cloned());
+        let mut findings = Findings::default();
+        let read = run.to_the_reply(feed, &mut findings);
+        findings.write(record);
+        run.judge(read?)
+    }
+}
 
-        // 1. The jail.
-        let mut jail = self.take(request, plan, deadline, cancel)?;
+impl Run<'_> {
+    /// Steps 5–12, each a call; what they learn of the jail goes into `findings`.
+    fn to_the_reply(&self, feed: Feed, findings: &mut Findings) -> Result<Read12, RequestError> {
+        let mut stream = Stream::of(feed, self.inner.cache.get().cloned());
+        // 5.
+        let jail = self.take()?;
         let who = Who::of(&jail);
-        let ooms_before = self.container_ooms(&who);
+        findings.who = Some(who.clone());
+        let container_oom_before = self.inner.container_ooms(&who);
+        // 6.
+        let jail = self.fill(jail, &mut stream)?;
+        // 7.
+        let mut owned = self.own(jail, &mut stream);
+        // 8.
+        let proxy = self.serve_egress(owned.stdin.as_ref(), who.creds)?;
+        // 9.
+        let body = self.place_tree(owned.stdin.as_ref(), owned.lent.take(), &mut stream)?;
+        // 10.
+        let stdin = stream_frames(owned.stdin.take(), &body, stream);
+        // 11.
+        let done = self.watch(stdin, who.creds);
+        // 12.
+        let raw = self.read(owned.stdout.take(), &done);
+        if let Some(p) = proxy {
+            findings.egress = Some(p.finish());
+        }
+        let stats = who.cgroup.as_ref().map(|c| c.stats());
+        findings.stats = stats;
+        let (raw, permit) = match raw? {
+            Some((raw, permit)) => (Some(raw), permit),
+            None => (None, None),
+        };
+        Ok(Read12 {
+            raw,
+            permit,
+            stats,
+            container_oom_before,
+            denial_log_uid: owned.denial_log.map(|(_, uid)| uid),
+            who,
+        })
+    }
 
-        // 2. A fill: the stream goes to the filler; the jail gets the tree once it is sealed.
-        let filled = fill.is_some();
-        if let Some((ticket, job)) = fill {
-            match self.fill_tree(ticket, &mut input, &job, deadline, record) {
-                Ok(b) => {
-                    input = Box::new(std::io::empty());
-                    hold.0 = Some(b);
-                }
-                // The cache is an optimisation: a fill that never started read nothing of the
-                // stream, which the jail now extracts as with the cache off.
-                Err(FillFailed::NotStarted(e)) => {
-                    tracing::warn!(error = %e.message, "tree cache: the fill could not start; this request extracts in its own jail");
-                    jail_wire::record::update(record, |r| {
-                        r.tree_cache = Some(jail_wire::record::TreeCacheUse::Uncached);
-                        r.archive = None;
-                    });
-                    forward = true;
-                }
-                Err(FillFailed::Failed(e)) => {
-                    who.record(record);
-                    // Reclaimed with the request, as every jail it took.
-                    lock(&self.pending).insert(request.to_owned(), jail);
-                    return Err(e);
-                }
+    /// Step 5: the prepared jail of the request's policy ([`Inner::take`]).
+    fn take(&self) -> Result<Jail, RequestError> {
+        self.inner
+            .take(self.request, self.plan, self.deadline, self.cancel)
+    }
+
+    /// Step 6, a fill: the stream goes to the filler; the jail gets the tree once it is
+    /// sealed. A failed fill hands the jail to reclaim (as every jail a request took).
+    fn fill(&self, jail: Jail, stream: &mut Stream) -> Result<Jail, RequestError> {
+        let Some((ticket, job)) = stream.fill.take() else {
+            return Ok(jail);
+        };
+        stream.filled = true;
+        match self
+            .inner
+            .fill_tree(ticket, &mut stream.input, &job, self.deadline, self.record)
+        {
+            Ok(b) => {
+                stream.input = Box::new(std::io::empty());
+                stream.hold.0 = Some(b);
+                Ok(jail)
+            }
+            // The cache is an optimisation: a fill that never started read nothing of the
+            // stream, which the jail now extracts as with the cache off.
+            Err(FillFailed::NotStarted(e)) => {
+                tracing::warn!(error = %e.message, "tree cache: the fill could not start; this request extracts in its own jail");
+                jail_wire::record::update(self.record, |r| {
+                    r.tree_cache = Some(jail_wire::record::TreeCacheUse::Uncached);
+                    r.archive = None;
+                });
+                stream.forward = true;
+                Ok(jail)
+            }
+            Err(FillFailed::Failed(e)) => {
+                lock(&self.inner.pending).insert(self.request.to_owned(), jail);
+                Err(e)
             }
         }
+    }
 
-        // 3. The tree lent for the jail's UID, held until the jail is gone; the request owns
-        // the jail.
-        let mut stdin = jail.stdin.take();
-        let stdout = jail.stdout.take();
-        let lent = match (&hold.0, who.creds, self.cache.get()) {
+    /// Step 7: the tree lent for the jail's UID and held until the jail is gone; the request
+    /// owns the jail (reclaim finds it by the request's name).
+    fn own(&self, mut jail: Jail, stream: &mut Stream) -> Owned<'_> {
+        let inner = self.inner;
+        let lent = match (&stream.hold.0, jail.creds, inner.cache.get()) {
             (Some(b), Some(c), Some(cache)) => Some(cache.lend(b, c.uid, c.gid)),
             (Some(_), _, _) => Some(Err(internal("tree cache: a tree needs a leased UID"))),
             _ => None,
         };
-        jail.tree = hold.0.take();
-        let denial_log = self.landlock_log.get().zip(who.creds.map(|c| c.uid));
+        jail.tree = stream.hold.0.take();
+        let denial_log = inner.landlock_log.get().zip(jail.creds.map(|c| c.uid));
         if let Some((log, uid)) = denial_log {
             log.clear(uid);
         }
-        lock(&self.pending).insert(request.to_owned(), jail);
-
-        // 4. Egress.
-        let proxy = self.serve_egress(plan, header, stdin.as_ref(), who.creds, deadline)?;
-
-        // 5. The tree in place, or the archive to extract.
-        let body = self.place_tree(header, stdin.as_ref(), lent, filled, record, &mut forward)?;
-
-        // 6. The frames. A write error means the jail already stopped (it refused the
-        // archive, or could not confine itself); its reply says why.
-        if let Some(w) = stdin.as_mut()
-            && !stream_frames(w, &body, &mut input, forward)
-        {
-            stdin = None;
-        }
-        drop(input);
-
-        // 7. After `E`, closing stdin tells the jail to cancel; if it has not exited a grace
-        // period later, its whole UID is killed (the runner's one watcher thread).
-        let done = Arc::new(AtomicBool::new(false));
-        self.watcher.watch(crate::watch::Watch {
-            cancel: cancel.clone(),
-            deadline,
-            done: done.clone(),
-            stdin,
-            kill: who.creds.map(|c| ReclaimArgs {
-                creds: Some((c.uid, c.gid)),
-                work_root: self.cfg.work_root.clone(),
-                name: None,
-            }),
-            exe: self.cfg.exe.clone(),
-        });
-
-        // 8. The reply carries at most what one gRPC message may (or an error with a
-        // command's stderr), with room for the record. Manifests travel as JSON strings
-        // inside the JSON frame, where escaping (`"` → `\"`) at most doubles them.
-        let cap = match header {
-            Header::Request { task, .. } => task.reply_bytes.max(task.output_bytes),
-            Header::Probe { .. } => 1024,
-        }
-        .saturating_mul(2)
-        .saturating_add(1 << 20);
-        let reply_deadline = deadline.map(|d| d + KILL_GRACE);
-        let raw = stdout.map(|mut s| read_reply(&mut s, cap, &self.reply_memory, reply_deadline));
-        // The watcher sees `done` and drops the watch (and the jail's stdin, which the jail no
-        // longer reads); nothing on the reply's path waits for it.
-        done.store(true, Ordering::SeqCst);
-        cancel.poke();
-        let stats = who.record_after(proxy, record);
-        // The permit (supervisor-wide reply memory) goes with the outcome until the response
-        // is written.
-        let (raw, permit) = match raw {
-            Some(Ok(Some((raw, permit)))) => (Some(raw), permit),
-            Some(Ok(None)) | None => (None, None),
-            Some(Err(e)) => return Err(e),
+        let owned = Owned {
+            stdin: jail.stdin.take(),
+            stdout: jail.stdout.take(),
+            lent,
+            denial_log,
         };
-
-        // 9. The verdict. No reply: how the jail itself ended says why (an allocation it could
-        // not make aborts it).
-        let jail_signal = if raw.is_none() {
-            self.jail_signal(request)
-        } else {
-            None
-        };
-        let container_oom = ooms_before
-            .zip(self.container_ooms(&who))
-            .is_some_and(|(before, after)| after > before);
-        let reply = verdict(raw, stats, container_oom, plan, cancel, record, jail_signal)?;
-        self.landlock_denials(plan, denial_log, &reply, record);
-        Ok((
-            explain_denials(reply, record, plan),
-            ReplyShare::new(permit),
-        ))
+        lock(&inner.pending).insert(self.request.to_owned(), jail);
+        owned
     }
 
-    /// The container's OOM kills so far, for a jail without a cgroup of its own: the count
-    /// before and after says whether the container's memory limit ended the request.
-    fn container_ooms(&self, who: &Who) -> Option<u64> {
-        match (&who.cgroup, &self.cfg.container_oom) {
-            (None, Some(c)) => c.read(),
-            _ => None,
-        }
-    }
-
-    /// Step 4, `network: allowList`: serve the listener the jail made on its loopback (it
+    /// Step 8, `network: allowList`: serve the listener the jail made on its loopback (it
     /// came over its stdin socket while it confined itself).
     fn serve_egress(
         &self,
-        plan: &Plan,
-        header: &Header,
         stdin: Option<&std::fs::File>,
         creds: Option<Creds>,
-        deadline: Option<Instant>,
     ) -> Result<Option<egress::ProxyHandle>, RequestError> {
-        let task = match header {
+        let task = match self.header {
             Header::Request { task, .. } => Some(&**task),
             Header::Probe { .. } => None,
         };
-        let (Some(p), Some(sock)) = (plan.egress_proxy(task), stdin) else {
+        let (Some(p), Some(sock)) = (self.plan.egress_proxy(task), stdin) else {
             return Ok(None);
         };
         match receive_listener(sock) {
@@ -255,7 +282,7 @@ impl Inner {
                 } else {
                     p
                 }
-                .with_deadline(deadline);
+                .with_deadline(self.deadline);
                 p.start(l)
                     .map(Some)
                     .map_err(|e| internal(format!("egress proxy: {e}")))
@@ -268,20 +295,18 @@ impl Inner {
         }
     }
 
-    /// Step 5: the jail's mounter puts the lent tree in place before the header; without
+    /// Step 9: the jail's mounter puts the lent tree in place before the header; without
     /// one, its socket is closed and the jail extracts. Returns the header frame's body.
     fn place_tree(
         &self,
-        header: &Header,
         stdin: Option<&std::fs::File>,
         lent: Option<Result<std::os::fd::OwnedFd, RequestError>>,
-        filled: bool,
-        record: &Recorder,
-        forward: &mut bool,
+        stream: &mut Stream,
     ) -> Result<Vec<u8>, RequestError> {
-        let body = serde_json::to_vec(&header).map_err(|e| internal(e.to_string()))?;
+        let inner = self.inner;
+        let body = serde_json::to_vec(self.header).map_err(|e| internal(e.to_string()))?;
         // The cache is node-wide: every plan has the default's.
-        let mounter = match (&self.cfg.plans.default_plan().cache, stdin) {
+        let mounter = match (&inner.cfg.plans.default_plan().cache, stdin) {
             (Some(_), Some(sock)) => receive_mounter(sock).unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "no word of the jail's mounter");
                 None
@@ -292,7 +317,7 @@ impl Inner {
             (Some(Ok(tree)), Some(m)) => {
                 attach_tree(&m, tree)
                     .map_err(|e| internal(format!("tree cache: attaching the tree: {e}")))?;
-                let mut h = header.clone();
+                let mut h = self.header.clone();
                 if let Header::Request { tree_attached, .. } = &mut h {
                     *tree_attached = true;
                 }
@@ -302,14 +327,14 @@ impl Inner {
             // mounter) still has its whole stream to come: the jail extracts it, as without
             // the cache (its mounter socket, if any, is closed unused). A fill's stream went
             // to the filler, so its request fails instead.
-            (Some(lent), mounter) if !filled && (lent.is_err() || mounter.is_none()) => {
+            (Some(lent), mounter) if !stream.filled && (lent.is_err() || mounter.is_none()) => {
                 let why = match lent {
                     Err(e) => e.message,
                     Ok(_) => "the jail has no mounter".to_owned(),
                 };
                 tracing::warn!(error = %why, "tree cache: the tree could not be lent; this request extracts in its own jail");
-                fall_back_to_extraction(record, self.cache.get());
-                *forward = true;
+                fall_back_to_extraction(self.record, inner.cache.get());
+                stream.forward = true;
                 Ok(body)
             }
             (Some(lent), None) => {
@@ -323,7 +348,83 @@ impl Inner {
         }
     }
 
-    /// Step 9: what Landlock refused the request's commands. The kernel's records when it
+    /// Step 11: after `E`, closing stdin tells the jail to cancel; if it has not exited a
+    /// grace period later, its whole UID is killed (the runner's one watcher thread). The
+    /// flag tells the watcher the reply is in.
+    fn watch(&self, stdin: Option<std::fs::File>, creds: Option<Creds>) -> Arc<AtomicBool> {
+        let done = Arc::new(AtomicBool::new(false));
+        self.inner.watcher.watch(crate::watch::Watch {
+            cancel: self.cancel.clone(),
+            deadline: self.deadline,
+            done: done.clone(),
+            stdin,
+            kill: creds.map(|c| ReclaimArgs {
+                creds: Some((c.uid, c.gid)),
+                work_root: self.inner.cfg.work_root.clone(),
+                name: None,
+            }),
+            exe: self.inner.cfg.exe.clone(),
+        });
+        done
+    }
+
+    /// Step 12: the reply, which carries at most what one gRPC message may (or an error with
+    /// a command's stderr), with room for the record. Manifests travel as JSON strings inside
+    /// the JSON frame, where escaping (`"` → `\"`) at most doubles them. `None`: the jail
+    /// closed its stdout without one.
+    fn read(
+        &self,
+        stdout: Option<std::fs::File>,
+        done: &AtomicBool,
+    ) -> Result<Option<RawReply>, RequestError> {
+        let cap = match self.header {
+            Header::Request { task, .. } => task.reply_bytes.max(task.output_bytes),
+            Header::Probe { .. } => 1024,
+        }
+        .saturating_mul(2)
+        .saturating_add(1 << 20);
+        let reply_deadline = self.deadline.map(|d| d + KILL_GRACE);
+        let raw =
+            stdout.map(|mut s| read_reply(&mut s, cap, &self.inner.reply_memory, reply_deadline));
+        // The watcher sees `done` and drops the watch (and the jail's stdin, which the jail no
+        // longer reads); nothing on the reply's path waits for it.
+        done.store(true, Ordering::SeqCst);
+        self.cancel.poke();
+        Ok(raw.transpose()?.flatten())
+    }
+
+    /// Step 13, the verdict. No reply: how the jail itself ended says why (an allocation it
+    /// could not make aborts it). Then what the sandbox refused is said.
+    fn judge(&self, read: Read12) -> Result<(Reply, ReplyShare), RequestError> {
+        let jail_signal = if read.raw.is_none() {
+            self.inner.jail_signal(self.request)
+        } else {
+            None
+        };
+        let container_oom = read
+            .container_oom_before
+            .zip(self.inner.container_ooms(&read.who))
+            .is_some_and(|(before, after)| after > before);
+        let reply = verdict(
+            read.raw,
+            read.stats,
+            container_oom,
+            self.plan,
+            self.cancel,
+            self.record,
+            jail_signal,
+        )?;
+        let denial_log = self.inner.landlock_log.get().zip(read.denial_log_uid);
+        self.landlock_denials(denial_log, &reply);
+        // The permit (supervisor-wide reply memory) goes with the outcome until the response
+        // is written.
+        Ok((
+            explain_denials(reply, self.record, self.plan),
+            ReplyShare::new(read.permit),
+        ))
+    }
+
+    /// Step 13: what Landlock refused the request's commands. The kernel's records when it
     /// gives them: a failed request waits for them (they arrive a few milliseconds after the
     /// denial) to say why it failed; a successful one takes those already there, for the
     /// audit event. A failed request with none (no audit reader in a pod, audit off) gets
@@ -331,10 +432,8 @@ impl Inner {
     /// ([`file_denials::inferred`]), when its jail was under Landlock.
     fn landlock_denials(
         &self,
-        plan: &Plan,
         denial_log: Option<(&crate::landlock_log::LandlockLog, u32)>,
         reply: &Reply,
-        record: &Recorder,
     ) {
         let mut denied = match (denial_log, reply) {
             (Some((log, uid)), Reply::Err { .. }) => log.take(uid, LANDLOCK_LOG_WAIT),
@@ -349,11 +448,40 @@ impl Inner {
             && denied.is_empty()
             && report.landlock != LandlockStatus::None
         {
-            let own = [self.cfg.work_root.as_path(), Path::new("/tmp")];
-            denied = file_denials::inferred(message, plan.file_rules(), &own);
+            let own = [self.inner.cfg.work_root.as_path(), Path::new("/tmp")];
+            denied = file_denials::inferred(message, self.plan.file_rules(), &own);
         }
         if !denied.is_empty() {
-            jail_wire::record::update(record, |r| r.landlock_denials = denied);
+            jail_wire::record::update(self.record, |r| r.landlock_denials = denied);
+        }
+    }
+}
+
+impl Stream {
+    /// With a tree, the bytes are received and verified but not sent: only their end is.
+    fn of(feed: Feed, cache: Option<crate::cache::SharedCache>) -> Self {
+        let (input, tree, fill) = match feed {
+            Feed::Archive(input) => (input, None, None),
+            Feed::Tree(b, rest) => (rest, Some(b), None),
+            Feed::Fill(ticket, input, job) => (input, None, Some((ticket, job))),
+        };
+        Stream {
+            input,
+            forward: tree.is_none() && fill.is_none(),
+            hold: TreeHold(tree, cache),
+            fill,
+            filled: false,
+        }
+    }
+}
+
+impl Inner {
+    /// The container's OOM kills so far, for a jail without a cgroup of its own: the count
+    /// before and after says whether the container's memory limit ended the request.
+    fn container_ooms(&self, who: &Who) -> Option<u64> {
+        match (&who.cgroup, &self.cfg.container_oom) {
+            (None, Some(c)) => c.read(),
+            _ => None,
         }
     }
 
@@ -385,29 +513,31 @@ impl Inner {
     }
 }
 
-/// Step 6: the header, then the archive as it arrives (drained, not sent, when `forward` is
-/// false: a tree is in place), then its end, which the service lets through only once the
-/// bytes matched their checksum. `false` when a write failed or the stream was aborted
-/// (checksum mismatch, client gone: closed without `E`).
+/// Step 10: the header, then the archive as it arrives (drained, not sent, when `forward`
+/// is false: a tree is in place), then its end, which the service lets through only once the
+/// bytes matched their checksum. Returns the jail's stdin for the watcher; `None` when a
+/// write failed (the jail already stopped: it refused the archive, or could not confine
+/// itself; its reply says why) or there was none.
 fn stream_frames(
-    w: &mut std::fs::File,
+    stdin: Option<std::fs::File>,
     body: &[u8],
-    input: &mut Box<dyn Read + Send>,
-    forward: bool,
-) -> bool {
-    let mut ok = write_frame(w, b'H', body).is_ok();
+    mut stream: Stream,
+) -> Option<std::fs::File> {
+    let mut w = stdin?;
+    let mut ok = write_frame(&mut w, b'H', body).is_ok();
     let mut buf = vec![0u8; 64 * 1024];
     while ok {
-        match input.read(&mut buf) {
+        match stream.input.read(&mut buf) {
             Ok(0) => {
-                ok = write_frame(w, b'E', &[]).is_ok() && w.flush().is_ok();
+                ok = write_frame(&mut w, b'E', &[]).is_ok() && w.flush().is_ok();
                 break;
             }
-            Ok(n) if forward => ok = write_frame(w, b'D', &buf[..n]).is_ok(),
+            Ok(n) if stream.forward => ok = write_frame(&mut w, b'D', &buf[..n]).is_ok(),
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // Aborted: checksum mismatch, or the client gone (closed without `E`).
             Err(_) => ok = false,
         }
     }
-    ok
+    ok.then_some(w)
 }
