@@ -88,6 +88,8 @@ pub struct Plan {
     sandbox: Sandbox,
     /// Why the seccomp profile did not compile here, if it did not.
     seccomp_error: Option<SeccompError>,
+    /// `spec.seccomp.mode`.
+    seccomp_mode: policy::SeccompMode,
 }
 
 impl Plan {
@@ -153,6 +155,7 @@ impl Plan {
             cache_refused: cache_outside_request_limits(policy),
             sandbox: sandbox(policy, seccomp),
             seccomp_error,
+            seccomp_mode: policy.seccomp_mode,
         }
     }
 
@@ -182,6 +185,16 @@ impl Plan {
             .seccomp
             .as_ref()
             .map_or(0, |f| f.instructions())
+    }
+
+    /// `spec.seccomp.mode`: enforce, or audit (log what it would deny).
+    pub fn seccomp_mode(&self) -> policy::SeccompMode {
+        self.seccomp_mode
+    }
+
+    /// What a required Landlock must provide (`spec.landlock`: its lowest ABI, its features).
+    pub fn landlock(&self) -> &policy::LandlockRequirement {
+        &self.sandbox.landlock
     }
 
     /// The policy's network mode.

@@ -108,10 +108,10 @@ impl std::fmt::Debug for StartOptions<'_> {
 pub enum Step {
     /// 1. Not dumpable, subreaper.
     Dumpable,
-    /// 2. Privilege model and unique UIDs.
-    UniqueUid,
-    /// 3. The seccomp profile.
+    /// 2. Each policy's translation: its seccomp profile.
     Seccomp,
+    /// 3. Privilege model and unique UIDs.
+    UniqueUid,
     /// 4. The work root.
     WorkRoot,
     /// 5. The UID pool.
@@ -315,7 +315,6 @@ impl Supervisor {
         set: &PolicySet,
         opts: StartOptions<'_>,
     ) -> Result<(Supervisor, Enforcement), StartError> {
-        let policy = set.default_policy();
         let StartOptions {
             work_root,
             owner,
@@ -345,12 +344,7 @@ impl Supervisor {
             )
         })?;
 
-        // 2. The privilege model: unique UIDs need CAP_SETUID/CAP_SETGID and, in a user
-        //    namespace, the policy's range mapped.
-        let privileges = privilege::detect();
-        let unique_uid = unique_uids(policy, &privileges, &mut unavailable)?;
-
-        // 3. Each policy's one translation, and its seccomp filter compiled for this
+        // 2. Each policy's one translation, and its seccomp filter compiled for this
         //    architecture.
         let plans = Arc::new(Plans::new(set, &overrides, std::env::vars()));
         let plan = plans.default_plan().clone();
@@ -403,6 +397,11 @@ impl Supervisor {
             }
         }
 
+        // 3. The privilege model: unique UIDs need CAP_SETUID/CAP_SETGID and, in a user
+        //    namespace, the policy's range mapped.
+        let privileges = privilege::detect();
+        let unique_uid = unique_uids(&plan, &privileges, &mut unavailable)?;
+
         // 4. The work root, reachable by the leased UIDs.
         std::fs::create_dir_all(&work_root).map_err(|e| {
             stop(
@@ -417,20 +416,18 @@ impl Supervisor {
         // 5. The UID pool: the range must not overlap /etc/passwd or /etc/group; a one-shot
         //    run starts at random and skips UIDs a running server's requests hold.
         let pool = if unique_uid {
-            Some(uid_pool(policy, owner, lease_dir)?)
+            Some(uid_pool(&plan, owner, lease_dir)?)
         } else {
             None
         };
-        let pool_range = pool.as_ref().map(|_| {
-            policy.uid_first
-                ..=policy
-                    .uid_first
-                    .saturating_add(policy.uid_count.saturating_sub(1))
-        });
+        let (uid_first, uid_count) = plan.uid_range;
+        let pool_range = pool
+            .as_ref()
+            .map(|_| uid_first..=uid_first.saturating_add(uid_count.saturating_sub(1)));
 
         // 6. Per-request cgroups: v2 in our own delegated cgroup, or v1 per controller.
         let layout = if want_cgroups {
-            per_request_cgroups(&plan, policy, owner, &mut unavailable)?
+            per_request_cgroups(&plan, owner, &mut unavailable)?
         } else {
             unavailable.push((Protection::Cgroups, "turned off by the caller".to_owned()));
             None
@@ -500,15 +497,15 @@ impl Supervisor {
         let (probe, cgroup_probe) = runner
             .probe(&plan)
             .map_err(|e| stop(Step::Probe, format!("sandbox probe failed: {e}")))?;
-        for (i, p) in set.policies().iter().enumerate() {
+        for (i, p) in plans.all().iter().enumerate() {
             let selected;
             let probe = if i == 0 {
                 &probe
             } else {
-                selected = runner.probe(&plans.all()[i]).map_err(|e| {
+                selected = runner.probe(p).map_err(|e| {
                     stop(
                         Step::Probe,
-                        format!("sandbox probe of policy {:?} failed: {e}", p.name),
+                        format!("sandbox probe of policy {:?} failed: {e}", p.policy_name),
                     )
                 })?;
                 &selected.0
@@ -519,7 +516,7 @@ impl Supervisor {
                     Step::Probe,
                     format!(
                         "policy {:?} requires {:?}, which this environment cannot enforce (probe: {probe:?})",
-                        p.name,
+                        p.policy_name,
                         missing.iter().map(|p| p.as_str()).collect::<Vec<_>>()
                     ),
                 ));
@@ -553,8 +550,8 @@ impl Supervisor {
             Err(why) => DenialLog::Unavailable(why),
         };
         let enforcement = Enforcement {
-            policy_name: policy.name.clone(),
-            policy_sha256: policy.sha256.clone(),
+            policy_name: plan.policy_name.clone(),
+            policy_sha256: plan.policy_sha256.clone(),
             privileges,
             capabilities_kept,
             unique_uid,
@@ -566,9 +563,9 @@ impl Supervisor {
             unavailable,
             probe,
             denial_log,
-            tree_cache: tree_cache.map(|()| policy.cache.bytes),
+            tree_cache: tree_cache.map(|()| plan.cache.as_ref().map_or(0, |c| c.budget)),
         };
-        log_enforced(policy, &enforcement);
+        log_enforced(&plan, &enforcement);
         log_selection(&plans);
         let gaps = enforcement.shared_uid_gaps();
         if !gaps.is_empty() {
@@ -673,20 +670,20 @@ pub fn start_without_jails() -> Result<Vec<String>, StartError> {
     Ok(privilege::effective_now())
 }
 
-/// Step 2: whether requests get unique UIDs; fail closed when the policy requires them.
+/// Step 3: whether requests get unique UIDs; fail closed when the policy requires them.
 fn unique_uids(
-    policy: &Policy,
+    plan: &Plan,
     privileges: &Privileges,
     unavailable: &mut Vec<(Protection, String)>,
 ) -> Result<bool, StartError> {
-    let mapped = privileges.range_mapped(policy.uid_first, policy.uid_count);
+    let mapped = privileges.range_mapped(plan.uid_range.0, plan.uid_range.1);
     if privileges.can_switch_uids() && mapped {
         return Ok(true);
     }
     let why = if privileges.can_switch_uids() {
         format!(
             "uidRange {}+{} is not mapped in this user namespace ({:?})",
-            policy.uid_first, policy.uid_count, privileges.uid_map
+            plan.uid_range.0, plan.uid_range.1, privileges.uid_map
         )
     } else {
         format!(
@@ -694,19 +691,19 @@ fn unique_uids(
             privileges.euid
         )
     };
-    if policy.require.contains(&Protection::UniqueUid) {
+    if plan.requires(Protection::UniqueUid) {
         return Err(stop(
             Step::UniqueUid,
             format!(
                 "policy {:?} requires uniqueUid, but {why}. Run as root with only SETUID, SETGID and SETPCAP (docs: privilege models), or remove uniqueUid from spec.require to accept a shared UID",
-                policy.name
+                plan.policy_name
             ),
         ));
     }
     tracing::warn!(
         reason = %why,
         "UNIQUE UIDs DISABLED by policy {:?}: every request runs as the server's UID; isolation between requests rests on Landlock and seccomp only",
-        policy.name
+        plan.policy_name
     );
     unavailable.push((Protection::UniqueUid, why));
     Ok(false)
@@ -736,12 +733,8 @@ fn check_searchable(work_root: &Path) -> Result<(), StartError> {
 }
 
 /// Step 5.
-fn uid_pool(
-    policy: &Policy,
-    owner: Owner,
-    lease_dir: Option<PathBuf>,
-) -> Result<UidPool, StartError> {
-    let mut pool = UidPool::from_image(policy.uid_first, policy.uid_count, Path::new("/"))
+fn uid_pool(plan: &Plan, owner: Owner, lease_dir: Option<PathBuf>) -> Result<UidPool, StartError> {
+    let mut pool = UidPool::from_image(plan.uid_range.0, plan.uid_range.1, Path::new("/"))
         .map_err(|e| stop(Step::UidPool, e.to_string()))?;
     if let Some(dir) = lease_dir {
         if let Err(e) = pool.set_lock_dir(dir.clone()) {
@@ -752,7 +745,7 @@ fn uid_pool(
             tracing::warn!(
                 held = held.len(),
                 first = held[0],
-                range = %format!("{}+{}", policy.uid_first, policy.uid_count),
+                range = %format!("{}+{}", plan.uid_range.0, plan.uid_range.1),
                 "the UID range is shared: another live instance on this node holds identities of it; they are skipped and never swept (give each instance its own spec.uidRange to avoid it)"
             );
         }
@@ -761,7 +754,7 @@ fn uid_pool(
         pool.start_at(random_offset());
         // A running server's requests hold some of these: never share one (its reclaim would
         // kill the other's processes).
-        for uid in uid::uids_in_use(Path::new("/proc"), policy.uid_first, policy.uid_count) {
+        for uid in uid::uids_in_use(Path::new("/proc"), plan.uid_range.0, plan.uid_range.1) {
             pool.mark_busy(uid);
         }
     }
@@ -780,7 +773,6 @@ fn random_offset() -> usize {
 /// prepared; required → fail closed, else a loud warning and the reason.
 fn per_request_cgroups(
     plan: &Plan,
-    policy: &Policy,
     owner: Owner,
     unavailable: &mut Vec<(Protection, String)>,
 ) -> Result<Option<(Layout, Vec<String>)>, StartError> {
@@ -817,9 +809,9 @@ fn per_request_cgroups(
             tracing::info!(layout = %at, controllers = %ctls.join(","), "per-request cgroups enabled");
             Ok(Some((layout, ctls)))
         }
-        Err(e) if policy.require.contains(&Protection::Cgroups) => Err(stop(
+        Err(e) if plan.requires(Protection::Cgroups) => Err(stop(
             Step::Cgroups,
-            format!("policy {:?} requires cgroups: {e}", policy.name),
+            format!("policy {:?} requires cgroups: {e}", plan.policy_name),
         )),
         Err(e) => {
             tracing::warn!(error = %e, "CGROUPS UNAVAILABLE: memory, pids and CPU are bounded by rlimits only");
@@ -870,8 +862,8 @@ fn sweep(runner: &Confined, layout: Option<&Layout>) -> Result<(), StartError> {
 }
 
 /// Step 11: the protections `policy` requires that the probe `report` shows missing.
-pub fn missing_required(report: &Report, policy: &Policy) -> Vec<Protection> {
-    let required = |p| policy.require.contains(&p);
+pub fn missing_required(report: &Report, plan: &Plan) -> Vec<Protection> {
+    let required = |p| plan.requires(p);
     let checks = [
         (Protection::UniqueUid, !report.unique_uid),
         (Protection::NoNewPrivs, !report.no_new_privs),
@@ -881,12 +873,11 @@ pub fn missing_required(report: &Report, policy: &Policy) -> Vec<Protection> {
         ),
         (
             Protection::Landlock,
-            policy
-                .landlock
+            plan.landlock()
                 .features
                 .iter()
                 .any(|f| !report.landlock_features.contains(f))
-                || report.landlock_abi.unwrap_or(0) < i32::from(policy.landlock.min_abi),
+                || report.landlock_abi.unwrap_or(0) < i32::from(plan.landlock().min_abi),
         ),
         (Protection::Seccomp, report.seccomp_filters == 0),
         (Protection::Namespaces, !report.namespaces.failed.is_empty()),
@@ -915,15 +906,15 @@ fn log_selection(plans: &Plans) {
 }
 
 /// Step 12: log exactly what is enforced (once).
-fn log_enforced(policy: &Policy, e: &Enforcement) {
+fn log_enforced(plan: &Plan, e: &Enforcement) {
     let r = &e.probe;
     tracing::info!(
-        policy = %policy.name,
-        policy_sha256 = %policy.sha256,
+        policy = %plan.policy_name,
+        policy_sha256 = %plan.policy_sha256,
         privilege_model = e.privileges.model.describe(),
         supervisor_capabilities = %e.capabilities_kept.join(", "),
         unique_uid = r.unique_uid,
-        uid_range = %format!("{}+{}", policy.uid_first, policy.uid_count),
+        uid_range = %format!("{}+{}", plan.uid_range.0, plan.uid_range.1),
         capabilities_cleared = r.capabilities_cleared,
         bounding_cleared = r.bounding_cleared,
         no_new_privs = r.no_new_privs,
@@ -932,7 +923,7 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
         landlock_tcp_denied = r.landlock_tcp_denied,
         seccomp_filters = r.seccomp_filters,
         seccomp_instructions = e.seccomp_instructions,
-        seccomp_mode = policy.seccomp_mode.as_str(),
+        seccomp_mode = plan.seccomp_mode().as_str(),
         cgroup_controllers = %e.cgroup_controllers.join(", "),
         unavailable = %e
             .unavailable
@@ -940,7 +931,7 @@ fn log_enforced(policy: &Policy, e: &Enforcement) {
             .map(|(p, why)| format!("{}: {why}", p.as_str()))
             .collect::<Vec<_>>()
             .join("; "),
-        network = policy.network.as_str(),
+        network = plan.network().as_str(),
         namespaces = %r.namespaces.created_list(),
         namespaces_unavailable = %r.namespaces.failed_lines().join("; "),
         private_proc = r.namespaces.private_proc,
