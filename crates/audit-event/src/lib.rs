@@ -2,6 +2,8 @@
 //! the struct the server writes and every reader — `policy suggest`, the tests, tools — reads
 //! back. A field renamed here breaks its readers at compile time, not at run time.
 
+#![forbid(unsafe_code)]
+
 use jail_wire::record;
 use serde::{Deserialize, Serialize};
 

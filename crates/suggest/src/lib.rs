@@ -2,6 +2,8 @@
 //! proposed policy and seccomp profile, every change with its reason. Pure (no file is read
 //! or written here): the binary loads the inputs, writes and validates the proposal.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use audit_event::{AuditEvent, Decision, SeccompAction};

@@ -1,0 +1,248 @@
+//! The rooms' walls (ARCHITECTURE.md, "Invariants"), checked on the workspace as it is: which
+//! crate may depend on which (read from `cargo metadata`), where `unsafe` may be, and who reads
+//! a `Policy`. A change that moves a wall fails here and says which invariant it breaks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Each workspace crate's normal (not dev, not build) dependencies among the workspace's own
+/// and a few external ones that mark a room (gRPC, HTTP).
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let packages = m["packages"].as_array().expect("packages");
+    let ours: BTreeSet<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let marks = ["tonic", "prost", "hyper", "axum", "tokio"];
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .filter_map(|d| d["name"].as_str())
+                .filter(|n| ours.contains(*n) || marks.contains(n))
+                .map(|n| n.trim_start_matches("cmp-warden-").to_owned())
+                .collect();
+            let name = p["name"].as_str().unwrap_or_default();
+            (name.trim_start_matches("cmp-warden-").to_owned(), deps)
+        })
+        .collect()
+}
+
+/// Everything `name` depends on, directly or not.
+fn reach(g: &BTreeMap<String, BTreeSet<String>>, name: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![name.to_owned()];
+    while let Some(n) = todo.pop() {
+        for d in g.get(&n).into_iter().flatten() {
+            if seen.insert(d.clone()) {
+                todo.push(d.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn dependencies_point_one_way() {
+    let g = graph();
+    assert!(g.len() >= 15, "the workspace's crates: {:?}", g.keys());
+    let broken = std::cell::RefCell::new(Vec::new());
+    // `what` reached from `krate` at any depth; the server only directly (it reaches the jail's
+    // crates through the supervisor, by design).
+    let check = |krate: &str, what: &[&str], why: &str, deep: bool| {
+        let reached = if deep {
+            reach(&g, krate)
+        } else {
+            g[krate].clone()
+        };
+        for w in what {
+            if reached.contains(*w) {
+                broken
+                    .borrow_mut()
+                    .push(format!("{krate} depends on {w}: {why}"));
+            }
+        }
+    };
+    let forbid = |krate: &str, what: &[&str], why: &str| check(krate, what, why, true);
+    let all_ours: Vec<&str> = g.keys().map(String::as_str).collect();
+    forbid(
+        "jail-sys",
+        &all_ours,
+        "the kernel primitives depend on nothing of ours",
+    );
+    // Invariant 2: the rooms.
+    for leaf in ["archive", "cgroups", "egress", "plugin", "otlp"] {
+        forbid(
+            leaf,
+            &[
+                "supervisor",
+                "jail",
+                "server",
+                "proto",
+                "policy",
+                "cmp-warden",
+            ],
+            "a leaf concern knows no other room",
+        );
+    }
+    forbid(
+        "policy",
+        &["supervisor", "jail", "server", "proto", "archive", "tonic"],
+        "the policy is data: it never runs, spawns or serves",
+    );
+    forbid(
+        "jail",
+        &["supervisor", "server", "proto", "cgroups", "tonic", "hyper"],
+        "the confined side cannot name the supervisor, and knows no gRPC",
+    );
+    forbid(
+        "supervisor",
+        &["server", "proto", "tonic", "hyper", "axum"],
+        "the supervisor knows nothing of gRPC or HTTP",
+    );
+    check(
+        "server",
+        &["jail", "jail-sys", "jail-wire", "seccomp", "cgroups"],
+        "the server does not know how requests are confined (it calls supervisor::Runner)",
+        false,
+    );
+    for lib in g.keys().filter(|k| *k != "cmp-warden") {
+        forbid(lib, &["cmp-warden"], "no library depends on the binary");
+    }
+    let broken = broken.into_inner();
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn unsafe_is_forbidden_in_every_crate_but_the_kernel_primitives() {
+    let mut missing = Vec::new();
+    for krate in std::fs::read_dir(root().join("crates"))
+        .expect("crates")
+        .flatten()
+    {
+        let src = krate.path().join("src");
+        let name = krate.file_name().to_string_lossy().into_owned();
+        for top in ["lib.rs", "main.rs"] {
+            let Ok(text) = std::fs::read_to_string(src.join(top)) else {
+                continue;
+            };
+            let ok = if name == "jail-sys" {
+                text.contains("#![deny(unsafe_code)]")
+            } else {
+                text.contains("#![forbid(unsafe_code)]")
+            };
+            if !ok {
+                missing.push(format!("crates/{name}/src/{top}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "without #![forbid(unsafe_code)] (jail-sys: deny, allowed in `sys` only): {missing:?}"
+    );
+    // And in jail-sys, `unsafe` blocks only in `sys`.
+    let mut files = Vec::new();
+    sources(&root().join("crates/jail-sys/src"), &mut files);
+    let outside: Vec<_> = files
+        .iter()
+        .filter(|f| !f.ends_with("sys.rs") && !f.to_string_lossy().contains("/sys/"))
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| !l.trim_start().starts_with("//") && l.contains("unsafe {"))
+        })
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "unsafe blocks outside jail_sys::sys: {outside:?}"
+    );
+}
+
+/// Invariant 9: outside the policy crate a `Policy` is read by its one translation
+/// (`supervisor::plan`), by doctor (which reports the policy's own fields under their names)
+/// and by `policy suggest` (which writes a policy); the binary loads one and hands it to
+/// start-up. Everything else reads the `Plan` a request carries.
+#[test]
+fn a_policy_is_read_only_by_its_translation_doctor_and_suggest() {
+    let allowed = [
+        "crates/supervisor/src/plan.rs",
+        "crates/supervisor/src/start.rs",
+        "crates/suggest/src/",
+        "crates/cmp-warden/src/cmd/",
+        // The `policy` subcommand's name.
+        "crates/cmp-warden/src/main.rs",
+    ];
+    let word = |line: &str| {
+        line.match_indices("Policy").any(|(i, _)| {
+            let before = line[..i].chars().next_back();
+            let after = line[i + "Policy".len()..].chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+    };
+    let mut files = Vec::new();
+    sources(&root().join("crates"), &mut files);
+    let mut readers = Vec::new();
+    for f in files {
+        let rel = f
+            .strip_prefix(root())
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .replace("/../..", "");
+        let rel = rel.trim_start_matches("../../").to_owned();
+        if rel.starts_with("crates/policy/") || rel.contains("/tests/") || rel.contains("/benches/")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let code = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .any(word);
+        if code && !allowed.iter().any(|a| rel.starts_with(a)) {
+            readers.push(rel);
+        }
+    }
+    assert!(
+        readers.is_empty(),
+        "these name the Policy type; read the request's Plan instead (ARCHITECTURE.md invariant 9): {readers:?}"
+    );
+}
