@@ -119,14 +119,70 @@ pub struct AuditEvent {
 
 impl AuditEvent {
     /// The event on one line of a stream it shares with log lines (`"log":"audit"` tells it
-    /// apart); `None` for any other line, and for an event this build cannot read.
+    /// apart); `None` for any other line, for a reload's event ([`ReloadEvent`]), and for an
+    /// event this build cannot read.
     pub fn from_line(line: &str) -> Option<Self> {
-        if !line.contains("\"log\":\"audit\"") {
+        if !line.contains("\"log\":\"audit\"") || ReloadEvent::from_line(line).is_some() {
             return None;
         }
         serde_json::from_str::<Self>(line)
             .ok()
             .filter(|e| e.log == "audit")
+    }
+}
+
+/// What [`ReloadEvent::event`] always is.
+pub const RELOAD: &str = "configReload";
+
+/// One file of a configuration set, before and after a reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FileChange {
+    /// The file's path as the server was told it (the policy file, or the directory's entry).
+    pub path: String,
+    /// SHA-256 of the file in force before (`None`: it is new).
+    pub old_sha256: Option<String>,
+    /// SHA-256 of the file read now (`None`: it was removed).
+    pub new_sha256: Option<String>,
+}
+
+/// One reload of the policies and `plugin.yaml` while serving: in the audit stream beside the
+/// requests' events (`"event":"configReload"` tells it apart).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReloadEvent {
+    /// Always `audit`.
+    pub log: String,
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Always [`RELOAD`].
+    pub event: String,
+    /// RFC 3339 UTC time of the reload.
+    pub time: String,
+    /// What asked for it: `inotify`, `signal` (SIGHUP) or `periodic`.
+    pub trigger: String,
+    /// `accepted` (the new set is in force) or `refused` (the old one stays).
+    pub result: String,
+    /// Why it was refused, naming the file or field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Every file of the set that changed, with its SHA-256 before and after.
+    pub files: Vec<FileChange>,
+    /// The policies in force after it (name and SHA-256 each, the default first).
+    pub policies: Vec<PolicyRef>,
+    /// SHA-256 of the `plugin.yaml` in force after it.
+    pub plugin_sha256: String,
+}
+
+impl ReloadEvent {
+    /// A reload's event on one line of the audit stream; `None` for any other line.
+    pub fn from_line(line: &str) -> Option<Self> {
+        if !line.contains(RELOAD) {
+            return None;
+        }
+        serde_json::from_str::<Self>(line)
+            .ok()
+            .filter(|e| e.log == "audit" && e.event == RELOAD)
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use supervisor::record::RunRecord;
 
-pub use audit_event::{ArchiveInfo, AuditEvent, PolicyRef, SCHEMA};
+pub use audit_event::{ArchiveInfo, AuditEvent, PolicyRef, ReloadEvent, SCHEMA};
 
 /// Where events go.
 #[derive(Debug, Clone)]
@@ -109,7 +109,16 @@ impl AuditSink {
 
     /// Write one event as one line (a single write, so lines never interleave).
     pub fn emit(&self, event: &AuditEvent) {
-        let mut line = match serde_json::to_string(event) {
+        self.write(serde_json::to_string(event));
+    }
+
+    /// Write a reload's event, beside the requests' ([`ReloadEvent`]).
+    pub fn emit_reload(&self, event: &ReloadEvent) {
+        self.write(serde_json::to_string(event));
+    }
+
+    fn write(&self, line: serde_json::Result<String>) {
+        let mut line = match line {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "audit event not serialisable");

@@ -12,6 +12,7 @@ mod lifecycle;
 pub mod listener;
 pub mod metrics;
 mod refuse;
+pub mod reload;
 pub mod reply_memory;
 pub mod service;
 pub mod sparse;

@@ -44,6 +44,11 @@ pub struct Metrics {
     refused_busy: AtomicU64,
     /// The commit the binary was built from (`cmp_warden_build_info`'s `commit`), when set.
     commit: std::sync::OnceLock<String>,
+    /// Reloads of the configuration, by result (`accepted`, `refused`).
+    reloads: Mutex<BTreeMap<String, u64>>,
+    /// The set in force: its policies (`name=sha256`, comma-separated) and plugin.yaml's
+    /// SHA-256.
+    config: Mutex<Option<(String, String)>>,
 }
 
 type CacheFn = dyn Fn() -> Option<supervisor::CacheStats> + Send + Sync;
@@ -117,6 +122,16 @@ impl Metrics {
         f: impl Fn() -> Option<supervisor::CacheStats> + Send + Sync + 'static,
     ) {
         *lock(&self.cache) = Some(CacheSource(Box::new(f)));
+    }
+
+    /// A reload of the configuration ended with `result` (`accepted` or `refused`).
+    pub fn reloaded(&self, result: &str) {
+        *lock(&self.reloads).entry(result.to_owned()).or_default() += 1;
+    }
+
+    /// The configuration in force (`cmp_warden_config_info`).
+    pub fn set_config(&self, policies: String, plugin_sha256: String) {
+        *lock(&self.config) = Some((policies, plugin_sha256));
     }
 
     /// The commit `cmp_warden_build_info` names (the binary's own, from its build script).
@@ -197,6 +212,14 @@ impl Metrics {
                 .map(|c| format!(",commit=\"{}\"", escape(c)))
                 .unwrap_or_default()
         );
+        if let Some((policies, plugin)) = &*lock(&self.config) {
+            let _ = writeln!(
+                o,
+                "# HELP cmp_warden_config_info The configuration in force: its policies (name=sha256, comma-separated) and plugin.yaml's SHA-256 (always 1).\n# TYPE cmp_warden_config_info gauge\ncmp_warden_config_info{{policies=\"{}\",plugin_sha256=\"{}\"}} 1",
+                escape(policies),
+                escape(plugin)
+            );
+        }
         process_metrics(&mut o);
         o
     }
@@ -316,6 +339,21 @@ impl Metrics {
                 "gauge",
                 "1 while the tree cache serves; 0 from TREE CACHE OUT OF SERVICE until a new keeper runs (requests extract in their own jails meanwhile).",
                 u64::from(c.in_service),
+            );
+        }
+        // Only a server that reloads (`serve`) has a configuration in force to report.
+        if lock(&self.config).is_some() {
+            let reloads = lock(&self.reloads);
+            o.family(
+                "cmp_warden_config_reloads_total",
+                "counter",
+                "Reloads of the policies and plugin.yaml while serving, by result: accepted (in force for new requests) or refused (the set in force stays; the log and the audit event say why).",
+                ["accepted", "refused"].into_iter().map(|r| {
+                    (
+                        format!("result=\"{r}\""),
+                        reloads.get(r).copied().unwrap_or(0),
+                    )
+                }),
             );
         }
         o.one(

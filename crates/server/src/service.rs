@@ -16,7 +16,7 @@ use proto::plugin::{
 use proto::repository::ParameterAnnouncement;
 use sha2::{Digest, Sha256};
 use supervisor::{
-    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Plans, Runner, TimeLimit,
+    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Runner, TimeLimit,
 };
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
@@ -36,14 +36,15 @@ const DEADLINE_BUFFER: Duration = Duration::from_millis(100);
 /// Settings the service needs.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
-    /// The plugin.
-    pub plugin: PluginConfig,
+    /// The plugin in force (`plugin.yaml`; a reload replaces it).
+    pub plugin: Arc<crate::reload::Current<PluginConfig>>,
     /// `<workdir>/_cmp_server`: per-request trees are created here.
     pub work_dir: PathBuf,
     /// What each policy means for a request: archive limits (the compressed cap is enforced
     /// while receiving too), budgets, wall clock, environment; and which policy a request's
-    /// Argo CD variables select.
-    pub plans: Arc<Plans>,
+    /// Argo CD variables select; the set in force, which a reload replaces. A request reads
+    /// both once, when its header arrives, and runs under them to its end.
+    pub plans: Arc<supervisor::PlanSource>,
     /// Where audit events go.
     pub audit: AuditSink,
     /// Metrics registry.
@@ -223,6 +224,8 @@ impl CmpService {
             Ok(Outcome::Manifests(m)) => m.iter().map(|s| s.len() as u64).sum(),
             _ => 0,
         };
+        // Refused before its header chose a plan: the default in force.
+        let default_plan = self.cfg.plans.current().default_plan().clone();
         crate::lifecycle::account(
             &self.cfg.metrics,
             &self.cfg.audit,
@@ -245,7 +248,7 @@ impl CmpService {
                 result: out.as_ref().map(|_| ()),
                 code: None,
                 elapsed,
-                plan: ctx.plan.as_deref().unwrap_or(self.cfg.plans.default_plan()),
+                plan: ctx.plan.as_deref().unwrap_or(&default_plan),
                 record,
                 bytes_out,
                 refused: ctx.limit == Some(Limit::Authentication),
@@ -285,7 +288,10 @@ impl CmpService {
         // Receiving is bounded by the request's deadline, the archive's wall clock and the
         // longest pause between two messages: a stalled client holds nothing for long. Until
         // the header chose the request's policy, the default's clocks.
-        let default = self.cfg.plans.default_plan().clone();
+        // The set in force when the request began: it runs under it to its end.
+        let plans = self.cfg.plans.current();
+        let plugin = self.cfg.plugin.current();
+        let default = plans.default_plan().clone();
         let (deadline, _) = default.deadline_from(started, client_deadline.clone());
         let mut clock = ReceiveClock {
             deadline,
@@ -298,9 +304,7 @@ impl CmpService {
         // 1. The header, and the policy it selects (`spec.select`: Argo CD's own variables
         //    only), whose clocks then bound the request from its start.
         let meta = self.receive_header(&clock, &mut stream, ctx).await?;
-        let selected = self
-            .cfg
-            .plans
+        let selected = plans
             .select(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
             .map_err(|why| StreamError::Selection(why).to_status())?;
         let plan = selected.plan.clone();
@@ -360,7 +364,7 @@ impl CmpService {
         let _guard = ActiveGuard::new(&self.active, id, &cancel);
         let (tx, task) = self.start_run(
             op,
-            &plan,
+            (&plan, &plugin),
             &meta,
             request_id,
             (deadline, &limit),
@@ -473,7 +477,7 @@ impl CmpService {
     fn start_run(
         &self,
         op: Operation,
-        plan: &Arc<Plan>,
+        (plan, plugin): (&Arc<Plan>, &PluginConfig),
         meta: &proto::plugin::ManifestRequestMetadata,
         request_id: uuid::Uuid,
         (deadline, limit): (Option<Instant>, &TimeLimit),
@@ -494,7 +498,7 @@ impl CmpService {
             .collect();
         let mut spec = plan.request(
             op,
-            &self.cfg.plugin,
+            plugin,
             tree,
             &meta.app_rel_path,
             &env,
@@ -922,9 +926,10 @@ impl ConfigManagementPluginService for CmpService {
         req: Request<()>,
     ) -> Result<Response<CheckPluginConfigurationResponse>, Status> {
         self.authenticate(&req)?;
+        let plugin = self.cfg.plugin.current();
         Ok(Response::new(CheckPluginConfigurationResponse {
-            is_discovery_configured: self.cfg.plugin.spec.discover.is_defined(),
-            provide_git_creds: self.cfg.plugin.spec.provide_git_creds,
+            is_discovery_configured: plugin.spec.discover.is_defined(),
+            provide_git_creds: plugin.spec.provide_git_creds,
         }))
     }
 

@@ -46,7 +46,7 @@ const RESTART_AFTER: Duration = Duration::from_secs(5);
 const FILL_STALLED: Duration = Duration::from_secs(1);
 
 /// The cache's configuration (from the policy's `spec.cache`, translated by the plan).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Sealed trees kept, in bytes.
     pub budget: u64,

@@ -276,8 +276,10 @@ impl Enforcement {
 /// The started supervisor: its runner and what the policy means at run time.
 #[derive(Debug)]
 pub struct Supervisor {
-    runner: Arc<Confined>,
-    plans: Arc<Plans>,
+    pub(crate) runner: Arc<Confined>,
+    pub(crate) plans: Arc<crate::reload::PlanSource>,
+    /// The command line's values over every policy's, a reloaded set's too.
+    pub(crate) overrides: Overrides,
     owner: Owner,
     work_root: PathBuf,
     cgroups: Option<Layout>,
@@ -579,7 +581,8 @@ impl Supervisor {
         Ok((
             Supervisor {
                 runner,
-                plans,
+                plans: Arc::new(crate::reload::PlanSource::new(plans)),
+                overrides,
                 owner,
                 work_root,
                 cgroups: layout,
@@ -593,13 +596,13 @@ impl Supervisor {
         self.runner.clone()
     }
 
-    /// What the default policy means for each request.
+    /// What the default policy in force means for each request.
     pub fn plan(&self) -> Arc<Plan> {
-        self.plans.default_plan().clone()
+        self.plans.current().default_plan().clone()
     }
 
-    /// Every policy's plan, and which a request runs under.
-    pub fn plans(&self) -> Arc<Plans> {
+    /// Every policy's plan in force, and which a request runs under (a reload replaces them).
+    pub fn plans(&self) -> Arc<crate::reload::PlanSource> {
         self.plans.clone()
     }
 
@@ -892,7 +895,7 @@ pub fn missing_required(report: &Report, plan: &Plan) -> Vec<Protection> {
 }
 
 /// Step 12, with several policies: which selects what, once (the table operators read).
-fn log_selection(plans: &Plans) {
+pub(crate) fn log_selection(plans: &Plans) {
     for p in plans.all().iter().skip(1) {
         tracing::info!(
             policy = %p.policy_name,

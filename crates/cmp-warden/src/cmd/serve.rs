@@ -202,6 +202,8 @@ struct Prepared {
     describe: &'static str,
     metrics: Option<(std::net::TcpListener, Arc<server::metrics::Metrics>)>,
     tracer: Option<(Arc<otlp::Exporter>, otlp::ExportTask)>,
+    /// Reloads the policies and plugin.yaml while serving.
+    reloader: Arc<server::reload::Reloader>,
 }
 
 /// Everything before serving:
@@ -222,6 +224,12 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
     super::flags::argo_only_variables();
     let tracer = otlp_exporter(&a)?;
+    // What a reload compares with: the files as they are before they are loaded.
+    let reload_sources = server::reload::Sources {
+        policy: a.policy.clone(),
+        plugin_dir: a.config_dir_path.clone(),
+    };
+    let baseline = server::reload::Baseline::take(&reload_sources);
     let policies = super::flags::load_policies(a.policy.as_deref())?;
     let policy = policies.default_policy();
     let grpc_max_size_mb = grpc_max_size_mb(a.grpc_max_size_mb.as_deref());
@@ -305,9 +313,19 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
     let runner = supervisor.runner();
     let describe = runner.describe();
+    let supervisor = Arc::new(supervisor);
+    let plugin = Arc::new(server::reload::Current::new(config));
+    let reloader = Arc::new(server::reload::Reloader::new(
+        reload_sources,
+        baseline,
+        supervisor.clone(),
+        plugin.clone(),
+        audit.clone(),
+        metrics.clone(),
+    )?);
     let svc = CmpService::new(
         ServiceConfig {
-            plugin: config,
+            plugin,
             work_dir: work_dir.clone(),
             plans: supervisor.plans(),
             audit,
@@ -320,7 +338,8 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
     Ok(Prepared {
         svc,
-        supervisor: Arc::new(supervisor),
+        supervisor,
+        reloader,
         opts,
         listener,
         tcp,
@@ -554,6 +573,8 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
             socket_path.display()
         );
     }
+    let stop_reloading = Arc::new(AtomicBool::new(false));
+    let reloading = p.reloader.spawn(stop_reloading.clone())?;
     let served = server::serve(
         p.listener,
         p.tcp,
@@ -562,6 +583,9 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
         shutdown_signal(early_stop),
     )
     .await;
+    // No reload once serving ended (a reload's probe would take a UID the shutdown reclaims).
+    stop_reloading.store(true, Ordering::Relaxed);
+    let _ = tokio::task::spawn_blocking(move || reloading.join()).await;
     // Whatever ended serving, what the runner keeps is retired (its cgroups included).
     shut_down(p.supervisor).await;
     served?;

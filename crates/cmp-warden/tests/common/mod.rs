@@ -33,11 +33,13 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cmp-warden")
 }
 
-/// The audit events among log lines, read through the server's own type (a line marked
-/// `"log":"audit"` that does not read as one fails the test: a renamed field shows here).
+/// The requests' audit events among log lines, read through the server's own type (a line
+/// marked `"log":"audit"` that reads neither as one nor as a reload's event fails the test: a
+/// renamed field shows here).
 pub fn audit_events_in(logs: &str) -> Vec<server::audit::AuditEvent> {
     logs.lines()
         .filter(|l| l.contains("\"log\":\"audit\""))
+        .filter(|l| server::audit::ReloadEvent::from_line(l).is_none())
         .map(|l| {
             server::audit::AuditEvent::from_line(l)
                 .unwrap_or_else(|| panic!("an audit line this build cannot read: {l}"))

@@ -40,11 +40,15 @@ impl Inner {
     /// request's jail (`refill`) then lets the default's spare, and its own policy's, be
     /// prepared with the UID it gave back; a discarded spare's UID is left to whoever needs it.
     pub(super) fn finish(self: &Arc<Self>, jail: Jail, refill: bool) {
-        let policy = jail.plan.index.0;
+        let plan = jail.plan.clone();
         let refill = |me: &Arc<Self>| {
             if refill {
-                me.refill(0);
-                me.refill(policy);
+                if let Some(default) = me.current_spares().first() {
+                    me.refill(default);
+                }
+                if let Some(own) = me.spare_of(&plan) {
+                    me.refill(&own);
+                }
             }
         };
         let Jail {

@@ -81,11 +81,23 @@ struct Jail {
     tree: Option<Borrow>,
 }
 
-/// One policy's spare: the slot and the condition its waiters sleep on.
-#[derive(Debug, Default)]
+/// One policy's spare: the plan its jails are confined by, the slot and the condition its
+/// waiters sleep on.
+#[derive(Debug)]
 struct Spare {
+    plan: Arc<Plan>,
     slot: Mutex<SpareSlot>,
     changed: Condvar,
+}
+
+impl Spare {
+    fn of(plan: &Arc<Plan>) -> Arc<Spare> {
+        Arc::new(Spare {
+            plan: plan.clone(),
+            slot: Mutex::default(),
+            changed: Condvar::new(),
+        })
+    }
 }
 
 /// The jail kept ready for the next request of one policy.
@@ -132,9 +144,9 @@ struct Inner {
     /// Jails taken by requests, by request name, until reclaimed.
     pending: Mutex<HashMap<String, Jail>>,
     quarantined: Mutex<Vec<Lease>>,
-    /// Each policy's spare, by plan index, confined by that policy's plan (from its start-up
-    /// probe on).
-    spares: Vec<Spare>,
+    /// Each policy's spare of the set in force, by plan index, confined by that policy's plan
+    /// (from its start-up probe on); replaced whole by a reload ([`Confined::set_plans`]).
+    spares: std::sync::RwLock<Arc<[Arc<Spare>]>>,
     cgroup_remover: cgroups::Remover,
     /// Forks the jails.
     factory: Factory,
@@ -182,14 +194,14 @@ impl Confined {
         // Two of the largest replies at once, from the jail's pipe until the response is
         // written; a third waits its turn.
         let reply_budget = cfg.plans.default_plan().reply_bytes.saturating_mul(2);
-        let spares = cfg.plans.all().iter().map(|_| Spare::default()).collect();
+        let spares = cfg.plans.all().iter().map(Spare::of).collect();
         Confined {
             inner: Arc::new(Inner {
                 cfg,
                 pool,
                 pending: Mutex::default(),
                 quarantined: Mutex::default(),
-                spares,
+                spares: std::sync::RwLock::new(spares),
                 cgroup_remover: cgroups::Remover::new(),
                 factory,
                 seq: AtomicU64::new(0),
@@ -206,7 +218,7 @@ impl Confined {
     pub fn pool_usage(&self) -> Option<(usize, usize)> {
         let spare_leases = self
             .inner
-            .spares
+            .current_spares()
             .iter()
             .filter(|s| {
                 lock(&s.slot)
@@ -255,6 +267,11 @@ impl Confined {
         cache.hold_identity(lock);
         let _ = self.inner.cache.set(Arc::new(cache));
         Ok(())
+    }
+
+    /// A reload: `plans` in force from now on; the old set's spare jails retired.
+    pub fn set_plans(&self, plans: &super::plan::Plans) {
+        self.inner.set_plans(plans);
     }
 
     /// The tree cache's counters, when it runs.

@@ -96,31 +96,35 @@ impl Inner {
         deadline: Option<Instant>,
         cancel: &CancelToken,
     ) -> Result<Jail, RequestError> {
-        let i = plan.index.0;
-        let source = {
-            let mut slot = lock(&self.spares[i].slot);
-            if slot.claimed {
-                // Another request waits for the spare under way (and a ready one is its).
-                Source::Own
-            } else if let Some(j) = slot.ready.take() {
-                Source::Ready(j)
-            } else if slot.preparing {
-                slot.claimed = true;
-                Source::Claimed
-            } else {
-                Source::Own
+        // A plan of a set a reload replaced has no spare: its request prepares its own jail.
+        let spare = self.spare_of(plan);
+        let source = match &spare {
+            None => Source::Own,
+            Some(spare) => {
+                let mut slot = lock(&spare.slot);
+                if slot.claimed {
+                    // Another request waits for the spare under way (and a ready one is its).
+                    Source::Own
+                } else if let Some(j) = slot.ready.take() {
+                    Source::Ready(j)
+                } else if slot.preparing {
+                    slot.claimed = true;
+                    Source::Claimed
+                } else {
+                    Source::Own
+                }
             }
         };
-        let spare = match source {
-            Source::Ready(j) => self.alive_or_discard(j),
-            Source::Claimed => {
-                let j = self.wait_for_spare(i);
-                lock(&self.spares[i].slot).claimed = false;
+        let ready = match (source, &spare) {
+            (Source::Ready(j), _) => self.alive_or_discard(j),
+            (Source::Claimed, Some(spare)) => {
+                let j = self.wait_for_spare(spare);
+                lock(&spare.slot).claimed = false;
                 j
             }
-            Source::Own => None,
+            (Source::Claimed | Source::Own, _) => None,
         };
-        let jail = match spare {
+        let jail = match ready {
             Some(j) => j,
             None => loop {
                 match self.prepare(plan) {
@@ -129,11 +133,14 @@ impl Inner {
                     // another instance on this node: wait for one until the request's
                     // deadline (a burst queues rather than fails).
                     Err(e) if e.kind == ErrorKind::ResourceExhausted && self.pool.is_some() => {
-                        if let Some(j) = self.wait_for_spare(i) {
+                        if let Some(j) = spare.as_ref().and_then(|s| self.wait_for_spare(s)) {
                             break j;
                         }
                         // Another policy's idle spare gives its UID back to this request.
-                        if let Some(j) = self.spares.iter().find_map(|s| lock(&s.slot).ready.take())
+                        if let Some(j) = self
+                            .current_spares()
+                            .iter()
+                            .find_map(|s| lock(&s.slot).ready.take())
                         {
                             self.discard(j);
                         }
@@ -148,7 +155,9 @@ impl Inner {
             },
         };
         tracing::debug!(jail = %jail.name, request, uid = jail.creds.map(|c| c.uid), "jail taken");
-        self.refill(i);
+        if let Some(spare) = &spare {
+            self.refill(spare);
+        }
         Ok(jail)
     }
 
@@ -168,8 +177,7 @@ impl Inner {
 
     /// The spare a background preparation under way for policy `i` produces (`None` if there
     /// is none or it fails).
-    pub(super) fn wait_for_spare(self: &Arc<Self>, i: usize) -> Option<Jail> {
-        let spare = &self.spares[i];
+    pub(super) fn wait_for_spare(self: &Arc<Self>, spare: &Spare) -> Option<Jail> {
         let mut slot = lock(&spare.slot);
         loop {
             if let Some(j) = slot.ready.take() {
@@ -185,8 +193,7 @@ impl Inner {
 
     /// Prepare policy `i`'s spare in the background unless one is ready, under way, or we are
     /// closing.
-    pub(super) fn refill(self: &Arc<Self>, i: usize) {
-        let spare = &self.spares[i];
+    pub(super) fn refill(self: &Arc<Self>, spare: &Arc<Spare>) {
         {
             let mut slot = lock(&spare.slot);
             if slot.closed || slot.ready.is_some() || slot.preparing {
@@ -203,12 +210,13 @@ impl Inner {
             slot.preparer = true;
         }
         let me = self.clone();
+        let mine = spare.clone();
         let spawned = std::thread::Builder::new()
             .name("jail-spare".into())
             .spawn(move || {
                 loop {
-                    me.prepare_spare(i);
-                    if !me.next_spare_wanted(i) {
+                    me.prepare_spare(&mine);
+                    if !me.next_spare_wanted(&mine) {
                         return;
                     }
                 }
@@ -222,11 +230,10 @@ impl Inner {
         }
     }
 
-    /// Prepare one spare of policy `i` (`preparing` is set) and make it the ready one.
-    pub(super) fn prepare_spare(self: &Arc<Self>, i: usize) {
-        let plan = self.cfg.plans.all()[i].clone();
-        let jail = self.prepare(&plan);
-        let spare = &self.spares[i];
+    /// Prepare one jail for `spare` (`preparing` is set) and make it the ready one.
+    pub(super) fn prepare_spare(self: &Arc<Self>, spare: &Spare) {
+        let plan = &spare.plan;
+        let jail = self.prepare(plan);
         let mut slot = lock(&spare.slot);
         let extra = match jail {
             Ok(j) if slot.closed || slot.ready.is_some() => Some(j),
@@ -251,10 +258,9 @@ impl Inner {
         spare.changed.notify_all();
     }
 
-    /// Policy `i`'s idle preparer: wait up to [`PREPARER_IDLE`] to be asked for another
-    /// spare; false when it should end (idle that long, or shut down).
-    pub(super) fn next_spare_wanted(self: &Arc<Self>, i: usize) -> bool {
-        let spare = &self.spares[i];
+    /// A spare's idle preparer: wait up to [`PREPARER_IDLE`] to be asked for another jail;
+    /// false when it should end (idle that long, shut down, or retired by a reload).
+    pub(super) fn next_spare_wanted(self: &Arc<Self>, spare: &Spare) -> bool {
         let until = Instant::now() + PREPARER_IDLE;
         let mut slot = lock(&spare.slot);
         while !slot.wake && !slot.closed {
@@ -292,21 +298,57 @@ impl Inner {
     /// Stop preparing spares, wait for the preparations under way, reclaim the ready ones,
     /// and wait for the cgroups handed to the remover.
     pub(super) fn shutdown(self: &Arc<Self>) {
-        for spare in &self.spares {
-            let mut slot = lock(&spare.slot);
-            slot.closed = true;
-            // An idle preparer ends now rather than after PREPARER_IDLE.
-            spare.changed.notify_all();
-            while slot.preparing {
-                slot = spare.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
-            }
-            let ready = slot.ready.take();
-            drop(slot);
-            if let Some(j) = ready {
-                self.discard(j);
-            }
+        for spare in self.current_spares().iter() {
+            self.close(spare);
         }
         self.factory.stop();
         self.cgroup_remover.flush();
+    }
+
+    /// Close `spare`: no new jail for it, the preparation under way waited for, the ready
+    /// jail reclaimed.
+    fn close(self: &Arc<Self>, spare: &Spare) {
+        let mut slot = lock(&spare.slot);
+        slot.closed = true;
+        // An idle preparer ends now rather than after PREPARER_IDLE.
+        spare.changed.notify_all();
+        while slot.preparing {
+            slot = spare.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
+        }
+        let ready = slot.ready.take();
+        drop(slot);
+        if let Some(j) = ready {
+            self.discard(j);
+        }
+    }
+
+    /// The spares of the set in force.
+    pub(super) fn current_spares(&self) -> Arc<[Arc<Spare>]> {
+        self.spares
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `plan`'s spare, if `plan` belongs to the set in force (a request that arrived under
+    /// a set a reload replaced has none).
+    pub(super) fn spare_of(&self, plan: &Arc<Plan>) -> Option<Arc<Spare>> {
+        self.current_spares()
+            .get(plan.index.0)
+            .filter(|s| Arc::ptr_eq(&s.plan, plan))
+            .cloned()
+    }
+
+    /// A reload: `plans` in force from now on, each with a spare of its own; the old set's
+    /// spares retired (a jail prepared under an old plan is never given to a new request).
+    pub(super) fn set_plans(self: &Arc<Self>, plans: &crate::plan::Plans) {
+        let new: Arc<[Arc<Spare>]> = plans.all().iter().map(Spare::of).collect();
+        let old = std::mem::replace(
+            &mut *self.spares.write().unwrap_or_else(|e| e.into_inner()),
+            new,
+        );
+        for spare in old.iter() {
+            self.close(spare);
+        }
     }
 }

@@ -1,0 +1,501 @@
+//! Reloads while serving: the policy file or directory and `plugin.yaml`, read as one set,
+//! checked as start-up checks them (the supervisor's [`Supervisor::reload`]), and put in force
+//! for new requests; a request keeps the set it started under to its end. Asked for by a change
+//! in either directory (inotify, which sees Kubernetes' `..data` swap of a ConfigMap volume), by
+//! SIGHUP, and by a periodic check ([`RELOAD_CHECK`]). Each reload that changed something is
+//! audited ([`ReloadEvent`]), counted (`cmp_warden_config_reloads_total{result}`) and logged.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use audit_event::{FileChange, PolicyRef, RELOAD, ReloadEvent, SCHEMA};
+use plugin::PluginConfig;
+use policy::PolicySet;
+use sha2::{Digest, Sha256};
+use supervisor::Supervisor;
+
+use crate::audit::AuditSink;
+use crate::metrics::Metrics;
+
+/// How often the files are compared with the set in force when nothing else asked: the
+/// fallback where inotify misses a change (a network file system, a watch limit reached).
+pub const RELOAD_CHECK: Duration = Duration::from_secs(30);
+
+/// A change is read this long after the last event of a burst (a ConfigMap update is several).
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// A value in force (the plugin's configuration), replaced whole by a reload.
+#[derive(Debug)]
+pub struct Current<T>(RwLock<Arc<T>>);
+
+impl<T> Current<T> {
+    pub fn new(value: T) -> Self {
+        Current(RwLock::new(Arc::new(value)))
+    }
+
+    /// The value in force now.
+    pub fn current(&self) -> Arc<T> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Put `value` in force; returns the one it replaced.
+    pub fn replace(&self, value: T) -> Arc<T> {
+        std::mem::replace(
+            &mut *self.0.write().unwrap_or_else(|e| e.into_inner()),
+            Arc::new(value),
+        )
+    }
+}
+
+/// What asked for a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A change in a watched directory.
+    Inotify,
+    /// SIGHUP.
+    Signal,
+    /// The periodic check.
+    Periodic,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Inotify => "inotify",
+            Trigger::Signal => "signal",
+            Trigger::Periodic => "periodic",
+        }
+    }
+}
+
+/// What a check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The files are the set in force (or the set refused last time, unchanged).
+    Unchanged,
+    /// The new set is in force.
+    Accepted,
+    /// The set in force stays; why.
+    Refused(String),
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// `--policy`: a file or a directory (`None`: the embedded default, never reloaded).
+    pub policy: Option<PathBuf>,
+    /// `--config-dir-path`, holding plugin.yaml.
+    pub plugin_dir: PathBuf,
+}
+
+/// SHA-256 of each file of a set, by the path the operator knows it by.
+type Files = BTreeMap<String, String>;
+
+/// A set as read from the files.
+struct Read {
+    policies: Option<PolicySet>,
+    plugin: PluginConfig,
+    files: Files,
+}
+
+/// The reloader: what is in force, and everything a reload touches.
+pub struct Reloader {
+    sources: Sources,
+    supervisor: Arc<Supervisor>,
+    plugin: Arc<Current<PluginConfig>>,
+    audit: AuditSink,
+    metrics: Arc<Metrics>,
+    /// The files of the set in force, and of the set refused last (not tried again until it
+    /// changes, or SIGHUP asks).
+    state: Mutex<(Files, Option<Files>)>,
+    /// Set by SIGHUP.
+    hup: Arc<AtomicBool>,
+    /// The directories' watch, made before the files in force were read.
+    watch: Mutex<Option<std::io::Result<Watch>>>,
+}
+
+/// The files as start-up is about to read them, and a watch on their directories made first:
+/// a change after this is seen (by the watch, else by the periodic check), even one made
+/// before serving began.
+#[derive(Debug)]
+pub struct Baseline {
+    watch: std::io::Result<Watch>,
+    files: Files,
+}
+
+impl Baseline {
+    /// Call before the policies and plugin.yaml are loaded.
+    pub fn take(sources: &Sources) -> Baseline {
+        let watch = Watch::new(sources);
+        let files = match read(sources) {
+            Ok(r) => r.files,
+            Err((files, _)) => files,
+        };
+        Baseline { watch, files }
+    }
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("sources", &self.sources)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reloader {
+    /// A reloader whose set in force is what `baseline` found (start-up read the files after
+    /// it). SIGHUP asks it for a reload from now on (instead of ending the process).
+    pub fn new(
+        sources: Sources,
+        baseline: Baseline,
+        supervisor: Arc<Supervisor>,
+        plugin: Arc<Current<PluginConfig>>,
+        audit: AuditSink,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Self> {
+        let hup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())?;
+        let Baseline { watch, files } = baseline;
+        let r = Reloader {
+            watch: Mutex::new(Some(watch)),
+            sources,
+            supervisor,
+            plugin,
+            audit,
+            metrics,
+            state: Mutex::new((files, None)),
+            hup,
+        };
+        r.publish();
+        Ok(r)
+    }
+
+    /// Compare the files with the set in force; put a changed set in force if it passes every
+    /// check, else keep the one in force and say why.
+    pub fn check(&self, trigger: Trigger) -> Outcome {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let read = read(&self.sources);
+        let files = match &read {
+            Ok(r) => r.files.clone(),
+            Err((files, _)) => files.clone(),
+        };
+        if files == state.0 || (trigger != Trigger::Signal && state.1.as_ref() == Some(&files)) {
+            return Outcome::Unchanged;
+        }
+        let changes = changes(&state.0, &files);
+        let outcome = match read {
+            Err((_, why)) => Err(why),
+            Ok(r) => self.apply(r),
+        };
+        let (result, reason) = match &outcome {
+            Ok(()) => {
+                *state = (files, None);
+                ("accepted", None)
+            }
+            Err(why) => {
+                state.1 = Some(files);
+                ("refused", Some(why.clone()))
+            }
+        };
+        drop(state);
+        let plans = self.supervisor.plans().current();
+        let event = ReloadEvent {
+            log: "audit".to_owned(),
+            schema: SCHEMA.to_owned(),
+            event: RELOAD.to_owned(),
+            time: crate::audit::rfc3339_now(),
+            trigger: trigger.as_str().to_owned(),
+            result: result.to_owned(),
+            reason: reason.clone(),
+            files: changes,
+            policies: plans
+                .all()
+                .iter()
+                .map(|p| crate::audit::policy_ref(p))
+                .collect(),
+            plugin_sha256: self.plugin_sha256(),
+        };
+        self.audit.emit_reload(&event);
+        self.metrics.reloaded(result);
+        self.publish();
+        match reason {
+            None => {
+                tracing::info!(trigger = trigger.as_str(), policies = %policy_list(&event.policies), plugin_sha256 = %event.plugin_sha256, "configuration reloaded: new requests run under it");
+                Outcome::Accepted
+            }
+            Some(why) => {
+                tracing::warn!(trigger = trigger.as_str(), reason = %why, "CONFIGURATION RELOAD REFUSED: the set in force stays");
+                Outcome::Refused(why)
+            }
+        }
+    }
+
+    /// Check the new set and put it in force: the policies through the supervisor (probed as
+    /// at start-up), then plugin.yaml.
+    fn apply(&self, r: Read) -> Result<(), String> {
+        let old = self.plugin.current();
+        if r.plugin.plugin_name() != old.plugin_name() {
+            return Err(format!(
+                "plugin.yaml names the plugin {:?} (metadata.name and spec.version), not {:?}: the socket's name comes from them; restart the server to rename it",
+                r.plugin.plugin_name(),
+                old.plugin_name()
+            ));
+        }
+        if let Some(set) = &r.policies {
+            self.supervisor.reload(set).map_err(|e| e.to_string())?;
+        }
+        self.plugin.replace(r.plugin);
+        Ok(())
+    }
+
+    /// The set in force as metrics: the policies' SHA-256 and plugin.yaml's.
+    fn publish(&self) {
+        let plans = self.supervisor.plans().current();
+        let policies: Vec<PolicyRef> = plans
+            .all()
+            .iter()
+            .map(|p| crate::audit::policy_ref(p))
+            .collect();
+        self.metrics
+            .set_config(policy_list(&policies), self.plugin_sha256());
+    }
+
+    fn plugin_sha256(&self) -> String {
+        self.state
+            .try_lock()
+            .ok()
+            .and_then(|s| s.0.get(&plugin_key(&self.sources)).cloned())
+            .unwrap_or_default()
+    }
+
+    /// Watch the sources until `stop`: inotify on their directories, SIGHUP, and the periodic
+    /// check. The thread wakes at least once a second to see `stop` and the signal.
+    pub fn spawn(
+        self: Arc<Self>,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let watch = self
+            .watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_else(|| Watch::new(&self.sources));
+        if let Err(e) = &watch {
+            tracing::warn!(error = %e, interval_seconds = RELOAD_CHECK.as_secs(), "configuration changes are not watched (inotify); they are found by the periodic check and SIGHUP");
+        }
+        std::thread::Builder::new()
+            .name("config-reload".into())
+            .spawn(move || {
+                let watch = watch.ok();
+                let mut next = Instant::now() + RELOAD_CHECK;
+                while !stop.load(Ordering::Relaxed) {
+                    let changed = watch
+                        .as_ref()
+                        .is_some_and(|w| w.wait(Duration::from_secs(1)));
+                    if changed {
+                        // The rest of the burst.
+                        while watch.as_ref().is_some_and(|w| w.wait(SETTLE)) {}
+                    } else if watch.is_none() {
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    let trigger = if self.hup.swap(false, Ordering::Relaxed) {
+                        Trigger::Signal
+                    } else if changed {
+                        Trigger::Inotify
+                    } else if Instant::now() >= next {
+                        Trigger::Periodic
+                    } else {
+                        continue;
+                    };
+                    next = Instant::now() + RELOAD_CHECK;
+                    if !stop.load(Ordering::Relaxed) {
+                        self.check(trigger);
+                    }
+                }
+            })
+    }
+}
+
+fn policy_list(policies: &[PolicyRef]) -> String {
+    policies
+        .iter()
+        .map(|p| format!("{}={}", p.name, p.sha256))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A directory as its files are now: a Kubernetes volume's `..data` (the timestamped
+/// directory it points to), so a set is read from one version of it whole, never half of an
+/// update; the directory itself otherwise.
+fn resolved(dir: &Path) -> PathBuf {
+    let data = dir.join("..data");
+    if data.exists() {
+        std::fs::canonicalize(&data).unwrap_or(data)
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+fn plugin_key(s: &Sources) -> String {
+    s.plugin_dir.join("plugin.yaml").display().to_string()
+}
+
+/// The set the files hold now, with each file's SHA-256; or, when it cannot be read, the files
+/// as far as they were hashed and why.
+fn read(s: &Sources) -> Result<Read, (Files, String)> {
+    let mut files = Files::new();
+    let plugin_dir = resolved(&s.plugin_dir);
+    let plugin_text = std::fs::read(plugin_dir.join("plugin.yaml"));
+    if let Ok(t) = &plugin_text {
+        files.insert(plugin_key(s), sha256(t));
+    }
+    // Where the policies were read from, and the name the operator knows that by.
+    let mut read_from = None;
+    let policies = match &s.policy {
+        None => None,
+        Some(p) if p.is_dir() => {
+            let dir = resolved(p);
+            hash_tree(&dir, p, &mut files);
+            read_from = Some((dir.clone(), p.clone()));
+            Some(PolicySet::load(&dir).map_err(|e| format!("{}: {e}", p.display())))
+        }
+        Some(p) => {
+            if let Ok(t) = std::fs::read(p) {
+                files.insert(p.display().to_string(), sha256(&t));
+            }
+            Some(PolicySet::load(p).map_err(|e| format!("{}: {e}", p.display())))
+        }
+    };
+    let policies = match policies.transpose() {
+        Ok(p) => p,
+        Err(why) => return Err((files, why)),
+    };
+    // The seccomp profiles the policies name, wherever they are (under the policy
+    // directory's version, by their name under the directory: hashed above).
+    for p in policies.iter().flat_map(|s| s.policies()) {
+        let path = &p.seccomp_profile;
+        let shown = match &read_from {
+            Some((dir, p)) => match path.strip_prefix(dir) {
+                Ok(rest) => p.join(rest),
+                Err(_) => path.clone(),
+            },
+            None => path.clone(),
+        };
+        if let Ok(t) = std::fs::read(path) {
+            files
+                .entry(shown.display().to_string())
+                .or_insert_with(|| sha256(&t));
+        }
+    }
+    let plugin = match plugin_text {
+        Err(e) => Err(format!("{}: {e}", plugin_key(s))),
+        Ok(t) => PluginConfig::parse(&String::from_utf8_lossy(&t))
+            .map(|l| l.config)
+            .map_err(|e| format!("{}: {e}", plugin_key(s))),
+    };
+    match plugin {
+        Ok(plugin) => Ok(Read {
+            policies,
+            plugin,
+            files,
+        }),
+        Err(why) => Err((files, why)),
+    }
+}
+
+/// Every regular file under `dir` (not Kubernetes' `..` entries), named as under `shown`.
+fn hash_tree(dir: &Path, shown: &Path, files: &mut Files) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with("..") {
+            continue;
+        }
+        let path = e.path();
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => hash_tree(&path, &shown.join(&name), files),
+            Ok(m) if m.is_file() => {
+                if let Ok(t) = std::fs::read(&path) {
+                    files.insert(shown.join(&name).display().to_string(), sha256(&t));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Every file that differs between `old` and `new`.
+fn changes(old: &Files, new: &Files) -> Vec<FileChange> {
+    let mut paths: Vec<&String> = old.keys().chain(new.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    paths
+        .into_iter()
+        .filter(|p| old.get(*p) != new.get(*p))
+        .map(|p| FileChange {
+            path: p.clone(),
+            old_sha256: old.get(p).cloned(),
+            new_sha256: new.get(p).cloned(),
+        })
+        .collect()
+}
+
+/// inotify on the sources' directories (a policy file's own directory), for any entry made,
+/// moved, written or removed there: `..data`'s swap is a rename into the directory.
+#[derive(Debug)]
+struct Watch {
+    fd: rustix::fd::OwnedFd,
+}
+
+impl Watch {
+    fn new(s: &Sources) -> std::io::Result<Watch> {
+        use rustix::fs::inotify;
+        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+        let mask = inotify::WatchFlags::CREATE
+            | inotify::WatchFlags::MOVED_TO
+            | inotify::WatchFlags::MOVED_FROM
+            | inotify::WatchFlags::CLOSE_WRITE
+            | inotify::WatchFlags::DELETE
+            | inotify::WatchFlags::ATTRIB;
+        let mut dirs = vec![s.plugin_dir.clone()];
+        if let Some(p) = &s.policy {
+            dirs.push(if p.is_dir() {
+                p.clone()
+            } else {
+                p.parent()
+                    .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+            });
+        }
+        for d in dirs {
+            inotify::add_watch(&fd, &d, mask)?;
+        }
+        Ok(Watch { fd })
+    }
+
+    /// Whether an event arrived within `limit` (every pending one is read).
+    fn wait(&self, limit: Duration) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        let timeout = Timespec::try_from(limit).ok();
+        if !matches!(poll(&mut fds, timeout.as_ref()), Ok(n) if n > 0) {
+            return false;
+        }
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = rustix::fs::inotify::Reader::new(&self.fd, &mut buf);
+        let mut any = false;
+        while reader.next().is_ok() {
+            any = true;
+        }
+        any
+    }
+}
