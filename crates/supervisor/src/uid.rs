@@ -95,6 +95,9 @@ pub struct UidPool {
     in_use: usize,
     /// Node-wide lease locks (`None`: this process alone leases from the range).
     lock_dir: Option<PathBuf>,
+    /// Where the node's processes are seen (`/proc`; a test's own directory in unit tests,
+    /// which must not depend on what else runs on the host).
+    proc_root: PathBuf,
 }
 
 /// `(name, id)` pairs from a passwd- or group-format file (malformed lines are skipped, as NSS does).
@@ -141,6 +144,7 @@ impl UidPool {
             cursor: 0,
             in_use: 0,
             lock_dir: None,
+            proc_root: PathBuf::from("/proc"),
         })
     }
 
@@ -199,7 +203,7 @@ impl UidPool {
             .filter(|&u| u != 65534)
             // Another instance's keeper (its lease directory not ours) runs as it.
             .filter(|&u| {
-                let running = process_of_uid(Path::new("/proc"), u);
+                let running = process_of_uid(&self.proc_root, u);
                 if let Some(pid) = running {
                     tracing::info!(
                         uid = u,
@@ -550,6 +554,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let mut p = UidPool::new(30000, 3, "", "").unwrap();
         p.set_lock_dir(dir.path().join("leases")).expect("lock dir");
+        // No process runs as any of these here (the host's own keepers are not this test's).
+        p.proc_root = dir.path().join("proc");
+        std::fs::create_dir_all(&p.proc_root).expect("proc");
         let (a, _la) = p.lock_outside(65533, 4).expect("free");
         assert_eq!(a, 65533);
         // 65533 is held (by `_la`): the next one is 65535, never 65534.
