@@ -468,9 +468,9 @@ pub fn grpc_stream(data: &[u8]) {
         let runner = Arc::new(Counting::default());
         let svc = server::service::CmpService::new(
             server::service::ServiceConfig {
-                plugin: loaded.config,
+                plugin: Arc::new(server::reload::Current::new(loaded.config)),
                 work_dir: std::env::temp_dir().join("_cmp_grpc_fuzz"),
-                plans: Arc::new(plans),
+                plans: Arc::new(supervisor::PlanSource::new(Arc::new(plans))),
                 audit: server::audit::AuditSink::file(std::path::Path::new("/dev/null"))
                     .expect("sink"),
                 metrics: Arc::new(server::metrics::Metrics::default()),

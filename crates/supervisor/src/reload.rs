@@ -15,7 +15,7 @@ use crate::start::{Supervisor, missing_required};
 pub struct PlanSource(RwLock<Arc<Plans>>);
 
 impl PlanSource {
-    pub(crate) fn new(plans: Arc<Plans>) -> Self {
+    pub fn new(plans: Arc<Plans>) -> Self {
         PlanSource(RwLock::new(plans))
     }
 
