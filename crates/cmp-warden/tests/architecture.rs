@@ -197,16 +197,17 @@ fn unsafe_is_forbidden_in_every_crate_but_the_kernel_primitives() {
 }
 
 /// Invariant 9: outside the policy crate a `Policy` is read by its one translation
-/// (`supervisor::plan`), by doctor (which reports the policy's own fields under their names)
-/// and by `policy suggest` (which writes a policy); the binary loads one and hands it to
-/// start-up. Everything else reads the `Plan` a request carries.
+/// (`supervisor::plan`; start-up receives one), by the `policy` commands (`policy check` shows
+/// it, `policy suggest` writes one) and by the flags that load it. Everything else, doctor and
+/// serve's start-up report included, reads a `Plan`.
 #[test]
-fn a_policy_is_read_only_by_its_translation_doctor_and_suggest() {
+fn a_policy_is_read_only_by_its_translation_and_the_policy_commands() {
     let allowed = [
         "crates/supervisor/src/plan.rs",
         "crates/supervisor/src/start.rs",
         "crates/suggest/src/",
-        "crates/cmp-warden/src/cmd/",
+        "crates/cmp-warden/src/cmd/flags.rs",
+        "crates/cmp-warden/src/cmd/policy.rs",
         // The `policy` subcommand's name.
         "crates/cmp-warden/src/main.rs",
     ];

@@ -90,6 +90,13 @@ pub struct Plan {
     seccomp_error: Option<SeccompError>,
     /// `spec.seccomp.mode`.
     seccomp_mode: policy::SeccompMode,
+    /// `spec.seccomp.profile`: the file the filter was compiled from (reports name it).
+    seccomp_profile: PathBuf,
+    /// `spec.limits` as the policy sets them, for reports that list each field by its name;
+    /// what runs reads the translated values (`cgroup`, the jail's rlimits, `wall_clock`).
+    limits: policy::policy::Limits,
+    /// `spec.cache.enabled` (whether this policy's jails can take a tree is `cache`).
+    cache_enabled: bool,
 }
 
 impl Plan {
@@ -156,6 +163,9 @@ impl Plan {
             sandbox: sandbox(policy, seccomp),
             seccomp_error,
             seccomp_mode: policy.seccomp_mode,
+            seccomp_profile: policy.seccomp_profile.clone(),
+            limits: policy.limits.clone(),
+            cache_enabled: policy.cache.enabled,
         }
     }
 
@@ -190,6 +200,36 @@ impl Plan {
     /// `spec.seccomp.mode`: enforce, or audit (log what it would deny).
     pub fn seccomp_mode(&self) -> policy::SeccompMode {
         self.seccomp_mode
+    }
+
+    /// `spec.seccomp.profile`, the file the filter comes from.
+    pub fn seccomp_profile(&self) -> &Path {
+        &self.seccomp_profile
+    }
+
+    /// `spec.limits` as the policy sets them (for reports; see the field).
+    pub fn limits(&self) -> &policy::policy::Limits {
+        &self.limits
+    }
+
+    /// `spec.cache.enabled`: whether the policy asks for the tree cache at all.
+    pub fn cache_enabled(&self) -> bool {
+        self.cache_enabled
+    }
+
+    /// `spec.filesystem.readOnly`.
+    pub fn read_only(&self) -> &[PathBuf] {
+        &self.sandbox.read_only
+    }
+
+    /// `spec.filesystem.readWrite`.
+    pub fn read_write(&self) -> &[PathBuf] {
+        &self.sandbox.read_write
+    }
+
+    /// Names of the server's variables commands get (`spec.env.pass`).
+    pub fn passed_env_names(&self) -> impl Iterator<Item = &str> {
+        self.base_env.iter().map(|(k, _)| k.as_str())
     }
 
     /// What a required Landlock must provide (`spec.landlock`: its lowest ABI, its features).

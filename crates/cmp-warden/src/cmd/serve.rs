@@ -231,7 +231,6 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     };
     let baseline = server::reload::Baseline::take(&reload_sources);
     let policies = super::flags::load_policies(a.policy.as_deref())?;
-    let policy = policies.default_policy();
     let grpc_max_size_mb = grpc_max_size_mb(a.grpc_max_size_mb.as_deref());
     let overrides = supervisor::Overrides {
         compressed_bytes: super::flags::quantity("--max-compressed", a.max_compressed.as_deref())?,
@@ -283,7 +282,11 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         supervisor::Supervisor::start_set(&policies, start)?
     };
     // 5.
-    report(policy, &enforcement, (&a.socket_dir, &work_parent));
+    report(
+        supervisor.plans().current().default_plan(),
+        &enforcement,
+        (&a.socket_dir, &work_parent),
+    );
 
     // 6.
     let audit = super::flags::audit_sink(&a.audit_log)?;
@@ -445,12 +448,11 @@ fn listen_options(
 
 /// The doctor report as one log line, and each gap in confinement as a warning.
 fn report(
-    policy: &policy::Policy,
+    plan: &supervisor::Plan,
     enforcement: &supervisor::Enforcement,
     dirs: (&std::path::Path, &std::path::Path),
 ) {
-    let doctor =
-        super::doctor::assemble(policy, enforcement, dirs, None, std::env::vars().collect());
+    let doctor = super::doctor::assemble(plan, enforcement, dirs, None, std::env::vars().collect());
     tracing::info!(
         report = %serde_json::to_string(&doctor).unwrap_or_default(),
         schema = super::doctor::SCHEMA,

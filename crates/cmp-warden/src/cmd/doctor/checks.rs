@@ -1,18 +1,19 @@
-//! Each check of the report: what the probe's jail, the policy and this environment say about
-//! one protection.
+//! Each check of the report: what the probe's jail, the policy's plan and this environment say
+//! about one protection. The policy is read through its [`Plan`], the one translation.
 
 use super::*;
 
-/// What one check needs: the policy, what start-up found (if it got that far) and the probe.
+/// What one check needs: the policy's plan, what start-up found (if it got that far) and the
+/// probe.
 pub(super) struct Found<'a> {
-    policy: &'a Policy,
+    plan: &'a Plan,
     enforcement: Option<&'a Enforcement>,
     report: Option<&'a Report>,
 }
 
 impl Found<'_> {
     fn required(&self, p: Protection) -> bool {
-        self.policy.require.contains(&p)
+        self.plan.requires(p)
     }
 
     /// Why `p` is unavailable, else that the probe did not run.
@@ -43,7 +44,7 @@ pub(super) fn check(
 
 /// The report, one function per check, in the order the report lists them.
 pub(super) fn assemble_as(
-    policy: &Policy,
+    plan: &Plan,
     held: &Privileges,
     enforcement: Option<&Enforcement>,
     (socket_dir, work_parent): (&Path, &Path),
@@ -51,7 +52,7 @@ pub(super) fn assemble_as(
     env: Vec<(String, String)>,
 ) -> DoctorReport {
     let f = Found {
-        policy,
+        plan,
         enforcement,
         report: enforcement.map(|e| &e.probe),
     };
@@ -65,10 +66,10 @@ pub(super) fn assemble_as(
         .find(|(k, _)| k == "ARGOCD_EXEC_TIMEOUT")
         .map(|(_, v)| v.clone())
         .filter(|v| !v.is_empty());
-    checks.push(environment_check(policy, env));
-    checks.push(network_check(policy));
-    checks.push(filesystem_check(policy));
-    checks.push(limits_check(policy, &env_timeout));
+    checks.push(environment_check(plan));
+    checks.push(network_check(plan));
+    checks.push(filesystem_check(plan));
+    checks.push(limits_check(plan, &env_timeout));
     checks.extend([
         capabilities_check(&f),
         supervisor_capabilities_check(held, &kept),
@@ -92,8 +93,8 @@ pub(super) fn assemble_as(
         version: env!("CARGO_PKG_VERSION"),
         commit: env!("CMP_WARDEN_COMMIT"),
         selected: Vec::new(),
-        policy: policy.name.clone(),
-        policy_sha256: policy.sha256.clone(),
+        policy: plan.policy_name.clone(),
+        policy_sha256: plan.policy_sha256.clone(),
         privilege_model: held.model,
         euid: held.euid,
         capabilities_held: held.effective.clone(),
@@ -115,8 +116,8 @@ pub(super) fn unique_uid_check(f: &Found<'_>) -> Check {
         if unique {
             format!(
                 "each request runs as its own UID/GID from {}+{} (probe ran as {})",
-                f.policy.uid_first,
-                f.policy.uid_count,
+                f.plan.uid_range.0,
+                f.plan.uid_range.1,
                 f.report.map_or(0, |r| r.uid)
             )
         } else {
@@ -150,7 +151,7 @@ pub(super) fn denial_log_check(f: &Found<'_>) -> Option<Check> {
 pub(super) fn tree_cache_check(f: &Found<'_>) -> Option<Check> {
     let e = f.enforcement?;
     let on = e.tree_cache.is_ok();
-    let detail = if f.policy.cache.enabled {
+    let detail = if f.plan.cache_enabled() {
         e.tree_cache_phrase()
     } else {
         "off in the policy (spec.cache.enabled: false)".to_owned()
@@ -160,13 +161,9 @@ pub(super) fn tree_cache_check(f: &Found<'_>) -> Option<Check> {
 
 /// Which of the server's variables commands get (`spec.env.pass`) and which they do not
 /// (names only): a plugin configured by the server's environment shows up here first.
-pub(super) fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> Check {
-    let passed: Vec<String> = policy
-        .passed_env(env.iter().cloned())
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-    let withheld = policy.withheld_env(env);
+pub(super) fn environment_check(plan: &Plan) -> Check {
+    let passed: Vec<&str> = plan.passed_env_names().collect();
+    let withheld = &plan.withheld_env;
     check(
         "environment",
         true,
@@ -190,8 +187,8 @@ pub(super) fn environment_check(policy: &Policy, env: Vec<(String, String)>) -> 
 
 /// Every `spec.limits` field as the policy sets it (the cgroup and rlimit checks below say
 /// which of them the kernel enforces here), and the two deadlines that are not the policy's.
-pub(super) fn limits_check(policy: &Policy, exec_timeout: &Option<String>) -> Check {
-    let fields = match serde_json::to_value(&policy.limits) {
+pub(super) fn limits_check(plan: &Plan, exec_timeout: &Option<String>) -> Check {
+    let fields = match serde_json::to_value(plan.limits()) {
         Ok(serde_json::Value::Object(m)) => m
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -222,7 +219,7 @@ pub(super) fn limits_check(policy: &Policy, exec_timeout: &Option<String>) -> Ch
 /// The paths outside the request's own tree that commands may read or write, by the fields
 /// that list them: a file a plugin needs from the image (shared values, a tool's config) is
 /// readable only under one of them.
-pub(super) fn filesystem_check(policy: &Policy) -> Check {
+pub(super) fn filesystem_check(plan: &Plan) -> Check {
     let list = |paths: &[PathBuf]| {
         if paths.is_empty() {
             "none".to_owned()
@@ -241,24 +238,25 @@ pub(super) fn filesystem_check(policy: &Policy) -> Check {
         Status::Info,
         format!(
             "besides the request's own tree, HOME and /tmp, commands read spec.filesystem.readOnly: {}; and write spec.filesystem.readWrite: {}",
-            list(&policy.read_only),
-            list(&policy.read_write)
+            list(plan.read_only()),
+            list(plan.read_write())
         ),
     )
 }
 
 /// What the policy lets commands reach, with the fields that say it: the mode, and under
 /// `allowList` each destination, the pinned names and whether audit mode lets all through.
-pub(super) fn network_check(policy: &Policy) -> Check {
-    let mut detail = match policy.network {
-        NetworkMode::None if policy.network_loopback => "spec.network.mode: none: commands get no network beyond the jail's own loopback".to_owned(),
+pub(super) fn network_check(plan: &Plan) -> Check {
+    let mut detail = match plan.network() {
+        NetworkMode::None if plan.loopback() => "spec.network.mode: none: commands get no network beyond the jail's own loopback".to_owned(),
         NetworkMode::None => {
             "spec.network.mode: none: commands get no network (no inet socket; loopback only)"
                 .to_owned()
         }
         NetworkMode::Egress => "spec.network.mode: egress: commands share the pod's network (every destination the pod reaches)".to_owned(),
         NetworkMode::AllowList => {
-            let l = &policy.egress;
+            let empty = egress::AllowList::default();
+            let l = plan.egress.as_ref().map_or(&empty, |(l, _)| l);
             let allow: Vec<String> = l
                 .rules
                 .iter()
@@ -295,7 +293,7 @@ pub(super) fn network_check(policy: &Policy) -> Check {
             )
         }
     };
-    if policy.network_loopback {
+    if plan.loopback() {
         detail.push_str("; spec.network.loopback: true: inet sockets on the jail's own loopback (its network namespace, required, has no other device)");
     }
     check("network", true, false, Status::Info, detail)
@@ -398,7 +396,7 @@ pub(super) fn landlock_check(f: &Found<'_>) -> Check {
             // kernel does not put in effect here.
             let missing: Vec<&str> = LandlockFeature::ALL
                 .into_iter()
-                .filter(|x| *x != LandlockFeature::Tcp || f.policy.network != NetworkMode::Egress)
+                .filter(|x| *x != LandlockFeature::Tcp || f.plan.network() != NetworkMode::Egress)
                 .filter(|x| !r.landlock_features.contains(x))
                 .map(LandlockFeature::as_str)
                 .collect();
@@ -449,7 +447,7 @@ pub(super) fn landlock_check(f: &Found<'_>) -> Check {
 
 /// Unless `network: egress`.
 pub(super) fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
-    if f.policy.network == NetworkMode::Egress {
+    if f.plan.network() == NetworkMode::Egress {
         return None;
     }
     let tcp = f.report.is_some_and(|r| r.landlock_tcp_denied);
@@ -460,7 +458,7 @@ pub(super) fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
         yes(tcp),
         match f.report {
             None => NO_PROBE.to_owned(),
-            Some(r) if f.policy.network == NetworkMode::AllowList => {
+            Some(r) if f.plan.network() == NetworkMode::AllowList => {
                 let fence = if r.namespaces.has(Namespace::Net) {
                     "the jail's own network namespace holds only the proxy's listener"
                 } else {
@@ -495,7 +493,7 @@ pub(super) fn seccomp_check(f: &Found<'_>) -> Check {
             0
         }
     });
-    let mode = f.policy.seccomp_mode;
+    let mode = f.plan.seccomp_mode();
     check(
         "seccomp",
         filters > 0,
@@ -509,7 +507,7 @@ pub(super) fn seccomp_check(f: &Found<'_>) -> Check {
             format!(
                 "{filters} filter(s), {} BPF instructions from {} in {} mode{}",
                 f.enforcement.map_or(0, |e| e.seccomp_instructions),
-                f.policy.seccomp_profile.display(),
+                f.plan.seccomp_profile().display(),
                 match mode {
                     SeccompMode::Enforce => "enforce",
                     SeccompMode::Audit => "audit",
@@ -658,7 +656,7 @@ pub(super) fn rlimits_check(f: &Found<'_>) -> Check {
 /// One line per namespace: the ones the plan asks for (the policy's, less `net` under
 /// `network: egress`), as the probe's jail entered them.
 pub(super) fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
-    let ns = supervisor::wanted_namespaces(f.policy);
+    let ns = f.plan.namespaces();
     let wanted = [
         (Namespace::User, true),
         (Namespace::Mount, ns.mount),
@@ -690,7 +688,7 @@ pub(super) fn namespace_checks(f: &Found<'_>) -> Vec<Check> {
             } else if !want {
                 (
                     Status::Disabled,
-                    if ns == Namespace::Net && f.policy.network == NetworkMode::Egress {
+                    if ns == Namespace::Net && f.plan.network() == NetworkMode::Egress {
                         "network.mode: egress shares the host's network".to_owned()
                     } else {
                         format!("spec.namespaces leaves out {ns}")

@@ -8,17 +8,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use policy::{LandlockFeature, NetworkMode, Policy, Protection, SeccompMode};
+use policy::{LandlockFeature, NetworkMode, Protection, SeccompMode};
 use serde::Serialize;
 use supervisor::{
     DenialLog, LandlockStatus, Layout, Namespace, PrivilegeModel, Privileges, Report,
 };
-use supervisor::{Enforcement, Owner, StartOptions, Supervisor};
+use supervisor::{Enforcement, Owner, Plan, StartOptions, Supervisor};
 
-/// Schema identifier of the JSON report; bumped on any incompatible change.
 mod checks;
 use checks::*;
 
+/// Schema identifier of the JSON report; bumped on any incompatible change.
 pub const SCHEMA: &str = "cmp-warden.doctor/v1";
 
 /// `doctor` flags.
@@ -202,7 +202,6 @@ pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
 /// Start the supervisor as `serve` would (one-shot, in a scratch work directory) and report
 /// from what it found; on refusal, start again with nothing required to show what exists.
 fn diagnose(set: &policy::PolicySet, a: &DoctorArgs, log_args: Vec<String>) -> DoctorReport {
-    let policy = set.default_policy();
     let held = supervisor::privileges_now();
     let parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = parent.join(format!("cmp-warden-doctor-{}", std::process::id()));
@@ -223,13 +222,19 @@ fn diagnose(set: &policy::PolicySet, a: &DoctorArgs, log_args: Vec<String>) -> D
             }
         }
     };
+    // The default policy's plan as serve would translate it (also when nothing started).
+    let plan = Plan::new(
+        set.default_policy(),
+        &supervisor::Overrides::default(),
+        std::env::vars(),
+    );
     let enforcement = started.map(|(supervisor, enforcement)| {
         // Retires the spare jail and removes the work dir and the cgroup instance.
         supervisor.shutdown();
         enforcement
     });
     assemble_as(
-        policy,
+        &plan,
         &held,
         enforcement.as_ref(),
         (&a.socket_dir, &parent),
@@ -314,17 +319,18 @@ fn yes(b: bool) -> Status {
     }
 }
 
-/// The report `serve` logs at start-up, from the same [`Enforcement`] it enforces.
-/// `env` is the server's environment (only its names are reported).
+/// The report `serve` logs at start-up, from the same [`Enforcement`] and default [`Plan`] it
+/// enforces. `env` is the server's environment: the report shows `ARGOCD_EXEC_TIMEOUT` as
+/// written (the plan holds it parsed).
 pub fn assemble(
-    policy: &Policy,
+    plan: &Plan,
     enforcement: &Enforcement,
     (socket_dir, work_parent): (&Path, &Path),
     refusal: Option<String>,
     env: Vec<(String, String)>,
 ) -> DoctorReport {
     assemble_as(
-        policy,
+        plan,
         &enforcement.privileges,
         Some(enforcement),
         (socket_dir, work_parent),
@@ -536,14 +542,21 @@ mod tests {
         }
     }
 
-    /// The report operators and `doctor --json` consumers read: every check's name, status and
-    /// detail for a known start-up (the root filesystem's line depends on this machine and is
-    /// left out). A change here is a schema change (bump `SCHEMA`).
+    /// The embedded default policy's plan, the server's environment being `env`.
+    fn default_plan(env: &[(&str, &str)]) -> Plan {
+        let set = crate::cmd::flags::load_policies(None).expect("the embedded policy");
+        Plan::new(
+            set.default_policy(),
+            &supervisor::Overrides::default(),
+            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        )
+    }
+
     /// `ARGOCD_EXEC_TIMEOUT` as serve applies it: a value Go cannot parse, or zero, is shown
     /// as not applied (mutant: the raw value shown -> "(abc)").
     #[test]
     fn the_exec_timeout_is_shown_as_serve_applies_it() {
-        let p = Policy::default_policy().expect("policy");
+        let p = default_plan(&[]);
         let detail = |v: Option<&str>| limits_check(&p, &v.map(str::to_owned)).detail;
         assert!(detail(None).contains("ARGOCD_EXEC_TIMEOUT (unset)"));
         assert!(detail(Some("90s")).contains("ARGOCD_EXEC_TIMEOUT (90s)"));
@@ -551,24 +564,25 @@ mod tests {
         assert!(detail(Some("0s")).contains("(0s: zero, none applied)"));
     }
 
+    /// The report operators and `doctor --json` consumers read: every check's name, status and
+    /// detail for a known start-up (the root filesystem's line depends on this machine and is
+    /// left out). A change here is a schema change (bump `SCHEMA`).
     #[test]
     fn the_report_format_is_pinned() {
-        let policy = Policy::default_policy().expect("default");
+        let env = [
+            ("PATH", "/usr/bin"),
+            ("VAULT_ADDR", "http://vault:8200"),
+            ("HOME", "/root"),
+        ];
         let mut r = assemble(
-            &policy,
+            &default_plan(&env),
             &found(),
             (
                 Path::new("/nonexistent/plugins"),
                 Path::new("/nonexistent/work"),
             ),
             None,
-            [
-                ("PATH", "/usr/bin"),
-                ("VAULT_ADDR", "http://vault:8200"),
-                ("HOME", "/root"),
-            ]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .to_vec(),
+            env.map(|(k, v)| (k.to_owned(), v.to_owned())).to_vec(),
         );
         r.policy_sha256 = "00".into();
         r.version = "0.0.0";
