@@ -499,5 +499,44 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
             m.contains(&format!("default={}", expected.0)),
             "cmp_warden_config_info names the default in force\n{m}"
         );
+
+        // doctor, run beside the server as an operator would, names the set in force and the
+        // reload it refused, against the files it reads now (a node-wide change).
+        let n = reloads().len();
+        pol_dir.swap(&files(
+            &mark(&base, 99).replacen("count: 16}", "count: 15}", 1),
+            &None,
+        ));
+        assert!(
+            wait_until(Duration::from_secs(20), || reloads().len() > n),
+            "no reload event for the node-wide change"
+        );
+        let out = std::process::Command::new(bin())
+            .args(["doctor", "--json", "--policy"])
+            .arg(&policies)
+            .arg("--work-dir")
+            .arg(&s.work)
+            .output()
+            .expect("doctor");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("doctor: {e}\n{}", String::from_utf8_lossy(&out.stderr)));
+        let c = v["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "configInForce"))
+            .unwrap_or_else(|| panic!("doctor has no configInForce check: {v}"));
+        let detail = c["detail"].as_str().unwrap_or_default();
+        assert_eq!(c["status"], "partial", "{c}");
+        for part in [
+            format!("pid {pid}"),
+            format!("default={}", &expected.0[..12]),
+            "is not the one in force".to_owned(),
+            "was REFUSED".to_owned(),
+            "spec.uidRange".to_owned(),
+        ] {
+            assert!(
+                detail.contains(&part),
+                "doctor's configInForce lacks {part:?}: {detail}"
+            );
+        }
     });
 }

@@ -82,6 +82,53 @@ pub enum Outcome {
     Refused(String),
 }
 
+/// The file in the parent of `serve`'s work directory (`--work-dir`, beside `_cmp_server`) that
+/// says which set is in force, for `doctor`.
+pub const IN_FORCE_FILE: &str = "cmp-warden-in-force.json";
+
+/// Which set a running server has in force, and its last refused reload: written to
+/// [`IN_FORCE_FILE`] at start-up and after every reload, read back by `doctor` through this
+/// type (the server's log and `cmp_warden_config_info` say the same).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct InForce {
+    /// The server's process ID (a file a dead server left says nothing).
+    pub pid: u32,
+    /// RFC 3339 UTC time the set was put in force (start-up or the reload that accepted it).
+    pub since: String,
+    /// The policies in force, the default first.
+    pub policies: Vec<PolicyRef>,
+    /// SHA-256 of plugin.yaml in force.
+    pub plugin_sha256: String,
+    /// SHA-256 of each file of the set in force, by the path the operator knows it by.
+    pub files: BTreeMap<String, String>,
+    /// The last reload refused since then (the set in force stayed), with its reason.
+    pub last_refused: Option<ReloadEvent>,
+}
+
+impl InForce {
+    /// What the server whose work directory is under `work_parent` has in force: `None` when
+    /// no server wrote it or the one that did has exited.
+    pub fn read(work_parent: &Path) -> Option<Result<InForce, String>> {
+        let path = work_parent.join(IN_FORCE_FILE);
+        let text = std::fs::read_to_string(&path).ok()?;
+        let parsed =
+            serde_json::from_str::<InForce>(&text).map_err(|e| format!("{}: {e}", path.display()));
+        match parsed {
+            Ok(f) if !Path::new(&format!("/proc/{}", f.pid)).exists() => None,
+            other => Some(other),
+        }
+    }
+
+    /// Written whole, then renamed over the last one (a reader sees one or the other).
+    fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let tmp = dir.join(format!(".{IN_FORCE_FILE}.tmp"));
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, dir.join(IN_FORCE_FILE))
+    }
+}
+
 /// Where the configuration comes from.
 #[derive(Debug, Clone)]
 pub struct Sources {
@@ -115,6 +162,10 @@ pub struct Reloader {
     hup: Arc<AtomicBool>,
     /// The directories' watch, made before the files in force were read.
     watch: Mutex<Option<std::io::Result<Watch>>>,
+    /// Since when the set is in force, and the last refused reload since.
+    since: Mutex<(String, Option<ReloadEvent>)>,
+    /// Where [`InForce`] is written (the parent of `serve`'s work directory), if anywhere.
+    status_dir: Option<PathBuf>,
 }
 
 /// The files as start-up is about to read them, and a watch on their directories made first:
@@ -169,9 +220,26 @@ impl Reloader {
             metrics,
             state: Mutex::new((files, None)),
             hup,
+            since: Mutex::new((crate::audit::rfc3339_now(), None)),
+            status_dir: None,
         };
         r.publish();
         Ok(r)
+    }
+
+    /// Remove what [`Self::with_status_dir`] wrote (serving has ended).
+    pub fn withdraw(&self) {
+        if let Some(dir) = &self.status_dir {
+            let _ = std::fs::remove_file(dir.join(IN_FORCE_FILE));
+        }
+    }
+
+    /// Also write the set in force to `dir` ([`InForce`], for `doctor`), now and after each
+    /// reload.
+    pub fn with_status_dir(mut self, dir: PathBuf) -> Self {
+        self.status_dir = Some(dir);
+        self.publish();
+        self
     }
 
     /// Compare the files with the set in force; put a changed set in force if it passes every
@@ -221,6 +289,14 @@ impl Reloader {
         };
         self.audit.emit_reload(&event);
         self.metrics.reloaded(result);
+        {
+            let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+            if reason.is_none() {
+                *since = (event.time.clone(), None);
+            } else {
+                since.1 = Some(event.clone());
+            }
+        }
         self.publish();
         match reason {
             None => {
@@ -262,6 +338,25 @@ impl Reloader {
             .collect();
         self.metrics
             .set_config(policy_list(&policies), self.plugin_sha256());
+        let Some(dir) = &self.status_dir else {
+            return;
+        };
+        let (since, last_refused) = self.since.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let in_force = InForce {
+            pid: std::process::id(),
+            since,
+            policies,
+            plugin_sha256: self.plugin_sha256(),
+            files: self
+                .state
+                .try_lock()
+                .map(|s| s.0.clone())
+                .unwrap_or_default(),
+            last_refused,
+        };
+        if let Err(e) = in_force.write(dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not write the set in force for doctor (doctor will not name it)");
+        }
     }
 
     fn plugin_sha256(&self) -> String {

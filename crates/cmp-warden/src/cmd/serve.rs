@@ -318,14 +318,17 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     let describe = runner.describe();
     let supervisor = Arc::new(supervisor);
     let plugin = Arc::new(server::reload::Current::new(config));
-    let reloader = Arc::new(server::reload::Reloader::new(
-        reload_sources,
-        baseline,
-        supervisor.clone(),
-        plugin.clone(),
-        audit.clone(),
-        metrics.clone(),
-    )?);
+    let reloader = Arc::new(
+        server::reload::Reloader::new(
+            reload_sources,
+            baseline,
+            supervisor.clone(),
+            plugin.clone(),
+            audit.clone(),
+            metrics.clone(),
+        )?
+        .with_status_dir(work_parent.clone()),
+    );
     let svc = CmpService::new(
         ServiceConfig {
             plugin,
@@ -576,7 +579,7 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
         );
     }
     let stop_reloading = Arc::new(AtomicBool::new(false));
-    let reloading = p.reloader.spawn(stop_reloading.clone())?;
+    let reloading = p.reloader.clone().spawn(stop_reloading.clone())?;
     let served = server::serve(
         p.listener,
         p.tcp,
@@ -588,6 +591,7 @@ async fn serve(p: Prepared, early_stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     // No reload once serving ended (a reload's probe would take a UID the shutdown reclaims).
     stop_reloading.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || reloading.join()).await;
+    p.reloader.withdraw();
     // Whatever ended serving, what the runner keeps is retired (its cgroups included).
     shut_down(p.supervisor).await;
     served?;

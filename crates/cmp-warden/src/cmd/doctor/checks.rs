@@ -87,6 +87,7 @@ pub(super) fn assemble_as(
     checks.push(read_only_root_check());
     checks.push(socket_dir_check(socket_dir, held.euid));
     checks.push(work_dir_check(work_parent));
+    checks.extend(in_force_check(work_parent, plan));
     let gaps = gaps(&checks);
     DoctorReport {
         schema: SCHEMA,
@@ -767,6 +768,55 @@ pub(super) fn work_dir_check(work_parent: &Path) -> Check {
         Err(e) => format!("{}: {e}", work_parent.display()),
     };
     check("workDirectory", true, false, Status::Info, detail)
+}
+
+/// What a server running here has in force (its [`server::reload::InForce`] beside the work
+/// directory), against the files doctor read now: a change a reload refused, or one not yet
+/// reloaded, shows up here with the reason. Absent when no server runs here.
+pub(super) fn in_force_check(work_parent: &Path, plan: &Plan) -> Option<Check> {
+    let f = match server::reload::InForce::read(work_parent)? {
+        Ok(f) => f,
+        Err(e) => return Some(check("configInForce", false, false, Status::Info, e)),
+    };
+    let short = |s: &str| s.get(..12).unwrap_or(s).to_owned();
+    let policies: Vec<String> = f
+        .policies
+        .iter()
+        .map(|p| format!("{}={}", p.name, short(&p.sha256)))
+        .collect();
+    let mut detail = format!(
+        "the server here (pid {}) serves, since {}: policies {}; plugin.yaml {}",
+        f.pid,
+        f.since,
+        list(&policies),
+        short(&f.plugin_sha256)
+    );
+    let default_in_force = f.policies.first().map(|p| p.sha256.as_str());
+    let differs = default_in_force != Some(plan.policy_sha256.as_str());
+    if differs {
+        detail.push_str(&format!(
+            "; the default policy read now ({}) is not the one in force",
+            short(&plan.policy_sha256)
+        ));
+    }
+    match &f.last_refused {
+        Some(r) => detail.push_str(&format!(
+            "; the last reload, at {} ({}), was REFUSED: {}",
+            r.time,
+            r.trigger,
+            r.reason.as_deref().unwrap_or("no reason recorded")
+        )),
+        None if differs => detail.push_str(
+            "; no reload has read it yet (the next change, SIGHUP or the 30 s check does)",
+        ),
+        None => {}
+    }
+    let status = if differs || f.last_refused.is_some() {
+        Status::Partial
+    } else {
+        Status::Info
+    };
+    Some(check("configInForce", true, false, status, detail))
 }
 
 pub(super) fn list(v: &[String]) -> String {
