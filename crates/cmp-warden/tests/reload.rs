@@ -33,9 +33,13 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 
 fn plugin_yaml(generation: &str) -> String {
     plugin(&format!(
-        "  generate: {{command: [python3, plugin.py, {generation}]}}\n"
+        "  generate: {{command: [python3, plugin.py, {generation}]}}\n  discover: {{fileName: {generation}.marker}}\n"
     ))
 }
+
+/// The generations whose discovery matches the test's repository (it holds their markers):
+/// MatchRepository's answer changes with plugin.yaml.
+const MARKED: [&str; 2] = ["p0", "p11"];
 
 /// A directory as the kubelet keeps a ConfigMap volume: `..<version>/` with the files,
 /// `..data` → the version, and each top-level name a link through `..data`. A swap writes the
@@ -160,8 +164,12 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
     let cfg = s.dir.path().join("config");
     let mut cfg_dir = ConfigMapDir::new(&cfg, &[("plugin.yaml", plugin_yaml("p0"))]);
 
-    let r = repo(&[("plugin.py", PLUGIN)]);
+    let r = repo(&[("plugin.py", PLUGIN), ("p0.marker", ""), ("p11.marker", "")]);
     let repo_dir = r.path().to_str().expect("utf8").to_owned();
+    let matches = || -> bool {
+        let v = go(&s, "match", &["-dir", &repo_dir]).unwrap_or_else(|e| panic!("match: {e:?}"));
+        v["isSupported"].as_bool().expect("isSupported")
+    };
     let call = |app: &str, project: &str| {
         go(
             &s,
@@ -399,6 +407,13 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
                 generation, expected.2,
                 "step {i} ({}): plugin.yaml in force",
                 step.what
+            );
+            assert_eq!(
+                matches(),
+                MARKED.contains(&expected.2.as_str()),
+                "step {i} ({}): discovery of the plugin.yaml in force ({})",
+                step.what,
+                expected.2
             );
             let tenant_in_force = expected.1.is_some();
             assert_eq!(
