@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use audit_event::{FileChange, PolicyRef, RELOAD, ReloadEvent, SCHEMA};
@@ -27,28 +27,7 @@ pub const RELOAD_CHECK: Duration = Duration::from_secs(30);
 /// A change is read this long after the last event of a burst (a ConfigMap update is several).
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// A value in force (the plugin's configuration), replaced whole by a reload.
-#[derive(Debug)]
-pub struct Current<T>(RwLock<Arc<T>>);
-
-impl<T> Current<T> {
-    pub fn new(value: T) -> Self {
-        Current(RwLock::new(Arc::new(value)))
-    }
-
-    /// The value in force now.
-    pub fn current(&self) -> Arc<T> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Put `value` in force; returns the one it replaced.
-    pub fn replace(&self, value: T) -> Arc<T> {
-        std::mem::replace(
-            &mut *self.0.write().unwrap_or_else(|e| e.into_inner()),
-            Arc::new(value),
-        )
-    }
-}
+pub use supervisor::Current;
 
 /// What asked for a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,7 +225,13 @@ impl Reloader {
     /// check, else keep the one in force and say why.
     pub fn check(&self, trigger: Trigger) -> Outcome {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let read = read(&self.sources);
+        // A read that fails is read once more after a pause: the kubelet removes the old
+        // version's directory right after its swap, and a read that resolved `..data` before
+        // the swap can find its files gone; a set that is broken is broken both times.
+        let read = read(&self.sources).or_else(|_| {
+            std::thread::sleep(SETTLE);
+            read(&self.sources)
+        });
         let files = match &read {
             Ok(r) => r.files.clone(),
             Err((files, _)) => files.clone(),
@@ -347,11 +332,7 @@ impl Reloader {
             since,
             policies,
             plugin_sha256: self.plugin_sha256(),
-            files: self
-                .state
-                .try_lock()
-                .map(|s| s.0.clone())
-                .unwrap_or_default(),
+            files: self.files_in_force(),
             last_refused,
         };
         if let Err(e) = in_force.write(dir) {
@@ -359,11 +340,19 @@ impl Reloader {
         }
     }
 
-    fn plugin_sha256(&self) -> String {
+    /// The files of the set in force (never called with `state` held).
+    fn files_in_force(&self) -> Files {
         self.state
-            .try_lock()
-            .ok()
-            .and_then(|s| s.0.get(&plugin_key(&self.sources)).cloned())
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    /// SHA-256 of plugin.yaml in force (never called with `state` held).
+    fn plugin_sha256(&self) -> String {
+        self.files_in_force()
+            .remove(&plugin_key(&self.sources))
             .unwrap_or_default()
     }
 

@@ -48,7 +48,7 @@ pub use reclaim::{RECLAIM_ARG, reclaim_main};
 pub use runner::ReplyShare;
 pub use uid::{proc_uid, processes_in_range};
 // Start-up's types and what it re-exports (the plan, cgroup read-backs, the jail's report).
-pub use reload::{PlanSource, ReloadRefused, Reloaded};
+pub use reload::{Current, PlanSource, ReloadRefused, Reloaded};
 pub use start::*;
 
 /// For the benchmark harness only: one command run as the jail runs it, to measure the

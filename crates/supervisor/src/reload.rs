@@ -9,28 +9,32 @@ use policy::{PolicySet, Protection};
 use crate::plan::{Plan, Plans};
 use crate::start::{Supervisor, missing_required};
 
-/// The plans in force. A request reads it once, when its header arrives, and runs under that
-/// set to its end; a reload replaces it whole.
+/// A value in force (the plans, the plugin's configuration), replaced whole by a reload. A
+/// request reads it once, when its header arrives, and runs under that value to its end.
 #[derive(Debug)]
-pub struct PlanSource(RwLock<Arc<Plans>>);
+pub struct Current<T>(RwLock<Arc<T>>);
 
-impl PlanSource {
-    pub fn new(plans: Arc<Plans>) -> Self {
-        PlanSource(RwLock::new(plans))
+impl<T> Current<T> {
+    pub fn new(value: impl Into<Arc<T>>) -> Self {
+        Current(RwLock::new(value.into()))
     }
 
-    /// The set in force now.
-    pub fn current(&self) -> Arc<Plans> {
+    /// The value in force now.
+    pub fn current(&self) -> Arc<T> {
         self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn replace(&self, plans: Arc<Plans>) -> Arc<Plans> {
+    /// Put `value` in force; returns the one it replaced.
+    pub fn replace(&self, value: impl Into<Arc<T>>) -> Arc<T> {
         std::mem::replace(
             &mut *self.0.write().unwrap_or_else(|e| e.into_inner()),
-            plans,
+            value.into(),
         )
     }
 }
+
+/// The plans in force.
+pub type PlanSource = Current<Plans>;
 
 /// Why a set was refused; the set in force stays.
 #[derive(Debug, thiserror::Error)]
