@@ -19,6 +19,8 @@ def targets(res):
         _cache_targets(res["cache"], out)
     if "versus" in res:
         _versus_targets(res["versus"], out)
+    if "cpu" in res:
+        _cpu_targets(res["cpu"], out)
     return [{"target": t, "measured": m, "met": bool(ok)} for t, m, ok in out]
 
 
@@ -98,6 +100,45 @@ def _versus_targets(v, out):
                     f"worst {r:.2f}× ({worst['files']:,} files × {worst['concurrency']})", r <= limit))
 
 
+def _cpu_targets(c, out):
+    """Issue 51: system-wide server CPU per request over the floor, against upstream's, at
+    concurrency 4 (the smoke run's concurrency 2 stands in for it)."""
+    if not c.get("upstream"):
+        out.append(("system-wide CPU against Argo CD's own cmp-server (issue 51)", "not measured: " + c["not_measured"], False))
+        return
+    top = max(x["concurrency"] for x in c["cells"])
+    for least, most, limit in ((0, 999, 1.0), (1000, None, 0.5)):
+        cells = [x for x in c["cells"] if x["concurrency"] == top and x["ratio_over_floor"] is not None
+                 and x["files"] >= least and (most is None or x["files"] <= most)]
+        if not cells:
+            continue
+        worst = max(cells, key=lambda x: x["ratio_over_floor"])
+        r = worst["ratio_over_floor"]
+        where = f"{least:,} files and up" if least else "under 1,000 files"
+        out.append((f"system-wide server CPU per request over the floor ≤ {limit}× upstream's, {where}, concurrency {top}",
+                    f"worst {r:.2f}× ({worst['files']:,} files)", r <= limit))
+
+
+def _cpu_md(c, L):
+    L += ["", "### CPU per request, system-wide (issue 51)", "",
+          "The machine's busy time (/proc/stat) over each batch of cold calls, minus the load client's own "
+          "CPU, per call; `inside` is the server's process tree (children it reaped included), `outside` "
+          "the rest: the kernel's work on its behalf elsewhere (namespace and mount teardown in workers, "
+          "RCU callbacks, cgroup offlining). Over floor = system − the floor server's system in the same cell. "
+          "Ratio: cmp-warden's over floor ÷ upstream's. ABBA order."
+          + ("" if c.get("upstream") else f" Not measured: {c['not_measured']}."), "",
+          "| files × concurrency | floor | upstream: system (inside + outside) | cmp-warden: system (inside + outside) | ratio over floor |",
+          "| --- | --- | --- | --- | --- |"]
+    for x in c["cells"]:
+        s = x["servers"]
+        col = lambda n: (f"{s[n]['system_ms']:.1f} ms ({s[n]['own_ms']:.1f} + {s[n]['outside_ms']:.1f}), "
+                         f"+{s[n]['over_floor_ms']:.1f}") if n in s else "—"
+        r = f"{x['ratio_over_floor']:.2f}×" if x["ratio_over_floor"] is not None else "—"
+        L.append(f"| {x['files']:,} × {x['concurrency']} | {s['floor']['system_ms']:.1f} ms | {col('upstream')} | "
+                 f"{col('cmp-warden')} | {r} |")
+    L.append("")
+
+
 def _ratio(a, b):
     return f"{a / b:.2f}" if a is not None and b else "—"
 
@@ -126,6 +167,8 @@ def markdown(res, plot_rel):
         _versus_md(res["versus"], L)
     if "reposerver" in res:
         _reposerver_md(res["reposerver"], L)
+    if "cpu" in res:
+        _cpu_md(res["cpu"], L)
     if plot_rel:
         L += [f"![latency vs repo size and vs concurrency]({plot_rel})", ""]
     return "\n".join(L)
@@ -397,4 +440,12 @@ def problems(res):
         if c["concurrency"]["failures"]:
             out.append(f"cache: {c['concurrency']['failures']} failed request(s) at concurrency "
                        f"{c['concurrency']['concurrency']}")
+    u = res.get("cpu")
+    if u:
+        for x in u["cells"]:
+            for name, s in x["servers"].items():
+                # A server that costs the machine nothing measured nothing.
+                if not s["system_ms"] > 0 or not s["own_ms"] > 0:
+                    out.append(f"cpu {x['files']} × {x['concurrency']}: {name} system {s['system_ms']} ms, "
+                               f"inside {s['own_ms']} ms")
     return out

@@ -135,18 +135,25 @@ def summarize(times, wall):
     return {"servers": by, "ratio_over_floor": ratios}
 
 
-def run(binary, quick):
+def upstream_binary():
+    """Argo CD's argocd-cmp-server: BENCH_UPSTREAM, else v3 built by scripts/argo-build; None
+    with BENCH_UPSTREAM=none."""
     upstream = os.environ.get("BENCH_UPSTREAM")
     if upstream == "none":
-        upstream = None
-    elif not upstream:
+        return None
+    if not upstream:
         out = subprocess.run([os.path.join(ROOT, "scripts/argo-build"), "v3"], capture_output=True,
                              text=True)
         if out.returncode != 0:
             sys.exit(f"scripts/argo-build: {out.stderr[-2000:]}")
         upstream = os.path.join(out.stdout.strip().splitlines()[-1], "argocd-cmp-server")
-    if upstream and not os.access(upstream, os.X_OK):
+    if not os.access(upstream, os.X_OK):
         sys.exit(f"BENCH_UPSTREAM={upstream} is not an executable")
+    return upstream
+
+
+def run(binary, quick):
+    upstream = upstream_binary()
     sizes = QUICK_SIZES if quick else FULL_SIZES
     concurrency = (2,) if quick else (1, 4, 16)
     work = tempfile.mkdtemp(prefix="cmpw-vs-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
