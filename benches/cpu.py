@@ -20,6 +20,19 @@ import json, os, resource, shutil, subprocess, sys, tempfile, time
 from common import ROOT, cache_policy, log, make_tree
 from versus import CAT, Server, config_dir, go_tool, upstream_binary
 
+# Each layer's cost at the small request (100 files, concurrency 4): cmp-warden with one layer
+# of `spec.namespaces` left out at a time (the user namespace comes with any of the others),
+# beside the default and upstream. Landlock, seccomp and the unique UID are required by the
+# default policy and stay.
+ALL_NS = ["mount", "pid", "net", "ipc", "uts", "cgroup"]
+LAYERS = [("without net", [n for n in ALL_NS if n != "net"]),
+          ("without mount (and its tmpfs)", [n for n in ALL_NS if n != "mount"]),
+          ("without pid", [n for n in ALL_NS if n != "pid"]),
+          ("without ipc, uts", [n for n in ALL_NS if n not in ("ipc", "uts")]),
+          ("without cgroup", [n for n in ALL_NS if n != "cgroup"]),
+          ("no namespaces (nor user)", [])]
+LAYER_CELL = (100, 40, 4, 4)  # files, calls per batch, rounds, concurrency
+
 # files, calls per batch, ABBA rounds (each server that many batches per cell).
 FULL_SIZES = [(100, 40, 4), (1000, 16, 2), (5000, 6, 2)]
 QUICK_SIZES = [(20, 8, 2)]
@@ -53,17 +66,29 @@ def tree_ticks(root):
     return out
 
 
+def settle(limit=5.0):
+    """Wait until the machine is idle (at most one tick busy in each of two 100 ms samples, or
+    `limit` seconds): the work a batch leaves behind (a reclaim after the answer, the kernel's
+    deferred teardown) is counted in that batch, and none of it in the next server's."""
+    quiet, end = 0, time.monotonic() + limit
+    while quiet < 2 and time.monotonic() < end:
+        t = busy_ticks()
+        time.sleep(0.1)
+        quiet = quiet + 1 if busy_ticks() - t <= 1 else 0
+
+
 def measured_batch(client, server, repo, calls, conc):
     """One batch of cold calls: the machine's busy seconds, the client's, the server tree's."""
+    settle()
     before_tree = tree_ticks(server.proc.pid)
     before_client = resource.getrusage(resource.RUSAGE_CHILDREN)
     before = busy_ticks()
     out = subprocess.run([client, "-socket", server.sock, "-dir", repo, "-requests", str(calls),
                           "-concurrency", str(conc), "-timeout", "120s", "-vary"],
                          capture_output=True, text=True)
-    # The server answers before it reclaims: let the reclaim (and the kernel's work after it)
-    # land in this batch, not the next server's.
-    time.sleep(0.5)
+    # The server answers before it reclaims: the reclaim and the kernel's work after it land
+    # in this batch, not the next server's.
+    settle()
     busy = busy_ticks() - before
     after_client = resource.getrusage(resource.RUSAGE_CHILDREN)
     after_tree = tree_ticks(server.proc.pid)
@@ -100,6 +125,54 @@ def cell(client, servers, repo, calls, conc, rounds):
     return {"servers": by, "ratio_over_floor": ratio}
 
 
+def layer_policy(work, name, namespaces, slot):
+    """The default policy (tree cache off) with `spec.namespaces` set to `namespaces` and a UID
+    range of its own (`slot`): the variants serve at the same time, and each server's start-up
+    sweep kills what runs in its range."""
+    path = cache_policy(os.path.join(work, name), False)
+    text = open(path).read()
+    for old, new in (("namespaces: [" + ", ".join(ALL_NS) + "]", "namespaces: [" + ", ".join(namespaces) + "]"),
+                     ("uidRange: {first: 20000, count: 40000}",
+                      "uidRange: {first: %d, count: 4000}" % (20000 + 4000 * slot))):
+        if old not in text:
+            sys.exit("policies/default.yaml has no `" + old + "` line to change")
+        text = text.replace(old, new, 1)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def layers(binary, work, client, upstream):
+    """Each layer's system-wide cost: the small request's cell with every variant in one ABBA
+    rotation, so all see the same machine."""
+    files, calls, rounds, conc = LAYER_CELL
+    lwork = os.path.join(work, "layers")
+    os.makedirs(lwork)
+    os.chmod(lwork, 0o755)
+    servers = [Server("floor", lwork, [go_tool(lwork, "cmpfloor"), "-socket", "{sock}"])]
+    try:
+        if upstream:
+            servers.append(Server("upstream", lwork, [upstream, "--config-dir-path",
+                                                      config_dir(lwork, "upstream", CAT), "--loglevel", "warn"]))
+        for i, (name, ns) in enumerate([("cmp-warden", ALL_NS)] + LAYERS):
+            d = os.path.join(lwork, f"v{i}")
+            os.makedirs(d)
+            os.chmod(d, 0o755)
+            servers.append(Server(name, d, [
+                binary, "--loglevel", "warn", "--config-dir-path", config_dir(d, "cmp-warden", CAT),
+                "--policy", layer_policy(d, "policy", ns, i), "--work-dir", os.path.join(d, "srv-" + name, "tmp")]))
+        repo = os.path.join(lwork, f"repo-{files}")
+        make_tree(repo, files - 1, (files - 1) * 2048)
+        log(f"cpu: layers, {files} files, concurrency {conc}, {calls} calls × {rounds} per server, {len(servers)} servers")
+        for s in servers:
+            measured_batch(client, s, repo, conc, conc)
+        return {"files": files, "concurrency": conc, "rounds": rounds,
+                **cell(client, servers, repo, calls, conc, rounds)}
+    finally:
+        for s in servers:
+            s.stop()
+
+
 def run(binary, quick):
     upstream = upstream_binary()
     sizes = QUICK_SIZES if quick else FULL_SIZES
@@ -128,6 +201,11 @@ def run(binary, quick):
                     measured_batch(client, s, repo, conc, conc)
                 res["cells"].append({"files": files, "concurrency": conc, "rounds": rounds,
                                      **cell(client, servers, repo, n, conc, rounds)})
+        for s in servers:
+            s.stop()
+        servers = []
+        if not quick:
+            res["layers"] = layers(binary, work, client, upstream)
     finally:
         for s in servers:
             s.stop()

@@ -137,6 +137,19 @@ def _cpu_md(c, L):
         L.append(f"| {x['files']:,} × {x['concurrency']} | {s['floor']['system_ms']:.1f} ms | {col('upstream')} | "
                  f"{col('cmp-warden')} | {r} |")
     L.append("")
+    y = c.get("layers")
+    if y:
+        s = y["servers"]
+        base = s["cmp-warden"]["system_ms"]
+        L += [f"Each layer's cost at {y['files']} files × {y['concurrency']}: cmp-warden with one part of "
+              "`spec.namespaces` left out (Landlock, seccomp and the unique UID stay), every variant in one "
+              "ABBA rotation; saved = the default's system CPU − the variant's.", "",
+              "| server | system (inside + outside) | over floor | saved per request |", "| --- | --- | --- | --- |"]
+        for name, v in s.items():
+            saved = f"{base - v['system_ms']:.1f} ms" if name not in ("floor", "upstream", "cmp-warden") else "—"
+            L.append(f"| {name} | {v['system_ms']:.1f} ms ({v['own_ms']:.1f} + {v['outside_ms']:.1f}) | "
+                     f"+{v['over_floor_ms']:.1f} ms | {saved} |")
+        L.append("")
 
 
 def _ratio(a, b):
