@@ -176,7 +176,7 @@ def layers(binary, work, client, upstream):
 def run(binary, quick):
     upstream = upstream_binary()
     sizes = QUICK_SIZES if quick else FULL_SIZES
-    concurrency = (1, 2) if quick else (1, 4)
+    concurrency = (2,) if quick else (1, 4)
     work = tempfile.mkdtemp(prefix="cmpw-cpu-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
     os.chmod(work, 0o755)  # jails (leased UIDs) reach the work root by path
     res = {"upstream": upstream, "cells": []}
