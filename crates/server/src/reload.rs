@@ -134,17 +134,25 @@ pub struct Reloader {
     plugin: Arc<Current<PluginConfig>>,
     audit: AuditSink,
     metrics: Arc<Metrics>,
-    /// The files of the set in force, and of the set refused last (not tried again until it
-    /// changes, or SIGHUP asks).
-    state: Mutex<(Files, Option<Files>)>,
+    /// What is in force, and what was refused last.
+    state: Mutex<State>,
     /// Set by SIGHUP.
     hup: Arc<AtomicBool>,
     /// The directories' watch, made before the files in force were read.
     watch: Mutex<Option<std::io::Result<Watch>>>,
-    /// Since when the set is in force, and the last refused reload since.
-    since: Mutex<(String, Option<ReloadEvent>)>,
     /// Where [`InForce`] is written (the parent of `serve`'s work directory), if anywhere.
     status_dir: Option<PathBuf>,
+}
+
+/// The set in force as the reloader knows it.
+struct State {
+    /// SHA-256 of each of its files.
+    files: Files,
+    /// RFC 3339 UTC time it was put in force (start-up, or the reload that accepted it).
+    since: String,
+    /// The set refused since then (not tried again until its files change, or SIGHUP asks),
+    /// with its reload's event.
+    refused: Option<(Files, ReloadEvent)>,
 }
 
 /// The files as start-up is about to read them, and a watch on their directories made first:
@@ -197,9 +205,12 @@ impl Reloader {
             plugin,
             audit,
             metrics,
-            state: Mutex::new((files, None)),
+            state: Mutex::new(State {
+                files,
+                since: crate::audit::rfc3339_now(),
+                refused: None,
+            }),
             hup,
-            since: Mutex::new((crate::audit::rfc3339_now(), None)),
             status_dir: None,
         };
         r.publish();
@@ -236,52 +247,51 @@ impl Reloader {
             Ok(r) => r.files.clone(),
             Err((files, _)) => files.clone(),
         };
-        if files == state.0 || (trigger != Trigger::Signal && state.1.as_ref() == Some(&files)) {
+        let refused_before = state.refused.as_ref().map(|(f, _)| f);
+        if files == state.files || (trigger != Trigger::Signal && refused_before == Some(&files)) {
             return Outcome::Unchanged;
         }
-        let changes = changes(&state.0, &files);
-        let outcome = match read {
-            Err((_, why)) => Err(why),
-            Ok(r) => self.apply(r),
+        let changes = changes(&state.files, &files);
+        let reason = match read {
+            Err((_, why)) => Some(why),
+            Ok(r) => self.apply(r).err(),
         };
-        let (result, reason) = match &outcome {
-            Ok(()) => {
-                *state = (files, None);
-                ("accepted", None)
-            }
-            Err(why) => {
-                state.1 = Some(files);
-                ("refused", Some(why.clone()))
-            }
-        };
-        drop(state);
-        let plans = self.supervisor.plans().current();
         let event = ReloadEvent {
             log: "audit".to_owned(),
             schema: SCHEMA.to_owned(),
             event: RELOAD.to_owned(),
             time: crate::audit::rfc3339_now(),
             trigger: trigger.as_str().to_owned(),
-            result: result.to_owned(),
+            result: if reason.is_none() {
+                "accepted"
+            } else {
+                "refused"
+            }
+            .to_owned(),
             reason: reason.clone(),
             files: changes,
-            policies: plans
-                .all()
-                .iter()
-                .map(|p| crate::audit::policy_ref(p))
-                .collect(),
-            plugin_sha256: self.plugin_sha256(),
+            policies: self.policies_in_force(),
+            plugin_sha256: plugin_sha256(
+                if reason.is_none() {
+                    &files
+                } else {
+                    &state.files
+                },
+                &self.sources,
+            ),
         };
-        self.audit.emit_reload(&event);
-        self.metrics.reloaded(result);
-        {
-            let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
-            if reason.is_none() {
-                *since = (event.time.clone(), None);
-            } else {
-                since.1 = Some(event.clone());
-            }
+        if reason.is_none() {
+            *state = State {
+                files,
+                since: event.time.clone(),
+                refused: None,
+            };
+        } else {
+            state.refused = Some((files, event.clone()));
         }
+        drop(state);
+        self.audit.emit_reload(&event);
+        self.metrics.reloaded(&event.result);
         self.publish();
         match reason {
             None => {
@@ -313,47 +323,39 @@ impl Reloader {
         Ok(())
     }
 
-    /// The set in force as metrics: the policies' SHA-256 and plugin.yaml's.
+    /// The set in force as metrics and, with a status directory, as [`InForce`] for doctor.
     fn publish(&self) {
-        let plans = self.supervisor.plans().current();
-        let policies: Vec<PolicyRef> = plans
-            .all()
-            .iter()
-            .map(|p| crate::audit::policy_ref(p))
-            .collect();
+        let policies = self.policies_in_force();
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let plugin_sha256 = plugin_sha256(&state.files, &self.sources);
         self.metrics
-            .set_config(policy_list(&policies), self.plugin_sha256());
+            .set_config(policy_list(&policies), plugin_sha256.clone());
         let Some(dir) = &self.status_dir else {
             return;
         };
-        let (since, last_refused) = self.since.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let in_force = InForce {
             pid: std::process::id(),
-            since,
+            since: state.since.clone(),
             policies,
-            plugin_sha256: self.plugin_sha256(),
-            files: self.files_in_force(),
-            last_refused,
+            plugin_sha256,
+            files: state.files.clone(),
+            last_refused: state.refused.as_ref().map(|(_, e)| e.clone()),
         };
+        drop(state);
         if let Err(e) = in_force.write(dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "could not write the set in force for doctor (doctor will not name it)");
         }
     }
 
-    /// The files of the set in force (never called with `state` held).
-    fn files_in_force(&self) -> Files {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
-    }
-
-    /// SHA-256 of plugin.yaml in force (never called with `state` held).
-    fn plugin_sha256(&self) -> String {
-        self.files_in_force()
-            .remove(&plugin_key(&self.sources))
-            .unwrap_or_default()
+    /// The policies in force (name and SHA-256 each, the default first).
+    fn policies_in_force(&self) -> Vec<PolicyRef> {
+        self.supervisor
+            .plans()
+            .current()
+            .all()
+            .iter()
+            .map(|p| crate::audit::policy_ref(p))
+            .collect()
     }
 
     /// Watch the sources until `stop`: inotify on their directories, SIGHUP, and the periodic
@@ -422,6 +424,11 @@ fn resolved(dir: &Path) -> PathBuf {
     } else {
         dir.to_path_buf()
     }
+}
+
+/// SHA-256 of plugin.yaml among `files` (a set's).
+fn plugin_sha256(files: &Files, s: &Sources) -> String {
+    files.get(&plugin_key(s)).cloned().unwrap_or_default()
 }
 
 fn plugin_key(s: &Sources) -> String {
