@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark suite (benches/run): building, timing, trees, memory."""
-import os, random, shutil, statistics, subprocess, sys, threading, time
+import json, os, random, shutil, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,6 +15,20 @@ def build(quick):
         return os.path.join(ROOT, "target", "debug", "cmp-warden")
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "cmp-warden"], cwd=ROOT, check=True)
     return os.path.join(ROOT, "target", "release", "cmp-warden")
+
+
+def build_bench_layers():
+    """The release build with the layer pass's switches (cargo feature `bench-layers`), copied
+    aside as target/release/cmp-warden-bench-layers; then the shipped build is put back in
+    place (cargo keeps both, so that is a copy, not a compile)."""
+    out = subprocess.run(["cargo", "build", "--release", "-q", "-p", "cmp-warden", "--features", "bench-layers",
+                          "--message-format=json"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    exe = [m["executable"] for m in map(json.loads, out.splitlines())
+           if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "cmp-warden"]
+    dest = os.path.join(ROOT, "target", "release", "cmp-warden-bench-layers")
+    shutil.copy2(exe[-1], dest)
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "cmp-warden"], cwd=ROOT, check=True)
+    return dest
 
 
 def extract_cmd(binary, who, tgz, dest):

@@ -17,20 +17,44 @@ else may run on the machine meanwhile: everything busy counts.
 """
 import json, os, resource, shutil, subprocess, sys, tempfile, time
 
-from common import ROOT, cache_policy, log, make_tree
+from common import ROOT, build_bench_layers, cache_policy, log, make_tree
 from versus import CAT, Server, config_dir, go_tool, upstream_binary
 
 # Each layer's cost at the small request (100 files, concurrency 4): cmp-warden with one layer
-# of `spec.namespaces` left out at a time (the user namespace comes with any of the others),
-# beside the default and upstream. Landlock, seccomp and the unique UID are required by the
-# default policy and stay.
+# left out at a time, beside the default and upstream, all in one ABBA rotation. Namespaces by
+# `spec.namespaces` (the user namespace comes with any of the others); the rest by a build of
+# its own (cargo feature `bench-layers`, `CMP_WARDEN_BENCH_OFF`: supervisor::bench), with the
+# policy no longer requiring what is switched off; "bench build" is that build with nothing
+# off (it should cost what the shipped one does). The unique UID and no_new_privs stay.
+# Each: (name, namespaces, protections dropped from spec.require, CMP_WARDEN_BENCH_OFF,
+# tree cache as shipped, what the layer buys: SECURITY.md's words, shortened).
 ALL_NS = ["mount", "pid", "net", "ipc", "uts", "cgroup"]
-LAYERS = [("without net", [n for n in ALL_NS if n != "net"]),
-          ("without mount (and its tmpfs)", [n for n in ALL_NS if n != "mount"]),
-          ("without pid", [n for n in ALL_NS if n != "pid"]),
-          ("without ipc, uts", [n for n in ALL_NS if n not in ("ipc", "uts")]),
-          ("without cgroup", [n for n in ALL_NS if n != "cgroup"]),
-          ("no namespaces (nor user)", [])]
+LAYERS = [
+    ("without net", [n for n in ALL_NS if n != "net"], [], "", False,
+     "no network interface but loopback; Landlock TCP and seccomp's socket rules stay"),
+    ("without mount (and its tmpfs)", [n for n in ALL_NS if n != "mount"], [], "", False,
+     "private mounts, the request's disk limit (tmpfs), the tree cache's attach"),
+    ("without pid", [n for n in ALL_NS if n != "pid"], [], "", False,
+     "commands see only their own processes; daemons die with the request"),
+    ("without ipc, uts", [n for n in ALL_NS if n not in ("ipc", "uts")], [], "", False,
+     "private System V IPC, message queues, hostname"),
+    ("without cgroup", [n for n in ALL_NS if n != "cgroup"], [], "", False,
+     "commands see their own cgroup as the root"),
+    ("no namespaces (nor user)", [], [], "", False, "all five above"),
+    ("bench build, nothing off", ALL_NS, [], "", False, "— (the control: the same as the default)"),
+    ("without Landlock", ALL_NS, ["landlock"], "landlock", False,
+     "no file outside the request's tree and the policy's paths; TCP and signal scoping"),
+    ("without seccomp (and its listener)", ALL_NS, ["seccomp"], "seccomp", False,
+     "no namespace, mount, BPF, io_uring, ptrace, keyring, inet socket (network: none); the denial named in the audit event"),
+    ("without per-request cgroups", ALL_NS, [], "cgroups", False,
+     "memory, pids and CPU bounded per request; OOM named"),
+    ("without the spare jail", ALL_NS, [], "spare", False,
+     "nothing (latency: a jail prepared before the request arrives)"),
+    ("without audit event and metrics", ALL_NS, [], "audit", False,
+     "one audit event per request; the request metrics"),
+    ("with the tree cache (as shipped)", ALL_NS, [], "", True,
+     "— (a cost or a saving: archives above minArchiveBytes are extracted once)"),
+]
 LAYER_CELL = (100, 40, 4, 4)  # files, calls per batch, rounds, concurrency
 
 # files, calls per batch, ABBA rounds (each server that many batches per cell).
@@ -125,15 +149,20 @@ def cell(client, servers, repo, calls, conc, rounds):
     return {"servers": by, "ratio_over_floor": ratio}
 
 
-def layer_policy(work, name, namespaces, slot):
-    """The default policy (tree cache off) with `spec.namespaces` set to `namespaces` and a UID
-    range of its own (`slot`): the variants serve at the same time, and each server's start-up
-    sweep kills what runs in its range."""
+def layer_policy(work, name, namespaces, drop, cache_on, slot):
+    """The default policy with `spec.namespaces` set to `namespaces`, `drop` left out of
+    `spec.require`, the tree cache on or off, and a UID range of its own (`slot`): the variants
+    serve at the same time, and each server's start-up sweep kills what runs in its range."""
     path = cache_policy(os.path.join(work, name), False)
     text = open(path).read()
-    for old, new in (("namespaces: [" + ", ".join(ALL_NS) + "]", "namespaces: [" + ", ".join(namespaces) + "]"),
-                     ("uidRange: {first: 20000, count: 40000}",
-                      "uidRange: {first: %d, count: 4000}" % (20000 + 4000 * slot))):
+    require = [p for p in ["uniqueUid", "noNewPrivs", "landlock", "seccomp"] if p not in drop]
+    edits = [("namespaces: [" + ", ".join(ALL_NS) + "]", "namespaces: [" + ", ".join(namespaces) + "]"),
+             ("require: [uniqueUid, noNewPrivs, landlock, seccomp]", "require: [" + ", ".join(require) + "]"),
+             ("uidRange: {first: 20000, count: 40000}",
+              "uidRange: {first: %d, count: 2000}" % (20000 + 2000 * slot))]
+    if cache_on:
+        edits.append(("cache: {enabled: false, bytes: 512Mi}", "cache: {enabled: true, bytes: 512Mi}"))
+    for old, new in edits:
         if old not in text:
             sys.exit("policies/default.yaml has no `" + old + "` line to change")
         text = text.replace(old, new, 1)
@@ -142,7 +171,7 @@ def layer_policy(work, name, namespaces, slot):
     return path
 
 
-def layers(binary, work, client, upstream):
+def layers(binary, bench_binary, work, client, upstream):
     """Each layer's system-wide cost: the small request's cell with every variant in one ABBA
     rotation, so all see the same machine."""
     files, calls, rounds, conc = LAYER_CELL
@@ -150,27 +179,67 @@ def layers(binary, work, client, upstream):
     os.makedirs(lwork)
     os.chmod(lwork, 0o755)
     servers = [Server("floor", lwork, [go_tool(lwork, "cmpfloor"), "-socket", "{sock}"])]
+    buys = {}
     try:
         if upstream:
             servers.append(Server("upstream", lwork, [upstream, "--config-dir-path",
                                                       config_dir(lwork, "upstream", CAT), "--loglevel", "warn"]))
-        for i, (name, ns) in enumerate([("cmp-warden", ALL_NS)] + LAYERS):
+        variants = [("cmp-warden", ALL_NS, [], "", False, "—")] + LAYERS
+        for i, (name, ns, drop, off, cache_on, what) in enumerate(variants):
             d = os.path.join(lwork, f"v{i}")
             os.makedirs(d)
             os.chmod(d, 0o755)
+            bench = off or name.startswith("bench build")
             servers.append(Server(name, d, [
-                binary, "--loglevel", "warn", "--config-dir-path", config_dir(d, "cmp-warden", CAT),
-                "--policy", layer_policy(d, "policy", ns, i), "--work-dir", os.path.join(d, "srv-" + name, "tmp")]))
+                bench_binary if bench else binary, "--loglevel", "warn",
+                "--config-dir-path", config_dir(d, "cmp-warden", CAT),
+                "--policy", layer_policy(d, "policy", ns, drop, cache_on, i),
+                "--work-dir", os.path.join(d, "srv-" + name, "tmp")],
+                env={"CMP_WARDEN_BENCH_OFF": off} if bench else None))
+            check_switched_off(servers[-1], off)
+            buys[name] = what
         repo = os.path.join(lwork, f"repo-{files}")
         make_tree(repo, files - 1, (files - 1) * 2048)
         log(f"cpu: layers, {files} files, concurrency {conc}, {calls} calls × {rounds} per server, {len(servers)} servers")
         for s in servers:
             measured_batch(client, s, repo, conc, conc)
-        return {"files": files, "concurrency": conc, "rounds": rounds,
+        for s, (_, _, _, off, _, _) in zip(servers[-len(variants):], variants):
+            check_after_requests(s, off)
+        return {"files": files, "concurrency": conc, "rounds": rounds, "buys": buys,
                 **cell(client, servers, repo, calls, conc, rounds)}
     finally:
         for s in servers:
             s.stop()
+
+
+# What the start-up warnings say of a switched-off layer (doctor's gaps, from the probe jail's
+# report), so a variant that did not really leave its layer out stops the pass rather than
+# measure the default twice. The spare and audit switches show in no report.
+SWITCHED_OFF = {"landlock": "Landlock: commands read and write whatever their UID may",
+                "seccomp": "the seccomp filter: every system call is open to commands",
+                "cgroups": "but the probe's jail got no cgroup", "spare": None, "audit": None}
+
+
+def check_after_requests(server, off):
+    """After the warm-up: the audit switch left no request event in the log, and the others
+    one each; the spare switch left no jail prepared at rest, and the others theirs."""
+    audited = open(server.log_path).read().count('"schema":"cmp-warden.audit/v1"')
+    if ("audit" in off) != (audited == 0):
+        sys.exit(f"cpu: {server.name}: {audited} audit events in its log with {off or 'nothing'} switched off")
+    settle()
+    jails = [n for n in os.listdir(os.path.join(server.dir, "tmp", "_cmp_server")) if n.startswith("j")]
+    if ("spare" in off) != (not jails):
+        sys.exit(f"cpu: {server.name}: {len(jails)} jail(s) at rest with {off or 'nothing'} switched off")
+
+
+def check_switched_off(server, off):
+    log_text = open(server.log_path).read()
+    if off and "BENCHMARK BUILD: these protections are switched off" not in log_text:
+        sys.exit(f"cpu: {server.name}: the server did not say it switched {off} off:\n{log_text[-2000:]}")
+    for name in filter(None, off.split(",")):
+        needle = SWITCHED_OFF[name]
+        if needle and needle not in log_text:
+            sys.exit(f"cpu: {server.name}: its start-up report lacks {needle!r}:\n{log_text[-2000:]}")
 
 
 def run(binary, quick):
@@ -205,7 +274,7 @@ def run(binary, quick):
             s.stop()
         servers = []
         if not quick:
-            res["layers"] = layers(binary, work, client, upstream)
+            res["layers"] = layers(binary, build_bench_layers(), work, client, upstream)
     finally:
         for s in servers:
             s.stop()

@@ -141,14 +141,18 @@ def _cpu_md(c, L):
     if y:
         s = y["servers"]
         base = s["cmp-warden"]["system_ms"]
-        L += [f"Each layer's cost at {y['files']} files × {y['concurrency']}: cmp-warden with one part of "
-              "`spec.namespaces` left out (Landlock, seccomp and the unique UID stay), every variant in one "
-              "ABBA rotation; saved = the default's system CPU − the variant's.", "",
-              "| server | system (inside + outside) | over floor | saved per request |", "| --- | --- | --- | --- |"]
+        buys = y.get("buys", {})
+        L += [f"Each layer's cost at {y['files']} files × {y['concurrency']}: cmp-warden with one layer left "
+              "out (namespaces by `spec.namespaces`; Landlock, seccomp, cgroups, the spare jail and the audit path "
+              "by the `bench-layers` build, the policy no longer requiring them), every variant in one ABBA "
+              "rotation; saved = the default's system CPU − the variant's (negative: leaving it out costs more). "
+              "What each layer buys: SECURITY.md, \"What each layer costs\".", "",
+              "| server | system (inside + outside) | over floor | saved per request | what the layer buys |",
+              "| --- | --- | --- | --- | --- |"]
         for name, v in s.items():
             saved = f"{base - v['system_ms']:.1f} ms" if name not in ("floor", "upstream", "cmp-warden") else "—"
             L.append(f"| {name} | {v['system_ms']:.1f} ms ({v['own_ms']:.1f} + {v['outside_ms']:.1f}) | "
-                     f"+{v['over_floor_ms']:.1f} ms | {saved} |")
+                     f"+{v['over_floor_ms']:.1f} ms | {saved} | {buys.get(name, '—')} |")
         L.append("")
 
 

@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -668,7 +668,7 @@ fn serve_unprivileged(root: &Path, policy: &Path, extra: &[&str]) -> Running {
             .args(extra)
             .env("ARGOCD_PLUGINSOCKFILEPATH", root.join("plugins"))
             .env("ARGOCD_CMP_WORKDIR", root.join("work"))
-            .stdout(std::process::Stdio::null())
+            .stdout(Stdio::null())
             // A file, not a pipe nobody drains: a full pipe would stall the server's logging.
             .stderr(std::fs::File::create(root.join("log")).expect("log"))
             .spawn()
@@ -1136,6 +1136,60 @@ fn a_work_dir_the_sandbox_uids_cannot_reach_is_refused_at_start_up() {
         err.contains("not reachable by the sandbox UIDs") && err.contains("mode 700"),
         "{err}"
     );
+}
+
+/// The layer pass of benches/cpu.py switches protections off in a build of its own (cargo
+/// feature `bench-layers`); this build, the one every image and install ships, refuses the
+/// same request at start-up instead of ignoring it.
+#[test]
+fn a_shipped_build_refuses_to_switch_a_protection_off() {
+    needs_root!(NEEDS_ROOT);
+    let root = tempfile::Builder::new()
+        .prefix("cmpw-bench-off")
+        .tempdir()
+        .expect("tmp");
+    std::fs::create_dir_all(root.path().join("work")).expect("mkdir");
+    let pol = root.path().join("policy/policy.yaml");
+    write_policy(&pol, &[]);
+    std::fs::write(root.path().join("plugin.yaml"), PLUGIN).expect("plugin.yaml");
+    let mut server = Command::new(bin())
+        .args(["serve", "--policy"])
+        .arg(&pol)
+        .arg("--config-dir-path")
+        .arg(root.path())
+        .env("ARGOCD_PLUGINSOCKFILEPATH", root.path())
+        .env("ARGOCD_CMP_WORKDIR", root.path().join("work"))
+        .env("CMP_WARDEN_BENCH_OFF", "landlock,seccomp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    // A build that ignored the variable would serve: give it 20 s to refuse, then fail.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while matches!(server.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let running = matches!(server.try_wait(), Ok(None));
+    if running {
+        stop_gracefully(&mut server, Duration::from_secs(5));
+    }
+    let out = server.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!running, "it started serving: {err}");
+    assert_eq!(out.status.code(), Some(20));
+    assert!(
+        err.contains("landlock,seccomp")
+            && err.contains("asks to switch protections off, and this build has no such switches")
+            && err.contains("unset it"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(root.path())
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".sock"))
+        .collect();
+    assert!(left.is_empty(), "a socket was left: {left:?}");
 }
 
 /// What a command's network attempts ended with, as the probe prints them.

@@ -141,6 +141,26 @@ pub struct Sandbox {
     /// read; the supervisor gets its socket (`T`) as the jail confines itself.
     #[serde(default)]
     pub tree_attach: bool,
+    /// A benchmark build's layer pass (`supervisor::bench`): no Landlock ruleset. The field
+    /// exists in no other build.
+    #[cfg(feature = "bench-layers")]
+    #[serde(default)]
+    pub bench_no_landlock: bool,
+}
+
+impl Sandbox {
+    /// Whether Landlock is switched off (only ever in a benchmark build).
+    #[inline]
+    pub fn landlock_switched_off(&self) -> bool {
+        #[cfg(feature = "bench-layers")]
+        {
+            self.bench_no_landlock
+        }
+        #[cfg(not(feature = "bench-layers"))]
+        {
+            false
+        }
+    }
 }
 
 /// How much of the Landlock ruleset the kernel enforces.

@@ -51,14 +51,8 @@ pub use uid::{proc_uid, processes_in_range};
 pub use reload::{Current, PlanSource, ReloadRefused, Reloaded};
 pub use start::*;
 
-/// For the benchmark harness only: one command run as the jail runs it, to measure the
-/// runner's cost over a bare spawn; and the orphan reaping a harness that is the subreaper of
-/// other sandboxes needs to count their CPU in the right window.
 #[doc(hidden)]
-pub mod bench {
-    pub use jail::{CmdSpec, run};
-    pub use jail_sys::reaper::reap_orphans;
-}
+pub mod bench;
 
 /// What [`Runner::execute`] produced: the outcome, and its share of the server's reply memory,
 /// which the caller holds until the response is written.

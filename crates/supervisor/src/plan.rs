@@ -285,6 +285,15 @@ impl Plan {
     pub(crate) fn sandbox_for(&self, creds: Option<Creds>, pids_cgroup: bool) -> Sandbox {
         let mut sb = self.sandbox.clone();
         sb.creds = creds;
+        // A benchmark build's layer pass; a policy that requires the layer still fails closed.
+        let off = crate::bench::off();
+        if off.seccomp {
+            sb.seccomp = None;
+        }
+        #[cfg(feature = "bench-layers")]
+        {
+            sb.bench_no_landlock = off.landlock;
+        }
         if pids_cgroup {
             sb.rlimits.processes = self.cgroup.pids.saturating_add(NPROC_HEADROOM);
         }
@@ -525,6 +534,8 @@ fn sandbox(p: &Policy, seccomp: Option<CompiledFilter>) -> Sandbox {
             inodes: p.archive.entries.saturating_mul(2).saturating_add(65_536),
         },
         tree_attach: cache_config(p).is_some(),
+        #[cfg(feature = "bench-layers")]
+        bench_no_landlock: false,
     }
 }
 

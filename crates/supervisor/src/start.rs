@@ -14,7 +14,7 @@ pub use crate::privilege::{PrivilegeModel, Privileges};
 pub use cgroups::{CgroupLimits, Layout, Readback};
 pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;
 pub use jail_wire::protocol::{
-    LandlockStatus, Namespace, NamespaceReport, NsNote, Report, SelfTestOutcome,
+    Degraded, LandlockStatus, Namespace, NamespaceReport, NsNote, Reduced, Report, SelfTestOutcome,
 };
 pub use seccomp_filter::SeccompError;
 
@@ -106,6 +106,8 @@ impl std::fmt::Debug for StartOptions<'_> {
 /// The start-up step that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
+    /// 0. A benchmark build's switches (`bench::OFF_ENV`; refused by every other build).
+    Bench,
     /// 1. Not dumpable, subreaper.
     Dumpable,
     /// 2. Each policy's translation: its seccomp profile.
@@ -331,6 +333,13 @@ impl Supervisor {
             tree_cache: want_tree_cache,
         } = opts;
         let mut unavailable = Vec::new();
+
+        // 0. Protections a benchmark build was asked to leave out (none in any other build,
+        //    which refuses to start when asked).
+        let off = crate::bench::init().map_err(|e| stop(Step::Bench, e))?;
+        if off != crate::bench::Off::default() {
+            tracing::warn!(off = ?off.names(), "BENCHMARK BUILD: these protections are switched off for every request ({})", crate::bench::OFF_ENV);
+        }
 
         // 1. Not dumpable: /proc/<pid>/{environ,mem,fd} of the supervisor stay closed even to
         //    a process of the same UID (the shared-UID model) — they hold the sidecar's secrets.
@@ -945,7 +954,7 @@ fn log_enforced(plan: &Plan, e: &Enforcement) {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        degraded = %jail_wire::protocol::Degraded::joined(&r.degraded),
+        degraded = %Degraded::joined(&r.degraded),
         landlock_denials = %e.denial_log.describe(),
         tree_cache = %e.tree_cache_phrase(),
         self_test = %r

@@ -98,6 +98,15 @@ impl Spare {
             changed: Condvar::new(),
         })
     }
+
+    /// One spare per plan of `plans` (none when a benchmark build's layer pass leaves them out:
+    /// then every request prepares its own jail).
+    fn all_of(plans: &crate::plan::Plans) -> Arc<[Arc<Spare>]> {
+        if crate::bench::off().spare {
+            return Arc::new([]);
+        }
+        plans.all().iter().map(Spare::of).collect()
+    }
 }
 
 /// The jail kept ready for the next request of one policy.
@@ -194,7 +203,7 @@ impl Confined {
         // Two of the largest replies at once, from the jail's pipe until the response is
         // written; a third waits its turn.
         let reply_budget = cfg.plans.default_plan().reply_bytes.saturating_mul(2);
-        let spares = cfg.plans.all().iter().map(Spare::of).collect();
+        let spares = Spare::all_of(&cfg.plans);
         Confined {
             inner: Arc::new(Inner {
                 cfg,

@@ -48,7 +48,8 @@ impl Inner {
 
     pub(super) fn start(&self, jail: &mut Jail) -> Result<(), RequestError> {
         let plan = &jail.plan;
-        if let Some(layout) = &self.cfg.cgroups {
+        let layout = self.cfg.cgroups.as_ref();
+        if let Some(layout) = layout.filter(|_| !crate::bench::off().cgroups) {
             jail.cgroup = Some(
                 cgroups::create(layout, &jail.name, &plan.cgroup)
                     .map_err(|e| internal(e.to_string()))?,
@@ -342,7 +343,7 @@ impl Inner {
     /// A reload: `plans` in force from now on, each with a spare of its own; the old set's
     /// spares retired (a jail prepared under an old plan is never given to a new request).
     pub(super) fn set_plans(self: &Arc<Self>, plans: &crate::plan::Plans) {
-        let new: Arc<[Arc<Spare>]> = plans.all().iter().map(Spare::of).collect();
+        let new = Spare::all_of(plans);
         let old = std::mem::replace(
             &mut *self.spares.write().unwrap_or_else(|e| e.into_inner()),
             new,

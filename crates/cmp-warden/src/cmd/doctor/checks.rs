@@ -520,7 +520,17 @@ pub(super) fn seccomp_check(f: &Found<'_>) -> Check {
                 }
             )
         } else {
-            f.why_not(Protection::Seccomp)
+            // The probe ran and its jail installed nothing: its own reason, not "no probe".
+            f.report
+                .and_then(|r| {
+                    r.degraded
+                        .iter()
+                        .find(|d| d.what == supervisor::Reduced::Seccomp)
+                })
+                .map_or_else(
+                    || f.why_not(Protection::Seccomp),
+                    |d| format!("the probe's jail installed none: {}", d.why),
+                )
         },
     )
 }

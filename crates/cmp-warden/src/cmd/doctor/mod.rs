@@ -300,6 +300,23 @@ fn gaps(checks: &[Check]) -> Vec<Gap> {
             fix: "a kernel with a newer Landlock ABI (6.12 has 6; 6.15 has 7); spec.landlock.features makes any of them mandatory".to_owned(),
         });
     }
+    // A protection the policy does not require may be missing without stopping start-up;
+    // never silently (the kernel lacks it, or its profile did not install). Without a probe
+    // nothing is known either way.
+    let missing =
+        |n: &str| get(n).filter(|c| c.status == Status::Unavailable && c.detail != NO_PROBE);
+    if let Some(c) = missing("landlock") {
+        gaps.push(Gap {
+            missing: format!("Landlock: commands read and write whatever their UID may ({})", c.detail),
+            fix: "a kernel with Landlock enabled (5.13 or later, landlock in the lsm= boot parameter); landlock in spec.require refuses to start without it".to_owned(),
+        });
+    }
+    if let Some(c) = missing("seccomp") {
+        gaps.push(Gap {
+            missing: format!("the seccomp filter: every system call is open to commands ({})", c.detail),
+            fix: "a seccomp profile that compiles and installs here (cmp-warden policy check names the error); seccomp in spec.require refuses to start without it".to_owned(),
+        });
+    }
     if let Some(c) = get("treeCache").filter(|c| {
         !c.available && !c.detail.contains("spec.cache") && !c.detail.contains("not in")
     }) {
@@ -664,6 +681,28 @@ mod tests {
         assert!(g[3].fix.contains("no mount or PID namespace"), "{g:#?}");
         // Everything there: nothing to say.
         assert!(gaps(&[c("namespace.user", Status::Enforced, "")]).is_empty());
+        // Without a probe, nothing is known to be missing.
+        assert!(gaps(&[c("seccomp", Status::Unavailable, NO_PROBE)]).is_empty());
+        // A protection the policy does not require, missing: said, with what restores it.
+        let g = gaps(&[
+            c(
+                "landlock",
+                Status::Unavailable,
+                "not enforced by this kernel",
+            ),
+            c("seccomp", Status::Unavailable, "no filter"),
+        ]);
+        assert_eq!(g.len(), 2, "{g:#?}");
+        assert!(
+            g[0].missing
+                .starts_with("Landlock: commands read and write")
+                && g[0].fix.contains("landlock in spec.require"),
+            "{g:#?}"
+        );
+        assert!(
+            g[1].missing.contains("(no filter)") && g[1].fix.contains("seccomp in spec.require"),
+            "{g:#?}"
+        );
     }
 
     const PINNED_JSON: &str = r#"{"schema":"cmp-warden.doctor/v1","version":"0.0.0","commit":"0123456789ab","policy":"default","policySha256":"00","privilegeModel":"minimalCapsRoot","euid":0,"capabilitiesHeld":["CAP_SETGID","CAP_SETUID"],"capabilitiesKept":["CAP_SETGID","CAP_SETUID"],"checks":[{"name":"uniqueUid","available":true,"required":true,"status":"enforced","detail":"each request runs as its own UID/GID from 20000+40000 (probe ran as 20001)"},{"name":"environment","available":true,"required":false,"status":"info","detail":"passed to commands (spec.env.pass): PATH; withheld: VAULT_ADDR"},{"name":"network","available":true,"required":false,"status":"info","detail":"spec.network.mode: none: commands get no network (no inet socket; loopback only)"},{"name":"filesystem","available":true,"required":false,"status":"info","detail":"besides the request's own tree, HOME and /tmp, commands read spec.filesystem.readOnly: /usr, /lib, /lib32, /lib64, /bin, /sbin, /opt, /etc/ssl, /etc/ca-certificates, /etc/alternatives, /etc/passwd, /etc/group, /etc/nsswitch.conf, /etc/hosts, /etc/resolv.conf, /etc/localtime, /etc/ld.so.cache, /etc/ld.so.conf, /etc/ld.so.conf.d, /etc/mime.types, /etc/os-release, /etc/gitconfig, /dev/urandom, /dev/random, /proc; and write spec.filesystem.readWrite: /dev/null, /dev/zero, /dev/full"},{"name":"limits","available":true,"required":false,"status":"info","detail":"spec.limits: addressSpaceBytes=68719476736, cpuMillis=2000, dataBytes=1073741824, diskBytes=2147483648, fileSizeBytes=1073741824, memoryBytes=1073741824, openFiles=4096, outputBytes=67108864, pids=512, wallSeconds=300; each command also ends at ARGOCD_EXEC_TIMEOUT (unset), and a request at the client's deadline (Argo CD's controller.repo.server.timeout.seconds) when that comes first"},{"name":"capabilities","available":true,"required":true,"status":"enforced","detail":"commands hold none (effective, permitted, inheritable, ambient empty; bounding set empty); probe /proc status: CapInh: 0000000000000000, CapPrm: 0000000000000000, CapEff: 0000000000000000, CapBnd: 0000000000000000, CapAmb: 0000000000000000"},{"name":"supervisorCapabilities","available":true,"required":false,"status":"info","detail":"held at start: CAP_SETGID, CAP_SETUID; kept after the start-up drop: CAP_SETGID, CAP_SETUID"},{"name":"noNewPrivs","available":true,"required":true,"status":"enforced","detail":"set before exec: setuid/file-capability binaries gain nothing"},{"name":"landlock","available":true,"required":true,"status":"enforced","detail":"kernel ABI 7 (this build asks for ABI 7); features in effect: filesystem, refer, truncate, tcp, ioctlDev, abstractUnixSocketScope, signalScope; enforced rights: fs:Execute"},{"name":"landlockDenialLog","available":false,"required":false,"status":"info","detail":"not available: not in tests"},{"name":"landlockNetwork","available":true,"required":false,"status":"enforced","detail":"TCP bind and connect denied (network.mode: none)"},{"name":"seccomp","available":true,"required":true,"status":"enforced","detail":"2 filter(s), 321 BPF instructions from policies/seccomp/default.json in enforce mode"},{"name":"cgroups","available":true,"required":false,"status":"partial","detail":"cgroup v1 (memory at /sys/fs/cgroup/memory/x); controllers memory; the probe's own cgroup read back: memory.limit_in_bytes=1073741824 (spec.limits.memoryBytes), swap=0; but no pids controller, no cpu controller"},{"name":"rlimits","available":true,"required":true,"status":"enforced","detail":"NOFILE=4096 (spec.limits.openFiles) AS=unlimited (spec.limits.addressSpaceBytes)"},{"name":"namespace.user","available":true,"required":false,"status":"enforced","detail":"the request's UID/GID is mapped to itself; the jail holds no capability over the host"},{"name":"namespace.mount","available":true,"required":false,"status":"enforced","detail":"private mounts (/ made private); the request tree and /tmp on the request's tmpfs"},{"name":"namespace.pid","available":true,"required":false,"status":"enforced","detail":"commands see only their own processes; private /proc"},{"name":"namespace.net","available":true,"required":false,"status":"enforced","detail":"empty network namespace: loopback only"},{"name":"namespace.ipc","available":true,"required":false,"status":"enforced","detail":"private System V IPC and POSIX message queues"},{"name":"namespace.uts","available":true,"required":false,"status":"partial","detail":"private UTS namespace (hostname cmp-warden); but uts: sethostname: EPERM"},{"name":"namespace.cgroup","available":true,"required":false,"status":"enforced","detail":"commands see their own cgroup as the root"},{"name":"diskLimit","available":true,"required":false,"status":"enforced","detail":"the request tree and /tmp live on a private tmpfs of 2147483648 bytes (spec.limits.diskBytes)"},{"name":"treeCache","available":false,"required":false,"status":"info","detail":"off: not in tests"},{"name":"socketDirectory","available":false,"required":false,"status":"unavailable","detail":"/nonexistent/plugins: No such file or directory (os error 2) (serve creates the socket there; pass --socket-dir)"},{"name":"workDirectory","available":true,"required":false,"status":"info","detail":"/nonexistent/work: No such file or directory (os error 2)"}],"verdict":"start","refusal":null,"gaps":[]}"#;
