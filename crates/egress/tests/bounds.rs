@@ -89,8 +89,9 @@ fn trickling_floods_cost_no_thread_each_and_meet_one_head_deadline() {
         max_connections: 1000,
         // Long enough that a loaded machine's 1,800 connects and the cap check below happen
         // well inside it (at 3 s, a slow connect loop once saw every admitted connection
-        // already answered 408 when the cap was checked).
-        head_timeout: Duration::from_secs(6),
+        // already answered 408 when the cap was checked; at 6 s, with a fresh machine's Go
+        // builds running beside the tests, the proxies had admitted only 492 when it was).
+        head_timeout: Duration::from_secs(15),
         ..Limits::default()
     };
     // This process's own threads (the test harness's, the echo upstream's acceptor aside).
@@ -123,11 +124,11 @@ fn trickling_floods_cost_no_thread_each_and_meet_one_head_deadline() {
             flood.push(s);
         }
     }
-    // Trickle one byte per connection every 300 ms for 7.5 s, past the 6 s head deadline: a
+    // Trickle one byte per connection every 300 ms for 16.5 s, past the 15 s head deadline: a
     // timeout per read would never fire.
-    let head = b"ONNECT localhost:1 HTTP/1.1\r\nX-Trickle: yes\r\n";
+    let head = b"ONNECT localhost:1 HTTP/1.1\r\nX-Trickle: yes\r\nX-Trickle-More: yes, until the deadline\r\n";
     let mut honest_ok = false;
-    for i in 0..25 {
+    for i in 0..55 {
         std::thread::sleep(Duration::from_millis(300));
         for s in &mut flood {
             let _ = s.write_all(&head[i..=i]);
@@ -143,10 +144,10 @@ fn trickling_floods_cost_no_thread_each_and_meet_one_head_deadline() {
         );
         if i == 2 {
             // The proxies admit the flood as fast as the machine lets them: on a loaded one
-            // they may still be at it, so wait (well inside the 6 s head deadline) for the
-            // cap to fill, and never past it.
+            // they may still be at it, so wait (inside the 15 s head deadline) for the cap
+            // to fill, and never past it.
             let open = || -> usize { proxies.iter().map(|(p, _)| p.open_connections()).sum() };
-            let until = Instant::now() + Duration::from_millis(1500);
+            let until = Instant::now() + Duration::from_secs(8);
             while open() < egress::MAX_CONNECTIONS_TOTAL && Instant::now() < until {
                 assert!(open() <= egress::MAX_CONNECTIONS_TOTAL, "over the cap");
                 std::thread::sleep(Duration::from_millis(20));
@@ -177,7 +178,7 @@ fn trickling_floods_cost_no_thread_each_and_meet_one_head_deadline() {
         let status = text.get(..12).unwrap_or(&text).to_owned();
         if status.ends_with("408") {
             assert!(
-                text.contains("no complete request head within 6 s"),
+                text.contains("no complete request head within 15 s"),
                 "{text}"
             );
         } else if status.ends_with("503") {
@@ -185,7 +186,7 @@ fn trickling_floods_cost_no_thread_each_and_meet_one_head_deadline() {
         }
         *statuses.entry(status).or_default() += 1;
     }
-    assert!(t0.elapsed() < Duration::from_secs(20));
+    assert!(t0.elapsed() < Duration::from_secs(40));
     assert_eq!(
         statuses.get("HTTP/1.1 408").copied().unwrap_or(0),
         egress::MAX_CONNECTIONS_TOTAL - 1,
