@@ -294,7 +294,12 @@ pub fn confine(
     }
 
     // 10. Landlock (never left out but by a benchmark build's layer pass).
-    let ll = if sb.landlock_switched_off() {
+    let off = sb.landlock_switched_off();
+    let ll = if off {
+        degraded.push(Degraded::new(
+            Reduced::Landlock,
+            "switched off (a benchmark build's layer pass)",
+        ));
         LandlockResult {
             features: Vec::new(),
             status: LandlockStatus::None,
@@ -313,12 +318,7 @@ pub fn confine(
             tcp_fence,
         )?
     };
-    if sb.landlock_switched_off() {
-        degraded.push(Degraded::new(
-            Reduced::Landlock,
-            "switched off (a benchmark build's layer pass)",
-        ));
-    } else if ll.status == LandlockStatus::None {
+    if ll.status == LandlockStatus::None && !off {
         degraded.push(Degraded::new(
             Reduced::Landlock,
             "not enforced by this kernel",

@@ -48,8 +48,12 @@ impl Inner {
 
     pub(super) fn start(&self, jail: &mut Jail) -> Result<(), RequestError> {
         let plan = &jail.plan;
-        let layout = self.cfg.cgroups.as_ref();
-        if let Some(layout) = layout.filter(|_| !crate::bench::off().cgroups) {
+        if let Some(layout) = self
+            .cfg
+            .cgroups
+            .as_ref()
+            .filter(|_| !crate::bench::off().cgroups)
+        {
             jail.cgroup = Some(
                 cgroups::create(layout, &jail.name, &plan.cgroup)
                     .map_err(|e| internal(e.to_string()))?,
