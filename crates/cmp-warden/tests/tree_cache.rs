@@ -451,7 +451,7 @@ fn a_selected_policys_disk_and_file_limits_hold_on_cached_trees() {
         msg.contains("File too large") || msg.contains("fileSizeBytes"),
         "{msg}"
     );
-    let events = s.audit_events();
+    let events = s.audited(2);
     let last = events.last().expect("event");
     assert_eq!(last.policy.name, "small-disk", "{last}");
     assert_eq!(last.tree_cache, Some(TreeCacheUse::Uncached), "{last}");

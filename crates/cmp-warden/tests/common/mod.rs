@@ -241,6 +241,14 @@ impl Server {
         audit_events_in(&self.logs())
     }
 
+    /// The audit events once at least `n` are logged (up to 15 s): a refused request's event
+    /// is written once its jail is reclaimed, after the client has its error.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn audited(&self, n: usize) -> Vec<server::audit::AuditEvent> {
+        self.wait_logged("\"log\":\"audit\"", n);
+        self.audit_events()
+    }
+
     /// The last audit event, once one is logged (a request a client gave up on is logged after
     /// its jail is reclaimed), read through the server's own type.
     #[allow(dead_code)]
