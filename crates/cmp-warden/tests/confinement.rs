@@ -372,6 +372,8 @@ fn hostile_generator_through_the_server(namespaces: bool) {
         format!("ARGOCD_ENV_SUID_BIN={}", suid.bin.display()),
         format!("ARGOCD_ENV_MARK={mark}"),
         format!("ARGOCD_ENV_ABSTRACT={abstract_name}"),
+        // Without namespaces the work root is in sight: the plant waits for the spare to exist.
+        format!("ARGOCD_ENV_SPARE_WAIT={}", if namespaces { 0 } else { 15 }),
     ];
     let mut args: Vec<&str> = vec!["-dir", attacker_repo.path().to_str().expect("utf8")];
     for e in &env {
