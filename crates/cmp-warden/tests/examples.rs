@@ -304,5 +304,13 @@ fn every_example_is_tested_and_complete() {
         ] {
             assert!(dir.join(f).exists(), "examples/{name}/{f} missing");
         }
+        // A user copies the example's directory: its seccomp profile is the shipped one, with
+        // every rule of it (the allowList socket rules were once missing from three copies).
+        assert!(
+            std::fs::read(dir.join("seccomp/default.json")).expect("seccomp/default.json")
+                == std::fs::read(examples_dir().join("../policies/seccomp/default.json"))
+                    .expect("policies/seccomp/default.json"),
+            "examples/{name}/seccomp/default.json differs from policies/seccomp/default.json (copy it again)"
+        );
     }
 }
