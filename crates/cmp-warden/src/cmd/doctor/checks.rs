@@ -393,11 +393,13 @@ pub(super) fn no_new_privs_check(f: &Found<'_>) -> Check {
 pub(super) fn landlock_check(f: &Found<'_>) -> Check {
     let (status, detail) = match f.report {
         Some(r) => {
-            // Every feature this build asks for (TCP unless `network: egress`) that the
+            // Every feature this build asks for (TCP unless `network: egress` or
+            // `network.loopback`, whose TCP the jail's network namespace fences) that the
             // kernel does not put in effect here.
+            let tcp_asked = f.plan.network() != NetworkMode::Egress && !f.plan.loopback();
             let missing: Vec<&str> = LandlockFeature::ALL
                 .into_iter()
-                .filter(|x| *x != LandlockFeature::Tcp || f.plan.network() != NetworkMode::Egress)
+                .filter(|x| *x != LandlockFeature::Tcp || tcp_asked)
                 .filter(|x| !r.landlock_features.contains(x))
                 .map(LandlockFeature::as_str)
                 .collect();
@@ -452,6 +454,23 @@ pub(super) fn landlock_network_check(f: &Found<'_>) -> Option<Check> {
         return None;
     }
     let tcp = f.report.is_some_and(|r| r.landlock_tcp_denied);
+    if f.report.is_some() && f.plan.loopback() {
+        // Not a missing protection: the policy lets commands use TCP on their own loopback.
+        return Some(check(
+            "landlockNetwork",
+            false,
+            false,
+            Status::Info,
+            format!(
+                "TCP not asked of Landlock: spec.network.loopback: true lets commands bind and connect on the jail's own loopback; the jail's network namespace (namespace.net), which has no other device, is the fence{}",
+                if f.plan.network() == NetworkMode::AllowList {
+                    ", and the egress proxy's listener in it the only way out (network.mode: allowList)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
     Some(check(
         "landlockNetwork",
         tcp,

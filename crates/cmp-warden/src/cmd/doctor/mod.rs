@@ -569,6 +569,63 @@ mod tests {
         )
     }
 
+    /// `spec.network.loopback: true`: Landlock is not asked to deny TCP (the jail's network
+    /// namespace fences it), so doctor neither calls TCP missing nor blames the kernel's ABI
+    /// (it said "kernel Landlock ABI < 4" on ABI 7) and no gap is reported for it.
+    #[test]
+    fn loopback_tcp_is_the_policys_choice_not_a_missing_protection() {
+        let d = tempfile::tempdir().expect("tmp");
+        let text = include_str!("../../../../../policies/default.yaml").replacen(
+            "network: {mode: none}",
+            "network: {mode: none, loopback: true}",
+            1,
+        );
+        assert!(text.contains("loopback: true"), "fixture");
+        std::fs::create_dir(d.path().join("seccomp")).expect("mkdir");
+        std::fs::write(d.path().join("policy.yaml"), text).expect("write");
+        std::fs::write(
+            d.path().join("seccomp/default.json"),
+            include_str!("../../../../../policies/seccomp/default.json"),
+        )
+        .expect("write");
+        let set =
+            crate::cmd::flags::load_policies(Some(&d.path().join("policy.yaml"))).expect("policy");
+        let plan = Plan::new(
+            set.default_policy(),
+            &supervisor::Overrides::default(),
+            std::iter::empty(),
+        );
+        assert!(plan.loopback());
+        // What the probe reports under it: TCP not denied, so not among the features in effect.
+        let mut e = found();
+        e.probe.landlock_tcp_denied = false;
+        e.probe
+            .landlock_features
+            .retain(|f| *f != LandlockFeature::Tcp);
+        let r = assemble(
+            &plan,
+            &e,
+            (Path::new("/nonexistent/p"), Path::new("/nonexistent/w")),
+            None,
+            Vec::new(),
+        );
+        let get = |n: &str| r.checks.iter().find(|c| c.name == n).expect(n).clone();
+        let net = get("landlockNetwork");
+        assert_eq!(net.status, Status::Info, "{net:?}");
+        assert!(
+            net.detail.contains("spec.network.loopback: true") && !net.detail.contains("ABI < 4"),
+            "{net:?}"
+        );
+        let ll = get("landlock");
+        assert_eq!(ll.status, Status::Enforced, "{ll:?}");
+        assert!(!ll.detail.contains("NOT in effect"), "{ll:?}");
+        assert!(
+            gaps(&r.checks).iter().all(|g| !g.missing.contains("tcp")),
+            "{:?}",
+            gaps(&r.checks)
+        );
+    }
+
     /// `ARGOCD_EXEC_TIMEOUT` as serve applies it: a value Go cannot parse, or zero, is shown
     /// as not applied (mutant: the raw value shown -> "(abc)").
     #[test]
