@@ -253,8 +253,7 @@ impl Server {
     /// its jail is reclaimed), read through the server's own type.
     #[allow(dead_code)]
     pub fn last_audit_event(&self) -> server::audit::AuditEvent {
-        self.wait_logged("\"log\":\"audit\"", 1);
-        self.audit_events().pop().expect("an audit event")
+        self.audited(1).pop().expect("an audit event")
     }
 
     /// Wait (up to 15 s) until the log has `what` at least `n` times: a test that acts once
