@@ -21,11 +21,13 @@ use common::*;
 
 const NEEDS_ROOT: &str = "egress tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 
-/// The example README's `sh` block: its first line starts the fixture in the background
-/// (`… PORT &`), the others render. Returns the fixture, started from that line as written
-/// (without the `&`, so this test owns it), and the render lines.
-fn readme(example: &str) -> (Fixture, Vec<String>) {
-    let dir = examples_dir().join(example);
+/// The example README's `sh` block, run as written but on a port the kernel chose: its first
+/// line starts the fixture in the background (`… PORT &`), started here with `0` for its port
+/// (without the `&`, so this test owns it); the others render, in a copy of the example that
+/// names the fixture's port (`Placed`). Returns the fixture, its port, the copy and the render
+/// lines with the port in them replaced.
+fn readme(example: &str) -> (Fixture, u16, Placed, Vec<String>) {
+    let dir = example_dir(example);
     let text = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
     let block = text
         .split("```sh\n")
@@ -37,29 +39,31 @@ fn readme(example: &str) -> (Fixture, Vec<String>) {
     let start = lines[0]
         .strip_suffix(" &")
         .expect("the fixture line ends with &");
-    let port: u16 = start
-        .rsplit(' ')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("port");
+    let (script, written) = start.rsplit_once(' ').expect("… PORT");
+    let written: u16 = written.parse().expect("port");
     let child = Command::new("sh")
-        .args(["-c", &format!("exec {start}")])
+        .args(["-c", &format!("exec {script} 0")])
         .current_dir(&dir)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("fixture");
-    let f = Fixture::listening(child, port, start);
-    (f, lines[1..].iter().map(|l| (*l).to_owned()).collect())
+    let (f, port) = Fixture::announced(child, start);
+    let placed = Placed::new(example, written, port);
+    let renders = lines[1..]
+        .iter()
+        .map(|l| with_port(l, written, port))
+        .collect();
+    (f, port, placed, renders)
 }
 
-/// Run the README's render line as written, in the example's directory, with `cmp-warden` on
-/// PATH; its manifests must be `expected.jsonl`.
+/// Run the README's render line in the example's directory (`example`: its name or a copy's),
+/// with `cmp-warden` on PATH; its manifests must be `expected.jsonl`.
 fn readme_render(example: &str, line: &str) {
     let bin_dir = Path::new(bin()).parent().expect("bin dir").to_owned();
     let out = Command::new("sh")
         .args(["-c", line])
-        .current_dir(examples_dir().join(example))
+        .current_dir(example_dir(example))
         .env(
             "PATH",
             format!(
@@ -89,14 +93,15 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
         Path::new(TOOLS).join("bin/helm").exists(),
         "{TOOLS}/bin/helm missing: run scripts/setup"
     );
-    let (_repo, renders) = readme("helm-dependencies");
+    let (_repo, port, placed, renders) = readme("helm-dependencies");
+    let example = placed.name();
     for render in &renders {
-        readme_render("helm-dependencies", render);
+        readme_render(example, render);
     }
     let pol = tempfile::tempdir().expect("tmp");
-    let s = example_server("helm-dependencies", true, &[], pol.path());
-    let v = generate(&s, "helm-dependencies").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
-    assert_eq!(manifests(&v), expected("helm-dependencies"));
+    let s = example_server(example, true, &[], pol.path());
+    let v = generate(&s, example).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(manifests(&v), expected(example));
     let egress: Vec<_> = s
         .audit_events()
         .into_iter()
@@ -104,17 +109,21 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
         .collect();
     assert!(!egress.is_empty(), "no egress recorded: {}", s.logs());
     for c in &egress {
-        assert_eq!(c.destination, "charts.example.test:18443", "{c:?}");
+        assert_eq!(
+            c.destination,
+            format!("charts.example.test:{port}"),
+            "{c:?}"
+        );
         assert_eq!(c.decision, Decision::Allowed, "{c:?}");
-        assert_eq!(c.address, Some(([127, 0, 0, 1], 18443).into()), "{c:?}");
+        assert_eq!(c.address, Some(([127, 0, 0, 1], port).into()), "{c:?}");
         assert!(c.bytes_down > 0, "{c:?}");
     }
     s.assert_work_dir_empties();
 
     // The default policy (network: none): helm's own error only says it has no cached index;
     // the sandbox's note names the policy field.
-    let d = example_server("helm-dependencies", false, &[], pol.path());
-    let (code, msg) = generate(&d, "helm-dependencies").expect_err("network: none");
+    let d = example_server(example, false, &[], pol.path());
+    let (code, msg) = generate(&d, example).expect_err("network: none");
     assert_eq!(code, 2, "{msg}");
     assert!(
         msg.contains("spec.network.mode is none; allowList with spec.network.allow"),
@@ -124,14 +133,14 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
     // The same repository by its address: helm (Go) skips the proxy for an IP address, so
     // its direct connect is refused, and it says only "permission denied". The note names
     // the bypass and the fix (mutant: no such note -> helm's words alone).
-    let plugin = std::fs::read_to_string(examples_dir().join("helm-dependencies/plugin.yaml"))
+    let plugin = std::fs::read_to_string(example_dir(example).join("plugin.yaml"))
         .expect("plugin.yaml")
         .replace(
-            "https://charts.example.test:18443/",
-            "https://127.0.0.1:18443/",
+            &format!("https://charts.example.test:{port}/"),
+            &format!("https://127.0.0.1:{port}/"),
         );
     let path = path_with_tools();
-    let p = example_policy("helm-dependencies", &pol.path().join("by-address"));
+    let p = example_policy(example, &pol.path().join("by-address"));
     let a = Server::start_env(
         &plugin,
         &[
@@ -142,17 +151,20 @@ fn helm_with_chart_dependencies_reaches_only_its_repository() {
         ],
         &[("PATH", path.as_str())],
     );
-    let (_, msg) = generate(&a, "helm-dependencies").expect_err("a direct connection");
+    let (_, msg) = generate(&a, example).expect_err("a direct connection");
     assert!(
-        msg.contains("dial tcp 127.0.0.1:18443: connect: permission denied")
-            && msg.contains("a direct connection to 127.0.0.1:18443, not through the egress proxy")
-            && msg.contains("spec.network.hosts"),
+        msg.contains(&format!(
+            "dial tcp 127.0.0.1:{port}: connect: permission denied"
+        )) && msg.contains(&format!(
+            "a direct connection to 127.0.0.1:{port}, not through the egress proxy"
+        )) && msg.contains("spec.network.hosts"),
         "{msg}"
     );
 }
 
+/// The vault-style plugin's configuration, as its README gives it (`VAULT_ADDR` with the
+/// fixture's port prepended by the caller).
 const VAULT_ENV: &[(&str, &str)] = &[
-    ("VAULT_ADDR", "http://vault.example.test:18200"),
     ("AVP_TYPE", "vault"),
     ("AVP_AUTH_TYPE", "k8s"),
     ("AVP_K8S_ROLE", "guestbook"),
@@ -167,15 +179,21 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     needs_root!(NEEDS_ROOT);
     // Both ways the README shows: Kubernetes auth (the token file), a token from the server's
     // environment (passed by the VAULT_* pattern, never logged).
-    let (_vault, renders) = readme("vault-style");
+    let (_vault, port, placed, renders) = readme("vault-style");
+    let example = placed.name();
     assert_eq!(renders.len(), 2, "{renders:?}");
     for render in &renders {
-        readme_render("vault-style", render);
+        readme_render(example, render);
     }
+    let addr = format!("http://vault.example.test:{port}");
+    let env: Vec<(&str, &str)> = [("VAULT_ADDR", addr.as_str())]
+        .into_iter()
+        .chain(VAULT_ENV.iter().copied())
+        .collect();
     let pol = tempfile::tempdir().expect("tmp");
-    let s = example_server("vault-style", true, VAULT_ENV, pol.path());
-    let v = generate(&s, "vault-style").unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
-    assert_eq!(manifests(&v), expected("vault-style"));
+    let s = example_server(example, true, &env, pol.path());
+    let v = generate(&s, example).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    assert_eq!(manifests(&v), expected(example));
     let event = s.audit_events().pop().expect("audit event");
     // The login, then one read (the plugin caches by path).
     assert_eq!(event.egress.len(), 2, "{event}");
@@ -191,8 +209,8 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
 
     // The default policy: the plugin's configuration never reaches it, and the error says
     // which variables were withheld and which field passes them.
-    let d = example_server("vault-style", false, VAULT_ENV, pol.path());
-    let (_, msg) = generate(&d, "vault-style").expect_err("default policy");
+    let d = example_server(example, false, &env, pol.path());
+    let (_, msg) = generate(&d, example).expect_err("default policy");
     assert!(
         msg.contains("server variables not passed to commands: "),
         "{msg}"
@@ -225,10 +243,7 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     };
     let ev = server::audit::AuditEvent::from_line(events.last().expect("event")).expect("event");
     assert!(ev.withheld_env.iter().any(|n| n == "VAULT_ADDR"), "{ev}");
-    assert!(
-        !ev.to_string().contains("vault.example.test:18200"),
-        "values never: {ev}"
-    );
+    assert!(!ev.to_string().contains(&addr), "values never: {ev}");
     let log = pol.path().join("audit.jsonl");
     std::fs::write(&log, events.join("\n") + "\n").expect("write");
     let out = pol.path().join("suggested");
@@ -1226,7 +1241,10 @@ fn askpass_service(path: &Path) {
 #[test]
 fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_relay() {
     needs_root!(NEEDS_ROOT);
-    let _git = fixture("git-fetch", "git-server.py", 18444);
+    let (_git, port) = fixture_on_any_port("git-fetch", "git-server.py");
+    // 18444: the port examples/git-fetch/policy.yaml allows.
+    let placed = Placed::new("git-fetch", 18444, port);
+    let example = placed.name();
     let t = tempfile::Builder::new()
         .prefix("cmpw-askpass")
         .tempdir()
@@ -1248,10 +1266,10 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
     std::fs::copy(bin(), &tmp).expect("copy the binary");
     std::fs::rename(&tmp, &helper).expect("rename");
     let pol = t.path().join("policy");
-    let p = example_policy("git-fetch", &pol);
+    let p = example_policy(example, &pol);
     let path = format!("{}:{}", helper_dir.display(), path_with_tools());
     let plugin_yaml =
-        std::fs::read_to_string(examples_dir().join("git-fetch/plugin.yaml")).expect("plugin");
+        std::fs::read_to_string(example_dir(example).join("plugin.yaml")).expect("plugin");
     let start = |plugin_yaml: &str| {
         Server::start_env(
             plugin_yaml,
@@ -1276,11 +1294,11 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
         format!("ARGOCD_ASK_PASS_SOCK={}", sock.display()),
     ];
     let request = |s: &Server| {
-        let dir = examples_dir().join("git-fetch/repo");
+        let dir = example_dir(example).join("repo");
         let mut args = vec!["-dir".to_owned(), dir.to_str().expect("utf8").to_owned()];
         args.extend([
             "-env".to_owned(),
-            "ARGOCD_ENV_MANIFESTS_REPO=https://git.example.test:18444/manifests.git".to_owned(),
+            format!("ARGOCD_ENV_MANIFESTS_REPO=https://git.example.test:{port}/manifests.git"),
         ]);
         for e in &creds_env {
             args.extend(["-env".to_owned(), e.clone()]);
@@ -1290,7 +1308,7 @@ fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_r
     };
     let s = start(&plugin_yaml);
     let v = request(&s).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
-    assert_eq!(manifests(&v), expected("git-fetch"));
+    assert_eq!(manifests(&v), expected(example));
     let event = s.audit_events().pop().expect("event");
     assert!(
         event

@@ -143,10 +143,13 @@ fn a_chart_repository_on_the_network() {
         Path::new(TOOLS).join("bin/helm").exists(),
         "{TOOLS}/bin/helm missing: run scripts/setup"
     );
-    let _repo = fixture("helm-dependencies", "chart-repo.py", 18443);
+    let (_repo, port) = fixture_on_any_port("helm-dependencies", "chart-repo.py");
+    // 18443: the port examples/helm-dependencies' files name for its chart repository.
+    let placed = Placed::new("helm-dependencies", 18443, port);
+    let example = placed.name();
     let t = tempfile::tempdir().expect("tmp");
-    let s = example_server("helm-dependencies", false, &[], t.path());
-    let (_, msg) = generate(&s, "helm-dependencies").expect_err("network: none");
+    let s = example_server(example, false, &[], t.path());
+    let (_, msg) = generate(&s, example).expect_err("network: none");
     assert!(
         msg.ends_with(
             "spec.network.mode is none; allowList with spec.network.allow (or egress) allows connections)"
@@ -173,10 +176,9 @@ fn a_chart_repository_on_the_network() {
     );
     drop(s);
     // The fix: allowList with the repository (the example's policy).
-    let fixed = example_server("helm-dependencies", true, &[], &t.path().join("fixed"));
-    let v =
-        generate(&fixed, "helm-dependencies").unwrap_or_else(|e| panic!("{e:?}\n{}", fixed.logs()));
-    assert_eq!(manifests(&v), expected("helm-dependencies"));
+    let fixed = example_server(example, true, &[], &t.path().join("fixed"));
+    let v = generate(&fixed, example).unwrap_or_else(|e| panic!("{e:?}\n{}", fixed.logs()));
+    assert_eq!(manifests(&v), expected(example));
     let detail = doctor_detail(&t.path().join("fixed/policy.yaml"), &[], "network");
     assert!(
         detail.contains("spec.network.mode: allowList") && detail.contains("charts.example.test"),
