@@ -93,19 +93,34 @@ fn stat_cpu_ticks(path: &str) -> Option<u64> {
         .sum()
 }
 
+/// `cmd` run to its end, spawned as the runner spawns its own children: tracked, because the
+/// supervisor started in this process reaps untracked zombie children once a second, and took
+/// a bwrap's exit status before `Command::status` could (ECHILD, a CI run's smoke bench).
+fn run_tracked(cmd: &mut Command) -> std::process::Output {
+    let child = supervisor::bench::spawn_tracked(cmd).expect("spawn");
+    let pid = child.id() as i32;
+    let out = child.wait_with_output().expect("wait");
+    supervisor::bench::untrack(pid);
+    out
+}
+
 /// `bwrap ARGS`; a failure is retried once to say why (stderr is not read on the measured
 /// path), and fails the run.
 fn run_bwrap(args: &[String]) {
-    let st = Command::new("/usr/bin/bwrap")
-        .args(args)
-        .stderr(Stdio::null())
-        .status()
-        .expect("bwrap");
-    if !st.success() {
-        let again = Command::new("/usr/bin/bwrap")
+    let st = run_tracked(
+        Command::new("/usr/bin/bwrap")
             .args(args)
-            .output()
-            .expect("bwrap");
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .status;
+    if !st.success() {
+        let again = run_tracked(
+            Command::new("/usr/bin/bwrap")
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
         panic!(
             "bwrap {args:?} failed ({st}); once more: {} {}",
             again.status,
@@ -435,7 +450,7 @@ fn main() {
         return;
     }
     let bare = time(n, b2b, || {
-        let st = Command::new("/bin/true").status().expect("true");
+        let st = run_tracked(&mut Command::new("/bin/true")).status;
         assert!(st.success());
     });
     let argv = vec!["/bin/true".to_owned()];
@@ -468,12 +483,16 @@ fn main() {
     let bwrap_paced = have_bwrap.then(|| time(n, paced, bwrap_once));
     // firejail is setuid root and refuses some environments; measure it only if it runs.
     let firejail_runs = || {
-        Command::new("firejail")
-            .args(["--quiet", "--noprofile", "/bin/true"])
+        let mut cmd = Command::new("firejail");
+        cmd.args(["--quiet", "--noprofile", "/bin/true"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+            .stderr(Stdio::null());
+        let Ok(mut child) = supervisor::bench::spawn_tracked(&mut cmd) else {
+            return false;
+        };
+        let ok = child.wait().is_ok_and(|s| s.success());
+        supervisor::bench::untrack(child.id() as i32);
+        ok
     };
     let firejail = firejail_runs().then(|| {
         time(n, b2b, || {

@@ -12,7 +12,7 @@
 //! policy says, however it is started.
 
 pub use jail::{CmdSpec, run};
-pub use jail_sys::reaper::reap_orphans;
+pub use jail_sys::reaper::{reap_orphans, spawn_tracked, untrack};
 
 /// The environment variable naming the layers to switch off, comma-separated
 /// ([`Off::NAMES`]).
