@@ -169,7 +169,9 @@ def _mib(b):
 def markdown(res, plot_rel):
     m = res["meta"]
     L = [f"Run of `{m['command']}` on {m['date']} (commit {m['commit']}, {m['nproc']} cores, "
-         f"kernel {m['kernel']}, {m['mode']} mode, {m['seconds']:.0f} s).", ""]
+         f"kernel {m['kernel']}, {m['mode']} mode, {m['seconds']:.0f} s"
+         + (": " + ", ".join(f"{k} {v} s" for k, v in m["part_seconds"].items()) if m.get("part_seconds") else "")
+         + ").", ""]
     L += ["### Targets", "", "| target | measured | met |", "| --- | --- | --- |"]
     L += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |" for t in res["targets"]]
     if "archive" in res:
