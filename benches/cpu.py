@@ -59,9 +59,8 @@ LAYER_CELL = (100, 40, 4, 4)  # files, calls per batch, rounds, concurrency
 
 # files, calls per batch, ABBA rounds (each server that many batches per cell).
 FULL_SIZES = [(100, 40, 4), (1000, 16, 2), (5000, 6, 2)]
-# The smoke run's cell is large enough that the floor's cost stands above the tick
-# quantization (see `resolution_ms`): at 8 calls a batch the floor's ~1 ms a call was within it
-# and measured negative.
+# The smoke run's cell: at 8 calls a batch the floor's ~1 ms a call was lost in the ticks'
+# noise and measured negative (see `tick_ms`).
 QUICK_SIZES = [(20, 40, 2)]
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -146,13 +145,14 @@ def cell(client, servers, repo, calls, conc, rounds):
     floor = by["floor"]["system_ms"]
     for s in by.values():
         s["over_floor_ms"] = round(s["system_ms"] - floor, 2)
-    # /proc/stat counts each CPU's busy time in whole ticks: a batch's difference is off by less
-    # than one tick per CPU, so each server's per-call figure by less than this.
-    resolution = round(1000 * (os.cpu_count() or 1) / TICK / calls, 2)
+    # /proc/stat charges each CPU's busy time a whole tick at a time, to whatever runs when the
+    # tick comes (a sample, not a measurement): one tick per CPU per batch, per call, is the
+    # figures' grain. Their error can be larger, the floor's small figure most of all.
+    tick = round(1000 * (os.cpu_count() or 1) / TICK / calls, 2)
     ratio = None
     if "upstream" in by and by["upstream"]["over_floor_ms"] > 0:
         ratio = round(by["cmp-warden"]["over_floor_ms"] / by["upstream"]["over_floor_ms"], 2)
-    return {"servers": by, "ratio_over_floor": ratio, "resolution_ms": resolution}
+    return {"servers": by, "ratio_over_floor": ratio, "tick_ms": tick}
 
 
 def layer_policy(work, name, namespaces, drop, cache_on, slot):
