@@ -244,7 +244,8 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
     let ev = server::audit::AuditEvent::from_line(events.last().expect("event")).expect("event");
     assert!(ev.withheld_env.iter().any(|n| n == "VAULT_ADDR"), "{ev}");
     assert!(
-        !ev.to_string().contains(&format!("vault.example.test:{port}")),
+        !ev.to_string()
+            .contains(&format!("vault.example.test:{port}")),
         "values never: {ev}"
     );
     let log = pol.path().join("audit.jsonl");
