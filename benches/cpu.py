@@ -189,7 +189,8 @@ def layers(binary, bench_binary, work, client, upstream):
     try:
         if upstream:
             servers.append(Server("upstream", lwork, [upstream, "--config-dir-path",
-                                                      config_dir(lwork, "upstream", CAT), "--loglevel", "warn"]))
+                                                      config_dir(lwork, "upstream", CAT), "--loglevel", "warn"],
+                                  grace=1))
         variants = [("cmp-warden", ALL_NS, [], "", False, "—")] + LAYERS
         for i, (name, ns, drop, off, cache_on, what) in enumerate(variants):
             d = os.path.join(lwork, f"v{i}")
@@ -262,7 +263,8 @@ def run(binary, quick):
     try:
         if upstream:
             servers.append(Server("upstream", work, [upstream, "--config-dir-path",
-                                                     config_dir(work, "upstream", CAT), "--loglevel", "warn"]))
+                                                     config_dir(work, "upstream", CAT), "--loglevel", "warn"],
+                                 grace=1))
         servers.append(Server("cmp-warden", work, [
             binary, "--loglevel", "warn", "--config-dir-path", config_dir(work, "cmp-warden", CAT),
             "--policy", cache_policy(work, False), "--work-dir", os.path.join(work, "srv-cmp-warden", "tmp")]))
