@@ -41,6 +41,11 @@ fn readme(example: &str) -> (Fixture, u16, Placed, Vec<String>) {
         .expect("the fixture line ends with &");
     let (script, written) = start.rsplit_once(' ').expect("… PORT");
     let written: u16 = written.parse().expect("port");
+    assert_eq!(
+        written,
+        written_port(example),
+        "README and policy.yaml name one port"
+    );
     let child = Command::new("sh")
         .args(["-c", &format!("exec {script} 0")])
         .current_dir(&dir)
@@ -49,7 +54,7 @@ fn readme(example: &str) -> (Fixture, u16, Placed, Vec<String>) {
         .spawn()
         .expect("fixture");
     let (f, port) = Fixture::announced(child, start);
-    let placed = Placed::new(example, written, port);
+    let placed = Placed::new(example, port);
     let renders = lines[1..]
         .iter()
         .map(|l| with_port(l, written, port))
@@ -1246,8 +1251,7 @@ fn askpass_service(path: &Path) {
 fn a_git_fetching_plugin_gets_the_repo_servers_credentials_through_the_askpass_relay() {
     needs_root!(NEEDS_ROOT);
     let (_git, port) = fixture_on_any_port("git-fetch", "git-server.py");
-    // 18444: the port examples/git-fetch/policy.yaml allows.
-    let placed = Placed::new("git-fetch", 18444, port);
+    let placed = Placed::new("git-fetch", port);
     let example = placed.name();
     let t = tempfile::Builder::new()
         .prefix("cmpw-askpass")

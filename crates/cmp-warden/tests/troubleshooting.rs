@@ -144,8 +144,7 @@ fn a_chart_repository_on_the_network() {
         "{TOOLS}/bin/helm missing: run scripts/setup"
     );
     let (_repo, port) = fixture_on_any_port("helm-dependencies", "chart-repo.py");
-    // 18443: the port examples/helm-dependencies' files name for its chart repository.
-    let placed = Placed::new("helm-dependencies", 18443, port);
+    let placed = Placed::new("helm-dependencies", port);
     let example = placed.name();
     let t = tempfile::tempdir().expect("tmp");
     let s = example_server(example, false, &[], t.path());

@@ -49,8 +49,22 @@ pub struct Placed {
     path: String,
 }
 
+/// The fixture's port the example's files name: the first port its policy allows
+/// (`ports: [N]`).
+pub fn written_port(example: &str) -> u16 {
+    let policy = std::fs::read_to_string(example_dir(example).join("policy.yaml")).expect("policy");
+    policy
+        .split("ports: [")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{example}/policy.yaml allows no port"))
+}
+
 impl Placed {
-    pub fn new(example: &str, from: u16, to: u16) -> Placed {
+    /// The copy of `example` naming port `to` wherever its files name [`written_port`].
+    pub fn new(example: &str, to: u16) -> Placed {
+        let from = written_port(example);
         let tmp = tempfile::Builder::new()
             .prefix("cmpw-example")
             .tempdir()
