@@ -468,9 +468,11 @@ pub fn grpc_stream(data: &[u8]) {
         let runner = Arc::new(Counting::default());
         let svc = server::service::CmpService::new(
             server::service::ServiceConfig {
-                plugin: Arc::new(server::reload::Current::new(loaded.config)),
+                config: Arc::new(server::reload::Current::new(server::reload::ConfigSet {
+                    plans: Arc::new(plans),
+                    plugin: Arc::new(loaded.config),
+                })),
                 work_dir: std::env::temp_dir().join("_cmp_grpc_fuzz"),
-                plans: Arc::new(supervisor::PlanSource::new(Arc::new(plans))),
                 audit: server::audit::AuditSink::file(std::path::Path::new("/dev/null"))
                     .expect("sink"),
                 metrics: Arc::new(server::metrics::Metrics::default()),
@@ -680,6 +682,7 @@ pub fn suggest_log(data: &[u8]) {
     let proposed = suggest::propose(
         &text,
         base,
+        policy::DEFAULT_POLICY_YAML,
         policy::seccomp::DEFAULT_SECCOMP_JSON,
         "fuzz",
         std::slice::from_ref(other),

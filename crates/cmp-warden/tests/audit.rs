@@ -34,6 +34,7 @@ const SPEC: &str = r#"  init:
           unshare) unshare -U true || exit 1 ;;
           landlock) cat /var/lib/cmp-warden-tests/landlock/notes.txt || exit 1 ;;
           podread) cat /var/lib/cmp-warden-tests/pod-landlock/notes.txt || exit 1 ;;
+          hostile) touch "$ARGOCD_ENV_WORK_ROOT/planted" /dev/shm/planted; cat "$ARGOCD_ENV_CFG" >/dev/null; exit 1 ;;
           flood) /usr/bin/python3 -c 'import ctypes; u = ctypes.CDLL(None, use_errno=True).unshare; print(sum(u(0x10000000) == -1 for _ in range(5000)))' > flood.txt ;;
         esac
         cat cm.yaml
@@ -507,6 +508,106 @@ fn without_kernel_audit_a_refused_file_is_named_from_the_error_and_suggest_lists
     );
     let v = go(&again, "generate", &reads).expect("renders under the suggested policy");
     assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1), "{v}");
+}
+
+/// The fifth attack round's fourth finding, attacked again: a failing request's Landlock
+/// records name the work root (every request's tree), `/dev/shm` and the server's own
+/// plugin.yaml. The kernel's records say so (the attack happened), the audit event marks them
+/// as no policy field's to allow, and `policy suggest` over the log proposes none of them,
+/// while an honest request at the same time renders (mutant: the supervisor's marking and
+/// suggest's own filter both removed -> the work root in readWrite).
+#[test]
+fn suggest_learns_no_grant_of_the_servers_paths_from_a_hostile_request() {
+    needs_root!(NEEDS_ROOT);
+    let _audit = match AuditOn::enable() {
+        Ok(a) => a,
+        Err(e) => {
+            panic!("kernel audit cannot be enabled here ({e}): this test needs CAP_AUDIT_CONTROL")
+        }
+    };
+    let pol = tempfile::tempdir().expect("tmp");
+    let file = pol.path().join("policy.yaml");
+    // No mount namespace: the work root and the server's config are the real directories, as
+    // under a container runtime's default seccomp profile.
+    write_policy(&file, &[NO_NAMESPACES]);
+    let s = Server::start(&plugin(SPEC), &["--policy", file.to_str().expect("utf8")]);
+    let work_root = s.work.join("_cmp_server");
+    let cfg = s.dir.path().join("config/plugin.yaml");
+    assert!(
+        work_root.is_dir() && cfg.is_file(),
+        "fixture: the server's paths"
+    );
+    let r = repo(&[("cm.yaml", CM)]);
+    let d = r.path().to_str().expect("utf8");
+    let (wr, cf) = (
+        format!("ARGOCD_ENV_WORK_ROOT={}", work_root.display()),
+        format!("ARGOCD_ENV_CFG={}", cfg.display()),
+    );
+    let attack = [
+        "-dir",
+        d,
+        "-env",
+        "ARGOCD_ENV_MODE=hostile",
+        "-env",
+        &wr,
+        "-env",
+        &cf,
+        "-app",
+        "hostile",
+    ];
+    let honest = ["-dir", d, "-app", "plain"];
+    let (denied, ok) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| go(&s, "generate", &attack));
+        let h = sc.spawn(|| go(&s, "generate", &honest));
+        (a.join().expect("attack"), h.join().expect("honest"))
+    });
+    ok.expect("an honest request at the same time renders");
+    denied.expect_err("the hostile request fails");
+    let events = s.audited(2);
+    let hostile = events
+        .iter()
+        .find(|e| e.app == "hostile")
+        .expect("the hostile request's event");
+    let on = |p: &std::path::Path| {
+        hostile
+            .landlock_denials
+            .iter()
+            .find(|d| std::path::Path::new(&d.object).starts_with(p))
+            .cloned()
+    };
+    // The kernel's records of the attack, each marked as no policy field's to allow.
+    for p in [
+        work_root.as_path(),
+        std::path::Path::new("/dev/shm"),
+        cfg.as_path(),
+    ] {
+        let d = on(p).unwrap_or_else(|| {
+            panic!(
+                "the kernel recorded no refusal of {}: {hostile}",
+                p.display()
+            )
+        });
+        assert_eq!(d.allowed_by, None, "{}: {hostile}", p.display());
+    }
+    let suggested = pol.path().join("suggested");
+    let run = policy_suggest(&s.log, &file, &suggested);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let written = std::fs::read_to_string(suggested.join("policy.yaml")).expect("policy.yaml");
+    let fields: Vec<&str> = written
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    let cfg_dir = cfg.parent().expect("config dir").display().to_string();
+    for never in [work_root.display().to_string(), "/dev/shm".into(), cfg_dir] {
+        assert!(
+            !fields.iter().any(|l| l.contains(&never)),
+            "{never} granted:\n{written}"
+        );
+    }
 }
 
 #[test]

@@ -553,5 +553,213 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
                 "doctor's configInForce lacks {part:?}: {detail}"
             );
         }
+
+        // A reload refused because a file does not parse: doctor says why it cannot read the
+        // files, and still shows the set in force, since when, and the refusal (mutant: the
+        // parse error returned before the in-force check -> nothing but the error).
+        let n = reloads().len();
+        pol_dir.swap(&files(&format!("{base}\nspec: [\n# step 100\n"), &None));
+        assert!(
+            wait_until(Duration::from_secs(20), || reloads().len() > n),
+            "no reload event for the broken file"
+        );
+        let out = std::process::Command::new(bin())
+            .args(["doctor", "--policy"])
+            .arg(&policies)
+            .arg("--work-dir")
+            .arg(&s.work)
+            .output()
+            .expect("doctor");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+        assert!(stderr.contains("default.yaml"), "{stderr}");
+        for part in [
+            "configInForce: the server here".to_owned(),
+            format!("pid {pid}"),
+            format!("default={}", &expected.0[..12]),
+            "since ".to_owned(),
+            "do not parse".to_owned(),
+            "was REFUSED".to_owned(),
+        ] {
+            assert!(stdout.contains(&part), "doctor lacks {part:?}: {stdout}");
+        }
     });
+}
+
+/// Prints the generation of its plugin.yaml (its argument) and which of two server variables
+/// it got: the policy of generation `k` passes `GEN_EVEN` or `GEN_ODD` by `k`'s parity.
+const PAIRED: &str = r#"
+import json, os, sys
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gen"},
+                  "data": {"plugin": sys.argv[1],
+                           "even": os.environ.get("GEN_EVEN", "-"),
+                           "odd": os.environ.get("GEN_ODD", "-")}}))
+"#;
+
+/// The fifth attack round's third finding, attacked again: policies and plugin.yaml changed
+/// together, twelve times, while four clients send requests. Every request ran under one set
+/// that was in force as a whole — its policy (the audit event's SHA-256, and the variable it
+/// passed) and its plugin.yaml (the generation the command printed) a pair some accepted
+/// reload put in force, never the new policy with the old command or the reverse (mutant: the
+/// plans put in force before plugin.yaml, as two replacements, as they were -> requests of a
+/// pair no reload accepted).
+#[test]
+fn policies_and_plugin_yaml_change_together_and_no_request_sees_half_of_it() {
+    needs_root!(NEEDS_ROOT);
+    let root = tempfile::tempdir().expect("tmp");
+    let scratch = root.path().join("scratch/default.yaml");
+    write_policy(&scratch, &[]);
+    let base = std::fs::read_to_string(&scratch).expect("policy");
+    let profile =
+        std::fs::read_to_string(scratch.parent().expect("dir").join("seccomp/default.json"))
+            .expect("profile");
+    let from = "pass: [PATH, LANG, LC_ALL, TZ]";
+    assert!(base.contains(from), "fixture: {from}");
+    let policy_of = |k: usize| {
+        let var = if k.is_multiple_of(2) { "GEN_EVEN" } else { "GEN_ODD" };
+        format!(
+            "{}\n# generation {k}\n",
+            base.replacen(from, &format!("pass: [PATH, LANG, LC_ALL, TZ, {var}]"), 1)
+        )
+    };
+    let plugin_of = |k: usize| {
+        plugin(&format!(
+            "  generate: {{command: [python3, plugin.py, \"{k}\"]}}\n"
+        ))
+    };
+    let sha = |text: &str| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(text.as_bytes()))
+    };
+    let policies = root.path().join("policies");
+    let files = |k: usize| {
+        vec![
+            ("default.yaml", policy_of(k)),
+            ("seccomp/default.json", profile.clone()),
+        ]
+    };
+    let mut pol_dir = ConfigMapDir::new(&policies, &files(0));
+    let audit_log = root.path().join("audit.log");
+    let s = Server::start_env(
+        &plugin_of(0),
+        &[
+            "--policy",
+            policies.to_str().expect("utf8"),
+            "--audit-log",
+            audit_log.to_str().expect("utf8"),
+        ],
+        &[("GEN_EVEN", "even"), ("GEN_ODD", "odd")],
+    );
+    let cfg = s.dir.path().join("config");
+    let mut cfg_dir = ConfigMapDir::new(&cfg, &[("plugin.yaml", plugin_of(0))]);
+    let r = repo(&[("plugin.py", PAIRED)]);
+    let repo_dir = r.path().to_str().expect("utf8").to_owned();
+    let audit_text = || std::fs::read_to_string(&audit_log).unwrap_or_default();
+    let reloads = || -> Vec<ReloadEvent> {
+        audit_text()
+            .lines()
+            .filter_map(ReloadEvent::from_line)
+            .collect()
+    };
+    // Generation by the SHA-256 of each file.
+    let policy_gen = |h: &str| (0..=12).find(|k| sha(&policy_of(*k)) == h);
+    let plugin_gen = |h: &str| (0..=12).find(|k| sha(&plugin_of(*k)) == h);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::<(String, CallResult)>::new()));
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|scope| {
+        let _stop_clients = StopOnDrop(stop.clone());
+        for c in 0..4 {
+            let (stop, seen, repo_dir) = (stop.clone(), seen.clone(), repo_dir.clone());
+            let s = &s;
+            scope.spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let app = format!("c{c}-{n}");
+                    let result = go(
+                        s,
+                        "generate",
+                        &["-dir", &repo_dir, "-env", &format!("ARGOCD_APP_NAME={app}")],
+                    );
+                    seen.lock().expect("seen").push((app, result));
+                }
+            });
+        }
+        for k in 1..=12 {
+            let n = reloads().iter().filter(|e| e.result == "accepted").count();
+            // Both at once, as one commit of a GitOps repository changes both ConfigMaps.
+            pol_dir.swap(&files(k));
+            cfg_dir.swap(&[("plugin.yaml", plugin_of(k))]);
+            assert!(
+                wait_until(Duration::from_secs(30), || {
+                    reloads().iter().any(|e| {
+                        e.result == "accepted"
+                            && plugin_gen(&e.plugin_sha256) == Some(k)
+                            && e.policies.first().and_then(|p| policy_gen(&p.sha256)) == Some(k)
+                    })
+                }),
+                "generation {k} was never in force whole ({n} accepted before)\n{}",
+                s.logs()
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+
+    // The pairs in force, from the start and from every accepted reload.
+    let mut pairs: BTreeSet<(usize, usize)> = [(0, 0)].into();
+    for e in reloads().iter().filter(|e| e.result == "accepted") {
+        let policy = e.policies.first().and_then(|p| policy_gen(&p.sha256));
+        let plugin = plugin_gen(&e.plugin_sha256);
+        pairs.insert((
+            policy.unwrap_or_else(|| panic!("a policy of no generation: {e:?}")),
+            plugin.unwrap_or_else(|| panic!("a plugin.yaml of no generation: {e:?}")),
+        ));
+    }
+    let events = audit_events_in(&audit_text());
+    let seen = seen.lock().expect("seen");
+    assert!(seen.len() >= 12, "the clients sent {} requests", seen.len());
+    let mut halves = Vec::new();
+    for (app, result) in seen.iter() {
+        let v = result
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{app}: failed during reloads: {e:?}\n{}", s.logs()));
+        let m: serde_json::Value = serde_json::from_str(&manifests(v)[0]).expect("manifest");
+        let plugin: usize = m["data"]["plugin"]
+            .as_str()
+            .and_then(|g| g.parse().ok())
+            .expect("generation");
+        let e = events
+            .iter()
+            .find(|e| &e.app == app)
+            .unwrap_or_else(|| panic!("{app}: no audit event"));
+        let policy = policy_gen(&e.policy.sha256).expect("policy generation");
+        // The variable the command got is its policy's.
+        let (even, odd) = (m["data"]["even"].as_str(), m["data"]["odd"].as_str());
+        let want = if policy.is_multiple_of(2) {
+            (Some("even"), Some("-"))
+        } else {
+            (Some("-"), Some("odd"))
+        };
+        assert_eq!((even, odd), want, "{app}: policy {policy}'s variable");
+        if !pairs.contains(&(policy, plugin)) {
+            halves.push(format!("{app}: policy {policy} with plugin.yaml {plugin}"));
+        }
+    }
+    assert!(
+        halves.is_empty(),
+        "{} of {} requests ran on half of an update (sets in force: {pairs:?}):\n{}",
+        halves.len(),
+        seen.len(),
+        halves.join("\n")
+    );
 }

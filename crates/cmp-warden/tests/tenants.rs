@@ -374,6 +374,14 @@ fn policy_suggest_writes_a_policy_per_project_that_serves_as_a_directory() {
             "network: {mode: allowList, audit: true, hosts: {vault.team-a.test: [127.0.0.1]}}",
         )],
     );
+    // The plugin is the repository's own script: only the operator naming the variable (here
+    // in the learning policy) lets suggest propose it, never the script's words.
+    let text = std::fs::read_to_string(&learning).expect("read");
+    std::fs::write(
+        &learning,
+        format!("{text}# team-a's plugin reads TEAM_A_VAULT_TOKEN\n"),
+    )
+    .expect("write");
     let plugin_yaml = plugin("  generate: {command: [python3, plugin.py]}\n");
     let server_env = [("TEAM_A_VAULT_TOKEN", "s.team-a-token")];
     let r = repo(&[("plugin.py", LEARNING_PLUGIN)]);
@@ -490,14 +498,16 @@ s.recv(4096)
 sys.exit("missing VAULT_TOKEN and TEAM_A_VAULT_TOKEN\ncat: /etc/shadow: Permission denied")
 "#;
 
-/// The fourth attack round's second medium finding, attacked again: `policy suggest` over the
-/// audit log of a hostile request grants nothing the request did or said. The destination
-/// the proxy refused is not allowed, team A's token (which team A's policy passes) and the
-/// cloud key the request did not name (every failure lists it among the withheld) are not
-/// passed, the path only its error named is not
-/// readable, the hostile process name stays inside one comment, and what is written
-/// validates; `VAULT_TOKEN`, which it named and no other policy passes, is proposed for
-/// review. A suggestion that does not validate writes nothing.
+/// The fourth and fifth attack rounds' findings on learning, attacked again: `policy suggest`
+/// over the audit log of a hostile request grants nothing the request did or said. The
+/// destination the proxy refused is not allowed, team A's token (which team A's policy passes),
+/// the cloud key the request did not name (every failure lists it among the withheld) and
+/// `VAULT_TOKEN`, which only its own output named, are not passed (the last is listed for the
+/// reviewer), the path only its error named is not readable, the hostile process name stays
+/// inside one comment, and what is written validates. The request's error names `VAULT_TOKEN`
+/// as withheld but not team A's token: whether another tenant's variable exists is not team
+/// B's to learn (mutant: the note from every withheld name -> TEAM_A_VAULT_TOKEN in the
+/// error). A suggestion that does not validate writes nothing.
 #[test]
 fn policy_suggest_grants_nothing_a_hostile_request_did_or_said() {
     use std::process::Command;
@@ -536,7 +546,14 @@ fn policy_suggest_grants_nothing_a_hostile_request_did_or_said() {
         ],
     )
     .expect_err("the hostile request fails");
-    assert!(msg.contains("TEAM_A_VAULT_TOKEN"), "{msg}");
+    assert!(
+        msg.contains("(server variables not passed to commands: VAULT_TOKEN; "),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("TEAM_A_VAULT_TOKEN;") && !msg.contains(", TEAM_A_VAULT_TOKEN"),
+        "another tenant's variable named to team B: {msg}"
+    );
     assert!(
         event_withheld_names(&s).contains(&"AWS_SECRET_ACCESS_KEY".to_owned()),
         "the cloud key is among the withheld"
@@ -586,10 +603,13 @@ fn policy_suggest_grants_nothing_a_hostile_request_did_or_said() {
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
-    assert!(pass.contains(&"VAULT_TOKEN"), "{written}");
-    for never in ["TEAM_A_VAULT_TOKEN", "AWS_SECRET_ACCESS_KEY"] {
+    for never in ["VAULT_TOKEN", "TEAM_A_VAULT_TOKEN", "AWS_SECRET_ACCESS_KEY"] {
         assert!(!pass.contains(&never), "{never} passed:\n{written}");
     }
+    assert!(
+        err.contains("NOT adding \"VAULT_TOKEN\", named only by a failed command's own output"),
+        "{err}"
+    );
     let yaml_lines: Vec<&str> = written
         .lines()
         .filter(|l| !l.trim_start().starts_with('#'))

@@ -444,7 +444,7 @@ fn check_loopback_socket() -> Result<(), String> {
 /// the supervisor over stdin (a socket); the jail keeps no copy. In the jail's own network
 /// namespace nothing else is reachable. Without one (a container runtime's default seccomp
 /// profile refuses namespaces) the listener is on the server's loopback, and what keeps the
-/// commands to it is Landlock's TCP rules (ABI 4: connect to its port only, bind nowhere),
+/// commands to it is Landlock's TCP rules (ABI 4: connect to its port only, bind(2) nowhere),
 /// made a hard requirement in step 10, with seccomp refusing every inet socket but TCP and
 /// TCP Fast Open; a kernel without them is refused here, naming both ways out.
 fn egress_listener(

@@ -336,7 +336,7 @@ impl Policy {
 
     /// Read and validate a policy file (its seccomp profile is resolved beside it).
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path)
+        let text = read_bounded(path)
             .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", path.display())))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, Some(dir))
@@ -505,12 +505,20 @@ impl PolicySet {
         }
         let entries = std::fs::read_dir(path)
             .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", path.display())))?;
+        let canonical = std::fs::canonicalize(path)
+            .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", path.display())))?;
         let mut files = Vec::new();
         let mut skipped = Vec::new();
         for entry in entries.filter_map(Result::ok) {
             let p = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with("..") {
+                continue;
+            }
+            if is_policy_file_name(&name) && !stays_inside(&p, &canonical) {
+                skipped.push(format!(
+                    "{name}: a symbolic link out of the directory (policies are read from it alone)"
+                ));
                 continue;
             }
             // Followed: a ConfigMap's files are symbolic links into `..data`.
@@ -529,9 +537,18 @@ impl PolicySet {
         }
         files.sort();
         skipped.sort();
+        if files.len() > MAX_POLICIES {
+            return Err(PolicyError::Set {
+                dir: path.display().to_string(),
+                why: format!(
+                    "{} policy files, more than the {MAX_POLICIES} a directory may hold",
+                    files.len()
+                ),
+            });
+        }
         let mut texts = Vec::new();
         for f in files {
-            let text = std::fs::read_to_string(&f)
+            let text = read_bounded(&f)
                 .map_err(|e| PolicyError::Parse(format!("cannot read {}: {e}", f.display())))?;
             texts.push((f.display().to_string(), text));
         }
@@ -1097,7 +1114,7 @@ fn load_seccomp_profile(
         }
         Some(d) => {
             let file = d.join(path);
-            let text = std::fs::read_to_string(&file).map_err(|e| {
+            let text = read_bounded(&file).map_err(|e| {
                 invalid(
                     "spec.seccomp.profile",
                     format!("cannot read {}: {e}", file.display()),
@@ -1107,6 +1124,52 @@ fn load_seccomp_profile(
         }
     };
     Ok((base.join(path), loaded))
+}
+
+/// The most a policy file or a seccomp profile may hold (the shipped ones are a few KiB).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The most policy files a policy directory may hold.
+pub const MAX_POLICIES: usize = 256;
+
+/// `path`'s text, when it is a regular file (followed through links) of at most
+/// [`MAX_FILE_BYTES`]: a FIFO, a device (`/dev/zero` named `*.yaml`) or a huge file is refused
+/// before a byte is read, so a misplaced file can neither block nor fill the server's memory.
+pub fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{} bytes, more than the {MAX_FILE_BYTES} a policy file or seccomp profile may hold",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "more than the {MAX_FILE_BYTES} bytes a policy file or seccomp profile may hold"
+        )));
+    }
+    Ok(text)
+}
+
+/// Whether directory entry `p` (of `dir`, canonical) stays inside it when followed: a link
+/// into the directory (a ConfigMap's `name → ..data/name`) does, one to another place of the
+/// file system does not, and is never read as a policy.
+fn stays_inside(p: &Path, dir: &Path) -> bool {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::canonicalize(p).is_ok_and(|t| t.starts_with(dir))
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    }
 }
 
 fn sha256_hex(text: &str) -> String {

@@ -118,6 +118,10 @@ pub struct NotifyRule {
     /// (arg index, 64-bit, op: 0 eq / 1 ne / 2 masked eq, mask, value), all must hold.
     conds: Vec<(u8, bool, u8, u64, u64)>,
     errno: i32,
+    /// A network fence (a rule of the network modes, or on socket families): enforced in
+    /// audit mode too, since what it stops is a way out of the pod, not a call to learn.
+    #[serde(default)]
+    fence: bool,
 }
 
 impl NotifyRule {
@@ -203,6 +207,17 @@ const RET_ALLOW: u32 = 0x7fff_0000;
 /// BPF_RET | BPF_K and BPF_JMP | BPF_JEQ | BPF_K.
 const BPF_RET_K: u16 = 0x06;
 const BPF_JEQ_K: u16 = 0x15;
+
+/// Whether profile rule `r` is part of the network's fence: a rule only the network modes
+/// turn on (`onlyWhen: networkNone` / `networkAllowList`: inet sockets, their protocols, TCP
+/// Fast Open), or one on `socket` itself (the families: netlink, packet, vsock, which reaches
+/// the node). Enforced in both modes ([`CompiledFilter::answer`]).
+fn is_network_fence(r: &policy::seccomp::Rule) -> bool {
+    matches!(
+        r.only_when,
+        Some(Condition::NetworkNone | Condition::NetworkAllowList)
+    ) || r.syscalls.iter().any(|s| s == "socket")
+}
 
 /// The number of system call `name` on `arch` (see [`syscall_numbers`]).
 fn syscall_number(name: &str, arch: seccompiler::TargetArch) -> Option<u32> {
@@ -357,6 +372,7 @@ fn compile_for(
                     RuleAction::Errno(e) => e.number() as i32,
                     _ => libc::EPERM,
                 },
+                fence: is_network_fence(r),
             });
         }
         for s in &r.syscalls {
@@ -796,13 +812,20 @@ impl CompiledFilter {
     /// rule's errno (EPERM if none matches: fail closed) and `Denied` in enforce mode,
     /// `Continue` and `Audited` in audit mode. An inet socket under `network: allowList` is made
     /// on the loopback whatever the mode, and recorded only when a rule of the profile matched.
+    ///
+    /// A network fence's rule ([`is_network_fence`]) answers as in enforce mode whatever the
+    /// mode: audit mode learns which calls a plugin makes, and a fence is no call to learn
+    /// (Landlock checks TCP ports at `connect`, so a Fast Open `sendto` or a UDP socket let
+    /// through would reach any port of the pod, or, without the jail's own network namespace,
+    /// any host).
     pub fn answer(&self, nr: i32, args: &[u64; 6]) -> (Answer, Option<SeccompAction>) {
         let rule = self.rules.iter().find(|r| r.matches(nr, args));
         let inet_socket = self
             .inet_on_loopback
             .is_some_and(|n| i64::from(n) == i64::from(nr))
             && matches!(args[0] as i32, libc::AF_INET | libc::AF_INET6);
-        match (inet_socket, rule, self.audit) {
+        let audit = self.audit && !rule.is_some_and(|r| r.fence);
+        match (inet_socket, rule, audit) {
             (true, None, _) => (Answer::OnLoopback, None),
             (true, Some(_), true) => (Answer::OnLoopback, Some(SeccompAction::Audited)),
             (_, _, true) => (Answer::Continue, Some(SeccompAction::Audited)),
@@ -1053,18 +1076,13 @@ mod tests {
                     RET_USER_NOTIF
                 );
             }
-            let udp = f.answer(nr, &[inet, dgram, 0, 0, 0, 0]);
-            match mode {
-                SeccompMode::Enforce => {
-                    assert_eq!(
-                        udp,
-                        (Answer::Errno(libc::EACCES), Some(SeccompAction::Denied))
-                    )
-                }
-                SeccompMode::Audit => {
-                    assert_eq!(udp, (Answer::OnLoopback, Some(SeccompAction::Audited)))
-                }
-            }
+            // A UDP socket is refused in both modes: the allow list's inet rules are the
+            // network's fence, not calls to learn.
+            assert_eq!(
+                f.answer(nr, &[inet, dgram, 0, 0, 0, 0]),
+                (Answer::Errno(libc::EACCES), Some(SeccompAction::Denied)),
+                "{mode:?}"
+            );
             let n = f.notify.expect("notify program");
             assert_eq!(
                 kernel_verdict_of(&f.programs[n..=n], nr as u32, [unix, stream, 0, 0, 0, 0]),
@@ -1079,6 +1097,54 @@ mod tests {
                 Answer::OnLoopback
             );
         }
+    }
+
+    /// Audit mode keeps the network's fence: TCP Fast Open (`sendto`/`sendmsg` with
+    /// MSG_FASTOPEN) under allowList, inet sockets under none, and the socket families
+    /// (vsock, netlink) are answered as in enforce mode, while the rest of the profile
+    /// (`unshare`) is let through and recorded (mutant: `fence` ignored in `answer` -> Fast
+    /// Open continues in audit mode, as the attack's `sendto` did).
+    #[test]
+    fn audit_mode_keeps_every_network_fence() {
+        let p = SeccompProfile::default_profile().expect("profile");
+        let arch = target_arch().expect("arch");
+        let nr = |n: &str| syscall_number(n, arch).expect(n) as i32;
+        let denied = |e| (Answer::Errno(e), Some(SeccompAction::Denied));
+        let fast_open = libc::MSG_FASTOPEN as u64;
+        let (inet, stream) = (libc::AF_INET as u64, libc::SOCK_STREAM as u64);
+        let allow =
+            compile(&p, SeccompMode::Audit, NetworkMode::AllowList, false).expect("compile");
+        assert_eq!(
+            allow.answer(nr("sendto"), &[3, 0, 10, fast_open, 0, 0]),
+            denied(libc::EACCES)
+        );
+        assert_eq!(
+            allow.answer(nr("sendmsg"), &[3, 0, fast_open, 0, 0, 0]),
+            denied(libc::EACCES)
+        );
+        // Without the flag, sendto is no call of the profile's: never notified at all.
+        let n = allow.notify.expect("notify program");
+        assert_eq!(
+            kernel_verdict_of(
+                &allow.programs[n..=n],
+                nr("sendto") as u32,
+                [3, 0, 10, 0, 0, 0]
+            ),
+            RET_ALLOW
+        );
+        let none = compile(&p, SeccompMode::Audit, NetworkMode::None, false).expect("compile");
+        assert_eq!(
+            none.answer(nr("socket"), &[inet, stream, 0, 0, 0, 0]),
+            denied(libc::EACCES)
+        );
+        assert_eq!(
+            none.answer(nr("socket"), &[libc::AF_VSOCK as u64, stream, 0, 0, 0, 0]),
+            denied(libc::EAFNOSUPPORT)
+        );
+        assert_eq!(
+            none.answer(nr("unshare"), &[0; 6]),
+            (Answer::Continue, Some(SeccompAction::Audited))
+        );
     }
 
     fn kernel_verdict_of(programs: &[BpfProgram], nr: u32, args: [u64; 6]) -> u32 {

@@ -27,7 +27,24 @@ pub const RELOAD_CHECK: Duration = Duration::from_secs(30);
 /// A change is read this long after the last event of a burst (a ConfigMap update is several).
 const SETTLE: Duration = Duration::from_millis(200);
 
+/// The longest a burst of changes is waited out before the files are read.
+const BURST: Duration = Duration::from_secs(5);
+
+/// A check that takes longer than this is reported (the files are on a slow or stuck mount).
+const SLOW_CHECK: Duration = Duration::from_secs(5);
+
 pub use supervisor::Current;
+
+/// The set in force: every policy's plan and the `plugin.yaml` they run, replaced as one. A
+/// request reads it once, when its header arrives, and runs under that one generation of
+/// both to its end; a reload puts a new one in force in one step.
+#[derive(Debug)]
+pub struct ConfigSet {
+    /// Every policy's plan, the default first (the supervisor's set in force).
+    pub plans: Arc<supervisor::Plans>,
+    /// `plugin.yaml`.
+    pub plugin: Arc<PluginConfig>,
+}
 
 /// What asked for a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +148,7 @@ struct Read {
 pub struct Reloader {
     sources: Sources,
     supervisor: Arc<Supervisor>,
-    plugin: Arc<Current<PluginConfig>>,
+    config: Arc<Current<ConfigSet>>,
     audit: AuditSink,
     metrics: Arc<Metrics>,
     /// What is in force, and what was refused last.
@@ -191,7 +208,7 @@ impl Reloader {
         sources: Sources,
         baseline: Baseline,
         supervisor: Arc<Supervisor>,
-        plugin: Arc<Current<PluginConfig>>,
+        config: Arc<Current<ConfigSet>>,
         audit: AuditSink,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
@@ -202,7 +219,7 @@ impl Reloader {
             watch: Mutex::new(Some(watch)),
             sources,
             supervisor,
-            plugin,
+            config,
             audit,
             metrics,
             state: Mutex::new(State {
@@ -239,10 +256,18 @@ impl Reloader {
         // A read that fails is read once more after a pause: the kubelet removes the old
         // version's directory right after its swap, and a read that resolved `..data` before
         // the swap can find its files gone; a set that is broken is broken both times.
+        let began = Instant::now();
         let read = read(&self.sources).or_else(|_| {
             std::thread::sleep(SETTLE);
             read(&self.sources)
         });
+        if began.elapsed() > SLOW_CHECK {
+            tracing::warn!(
+                trigger = trigger.as_str(),
+                seconds = began.elapsed().as_secs(),
+                "reading the configuration for a reload was slow: the policy and config directories are on a slow or stuck file system"
+            );
+        }
         let files = match &read {
             Ok(r) => r.files.clone(),
             Err((files, _)) => files.clone(),
@@ -306,20 +331,24 @@ impl Reloader {
     }
 
     /// Check the new set and put it in force: the policies through the supervisor (probed as
-    /// at start-up), then plugin.yaml.
+    /// at start-up), then the policies' plans and plugin.yaml together, in one step.
     fn apply(&self, r: Read) -> Result<(), String> {
-        let old = self.plugin.current();
-        if r.plugin.plugin_name() != old.plugin_name() {
+        let old = self.config.current();
+        if r.plugin.plugin_name() != old.plugin.plugin_name() {
             return Err(format!(
                 "plugin.yaml names the plugin {:?} (metadata.name and spec.version), not {:?}: the socket's name comes from them; restart the server to rename it",
                 r.plugin.plugin_name(),
-                old.plugin_name()
+                old.plugin.plugin_name()
             ));
         }
-        if let Some(set) = &r.policies {
-            self.supervisor.reload(set).map_err(|e| e.to_string())?;
-        }
-        self.plugin.replace(r.plugin);
+        let plans = match &r.policies {
+            Some(set) => self.supervisor.reload(set).map_err(|e| e.to_string())?.new,
+            None => old.plans.clone(),
+        };
+        self.config.replace(ConfigSet {
+            plans,
+            plugin: Arc::new(r.plugin),
+        });
         Ok(())
     }
 
@@ -349,9 +378,9 @@ impl Reloader {
 
     /// The policies in force (name and SHA-256 each, the default first).
     fn policies_in_force(&self) -> Vec<PolicyRef> {
-        self.supervisor
-            .plans()
+        self.config
             .current()
+            .plans
             .all()
             .iter()
             .map(|p| crate::audit::policy_ref(p))
@@ -383,8 +412,13 @@ impl Reloader {
                         .as_ref()
                         .is_some_and(|w| w.wait(Duration::from_secs(1)));
                     if changed {
-                        // The rest of the burst.
-                        while watch.as_ref().is_some_and(|w| w.wait(SETTLE)) {}
+                        // The rest of the burst, but never longer than BURST: a file written
+                        // over and over must not keep every later change from being applied.
+                        let until = Instant::now() + BURST;
+                        while Instant::now() < until
+                            && watch.as_ref().is_some_and(|w| w.wait(SETTLE))
+                        {
+                        }
                     } else if watch.is_none() {
                         std::thread::sleep(Duration::from_secs(1));
                     }
@@ -440,9 +474,9 @@ fn plugin_key(s: &Sources) -> String {
 fn read(s: &Sources) -> Result<Read, (Files, String)> {
     let mut files = Files::new();
     let plugin_dir = resolved(&s.plugin_dir);
-    let plugin_text = std::fs::read(plugin_dir.join("plugin.yaml"));
+    let plugin_text = policy::policy::read_bounded(&plugin_dir.join("plugin.yaml"));
     if let Ok(t) = &plugin_text {
-        files.insert(plugin_key(s), sha256(t));
+        files.insert(plugin_key(s), sha256(t.as_bytes()));
     }
     // Where the policies were read from, and the name the operator knows that by.
     let mut read_from = None;
@@ -450,13 +484,13 @@ fn read(s: &Sources) -> Result<Read, (Files, String)> {
         None => None,
         Some(p) if p.is_dir() => {
             let dir = resolved(p);
-            hash_tree(&dir, p, &mut files);
+            hash_policy_files(&dir, p, &mut files);
             read_from = Some((dir.clone(), p.clone()));
             Some(PolicySet::load(&dir).map_err(|e| format!("{}: {e}", p.display())))
         }
         Some(p) => {
-            if let Ok(t) = std::fs::read(p) {
-                files.insert(p.display().to_string(), sha256(&t));
+            if let Ok(t) = policy::policy::read_bounded(p) {
+                files.insert(p.display().to_string(), sha256(t.as_bytes()));
             }
             Some(PolicySet::load(p).map_err(|e| format!("{}: {e}", p.display())))
         }
@@ -476,15 +510,15 @@ fn read(s: &Sources) -> Result<Read, (Files, String)> {
             },
             None => path.clone(),
         };
-        if let Ok(t) = std::fs::read(path) {
+        if let Ok(t) = policy::policy::read_bounded(path) {
             files
                 .entry(shown.display().to_string())
-                .or_insert_with(|| sha256(&t));
+                .or_insert_with(|| sha256(t.as_bytes()));
         }
     }
     let plugin = match plugin_text {
         Err(e) => Err(format!("{}: {e}", plugin_key(s))),
-        Ok(t) => PluginConfig::parse(&String::from_utf8_lossy(&t))
+        Ok(t) => PluginConfig::parse(&t)
             .map(|l| l.config)
             .map_err(|e| format!("{}: {e}", plugin_key(s))),
     };
@@ -498,26 +532,57 @@ fn read(s: &Sources) -> Result<Read, (Files, String)> {
     }
 }
 
-/// Every regular file under `dir` (not Kubernetes' `..` entries), named as under `shown`.
-fn hash_tree(dir: &Path, shown: &Path, files: &mut Files) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// The policy files of `dir`, named as under `shown`: its `*.yaml` and `*.yml` entries (what
+/// [`PolicySet::load`] reads; not Kubernetes' `..` ones), and the `*.json` seccomp profiles in
+/// its subdirectories one level down. A link is followed only to a file inside the directory,
+/// never to a directory (a link to `.` costs nothing), and each file is read at most
+/// [`policy::policy::MAX_FILE_BYTES`], at most [`policy::policy::MAX_POLICIES`] of each kind:
+/// a huge or endless file beside the policies is never read whole.
+fn hash_policy_files(dir: &Path, shown: &Path, files: &mut Files) {
+    let Ok(canonical) = std::fs::canonicalize(dir) else {
         return;
     };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        if name.to_string_lossy().starts_with("..") {
-            continue;
-        }
-        let path = e.path();
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_dir() => hash_tree(&path, &shown.join(&name), files),
-            Ok(m) if m.is_file() => {
-                if let Ok(t) = std::fs::read(&path) {
-                    files.insert(shown.join(&name).display().to_string(), sha256(&t));
-                }
+    let mut hash = |dir: &Path,
+                    shown: &Path,
+                    wanted: fn(&str) -> bool,
+                    subdirs: bool|
+     -> Vec<(PathBuf, PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut hashed = 0;
+        let mut below = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if n.starts_with("..") {
+                continue;
             }
-            _ => {}
+            let path = e.path();
+            // A real directory (never a link to one) is looked into, one level down.
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if subdirs {
+                    below.push((path, shown.join(&name)));
+                }
+                continue;
+            }
+            let inside = std::fs::canonicalize(&path).is_ok_and(|t| t.starts_with(&canonical));
+            if !wanted(&n) || !inside || hashed == policy::policy::MAX_POLICIES {
+                continue;
+            }
+            if let Ok(t) = policy::policy::read_bounded(&path) {
+                hashed += 1;
+                files.insert(
+                    shown.join(&name).display().to_string(),
+                    sha256(t.as_bytes()),
+                );
+            }
         }
+        below
+    };
+    let profile = |n: &str| n.to_ascii_lowercase().ends_with(".json");
+    for (sub, shown) in hash(dir, shown, policy::policy::is_policy_file_name, true) {
+        hash(&sub, &shown, profile, false);
     }
 }
 

@@ -36,15 +36,14 @@ const DEADLINE_BUFFER: Duration = Duration::from_millis(100);
 /// Settings the service needs.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
-    /// The plugin in force (`plugin.yaml`; a reload replaces it).
-    pub plugin: Arc<crate::reload::Current<PluginConfig>>,
+    /// The set in force, which a reload replaces whole: what each policy means for a request
+    /// (archive limits — the compressed cap is enforced while receiving too —, budgets, wall
+    /// clock, environment), which policy a request's Argo CD variables select, and the
+    /// plugin (`plugin.yaml`). A request reads it once, when it begins, and runs under that
+    /// generation to its end.
+    pub config: Arc<crate::reload::Current<crate::reload::ConfigSet>>,
     /// `<workdir>/_cmp_server`: per-request trees are created here.
     pub work_dir: PathBuf,
-    /// What each policy means for a request: archive limits (the compressed cap is enforced
-    /// while receiving too), budgets, wall clock, environment; and which policy a request's
-    /// Argo CD variables select; the set in force, which a reload replaces. A request reads
-    /// both once, when its header arrives, and runs under them to its end.
-    pub plans: Arc<supervisor::PlanSource>,
     /// Where audit events go.
     pub audit: AuditSink,
     /// Metrics registry.
@@ -228,7 +227,7 @@ impl CmpService {
             _ => 0,
         };
         // Refused before its header chose a plan: the default in force.
-        let default_plan = self.cfg.plans.current().default_plan().clone();
+        let default_plan = self.cfg.config.current().plans.default_plan().clone();
         crate::lifecycle::account(
             &self.cfg.metrics,
             &self.cfg.audit,
@@ -292,8 +291,8 @@ impl CmpService {
         // longest pause between two messages: a stalled client holds nothing for long. Until
         // the header chose the request's policy, the default's clocks.
         // The set in force when the request began: it runs under it to its end.
-        let plans = self.cfg.plans.current();
-        let plugin = self.cfg.plugin.current();
+        let set = self.cfg.config.current();
+        let (plans, plugin) = (&set.plans, set.plugin.clone());
         let default = plans.default_plan().clone();
         let (deadline, _) = default.deadline_from(started, client_deadline.clone());
         let mut clock = ReceiveClock {
@@ -929,7 +928,7 @@ impl ConfigManagementPluginService for CmpService {
         req: Request<()>,
     ) -> Result<Response<CheckPluginConfigurationResponse>, Status> {
         self.authenticate(&req)?;
-        let plugin = self.cfg.plugin.current();
+        let plugin = self.cfg.config.current().plugin.clone();
         Ok(Response::new(CheckPluginConfigurationResponse {
             is_discovery_configured: plugin.spec.discover.is_defined(),
             provide_git_creds: plugin.spec.provide_git_creds,

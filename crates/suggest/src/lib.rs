@@ -44,10 +44,17 @@ struct Observed {
     unfinished: usize,
     /// Destinations commands asked the egress proxy for: (host, port) → needed `internal`.
     egress: std::collections::BTreeMap<(String, u16), bool>,
-    /// Server variables withheld from a command that failed and that it named (its argv, or
-    /// its error before the server's own note): name → the app whose request named it. The
-    /// full withheld list of an event is not evidence: every failure carries it.
+    /// Server variables withheld from a command that failed and that its argv names (the
+    /// operator's plugin.yaml): name → the app whose request it was. The full withheld list
+    /// of an event is not evidence (every failure carries it), nor is what a command printed
+    /// (a command chooses its words).
     withheld: std::collections::BTreeMap<String, String>,
+    /// Withheld variables only a failed command's own words named: never proposed; listed
+    /// for the reviewer.
+    printed_only: std::collections::BTreeSet<String>,
+    /// Paths in Landlock's records that no proposal may grant whoever asked (the server's own
+    /// directories, every request's tree, shared memory, /proc): listed for the reviewer.
+    never_files: std::collections::BTreeSet<String>,
     /// Paths Landlock refused, from the kernel's own records: whether a write was refused,
     /// and in how many requests.
     files: std::collections::BTreeMap<String, (bool, u64)>,
@@ -61,19 +68,50 @@ struct Observed {
     unreadable: usize,
 }
 
+/// Paths no proposal grants, whatever a request's Landlock records say: beneath them lie the
+/// work root (`…/_cmp_server`: every request's tree), Argo CD's sidecar directories (the
+/// plugin's config, policies and socket: `/home/argocd/cmp-server`), the pod's shared memory,
+/// /proc and /sys. A request tried them; no honest plugin needs them.
+fn never_granted(path: &str) -> bool {
+    const NEVER: &[&str] = &[
+        "/proc",
+        "/sys",
+        "/dev/shm",
+        "/run/shm",
+        "/home/argocd/cmp-server",
+        "/var/run/argocd",
+        "/run/secrets",
+        "/var/run/secrets",
+    ];
+    let p = std::path::Path::new(path);
+    p == std::path::Path::new("/")
+        || NEVER.iter().any(|n| p.starts_with(n))
+        || p.components().any(|c| c.as_os_str() == WORK_ROOT_NAME)
+        || p.components().any(|c| {
+            matches!(
+                c,
+                std::path::Component::ParentDir | std::path::Component::CurDir
+            )
+        })
+}
+
+/// The work root's name under `ARGOCD_CMP_WORKDIR` (Argo CD's `_cmp_server`).
+const WORK_ROOT_NAME: &str = "_cmp_server";
+
 /// Where the server's own note on withheld variables starts in an error (what precedes it is
 /// the command's words).
 const WITHHELD_NOTE: &str = " (server variables not passed to commands:";
 
-fn observe(text: &str) -> Observed {
+fn observe(text: &str, operator: &str) -> Observed {
     let mut o = Observed::default();
     for line in text.lines() {
         let Some(e) = AuditEvent::from_line(line) else {
             o.unreadable += usize::from(line.contains("\"log\":\"audit\""));
             continue;
         };
-        // A withheld variable counts only where the failed command named it: in its argv
-        // (plugin.yaml's), or in its own words before the server's note.
+        // A withheld variable counts only where the operator names it: the failed commands'
+        // argv (plugin.yaml's) or the policy the runs used; one only the command's own words
+        // name is listed, not proposed: a hostile command prints whatever names it likes.
         let error = e.error.as_deref().unwrap_or_default();
         let own_words = error.split(WITHHELD_NOTE).next().unwrap_or_default();
         let argv: Vec<&str> = e
@@ -82,8 +120,10 @@ fn observe(text: &str) -> Observed {
             .flat_map(|c| c.argv.iter().map(String::as_str))
             .collect();
         for n in &e.withheld_env {
-            if policy::names_var(own_words, n) || argv.iter().any(|a| policy::names_var(a, n)) {
+            if argv.iter().any(|a| policy::names_var(a, n)) || policy::names_var(operator, n) {
                 o.withheld.entry(n.clone()).or_insert_with(|| e.app.clone());
+            } else if policy::names_var(own_words, n) {
+                o.printed_only.insert(n.clone());
             }
         }
         for c in &e.egress {
@@ -120,6 +160,14 @@ fn observe(text: &str) -> Observed {
             // command's own error does not.
             if !blockers.starts_with("fs.") {
                 o.claimed_files.insert(path.to_owned());
+                continue;
+            }
+            // Whoever asked, these are never a need: the work root holds every request's
+            // tree (and the spare jails', whose names are predictable), the server's config,
+            // policy and socket directories are its own, /dev/shm is shared by every jail of
+            // the pod, and /proc holds every process's state.
+            if never_granted(path) {
+                o.never_files.insert(path.to_owned());
                 continue;
             }
             // The kernel names the access; an error's path is proposed for reading.
@@ -227,15 +275,20 @@ impl Suggested {
 }
 
 /// The proposal the audit events in `text` make of `base` (`None`: no audit event).
+///
+/// `base_text` is the base policy's file as the operator wrote it: a withheld variable it
+/// names (in a field or a comment) counts as the operator's, as one plugin.yaml's commands
+/// name does; one only a command printed never does.
 pub fn propose(
     text: &str,
     base: &Policy,
+    base_text: &str,
     base_profile: &str,
     from: &str,
     others: &[Policy],
 ) -> Result<Option<Suggested>, SuggestError> {
     let mut p = base.clone();
-    let o = observe(text);
+    let o = observe(text, base_text);
     if o.requests == 0 {
         return Ok(None);
     }
@@ -379,21 +432,38 @@ fn suggest_network(
 /// `spec.env.pass`: the variables a failing command did not get and named, each to be
 /// reviewed; never one another policy of the directory passes (another tenant's secret).
 fn suggest_env(p: &mut Policy, o: &Observed, others: &[Policy], notes: &mut Vec<String>) {
-    for (name, app) in &o.withheld {
+    let printed_only = o
+        .printed_only
+        .iter()
+        .filter(|n| !o.withheld.contains_key(*n))
+        .map(|n| (n, None));
+    let by_argv = o.withheld.iter().map(|(n, app)| (n, Some(app)));
+    let mut printed = Vec::new();
+    for (name, app) in by_argv.chain(printed_only) {
         if p.passes(name) || !policy::is_env_name(name) {
             continue;
         }
         if let Some(owner) = others.iter().find(|q| q.passes(name)) {
             notes.push(format!(
-                "env.pass: NOT adding {name}, which a failed command of app {app:?} named: policy {:?} passes it, for its own requests only (another tenant's variable)",
+                "env.pass: NOT adding {name}, which a failed command named: policy {:?} passes it, for its own requests only (another tenant's variable)",
                 owner.name
             ));
             continue;
         }
+        let Some(app) = app else {
+            printed.push(format!("{name:?}"));
+            continue;
+        };
         notes.push(format!(
-            "env.pass: added {name} (withheld from a failed command of app {app:?}, which named it). REVIEW: it reaches every command of every request under this policy; remove it unless the plugin is configured by it."
+            "env.pass: added {name} (withheld from a failed command of app {app:?}; plugin.yaml's command or the base policy names it). REVIEW: it reaches every command of every request under this policy; remove it unless the plugin is configured by it."
         ));
         p.env_pass.push(name.clone());
+    }
+    if !printed.is_empty() {
+        notes.push(format!(
+            "env.pass: NOT adding {}, named only by a failed command's own output (a command prints whatever names it likes; neither plugin.yaml's commands nor the base policy name them). Add one by hand, or name it in the base policy (a comment will do) and run suggest again, if the plugin is configured by it.",
+            printed.join(", ")
+        ));
     }
 }
 
@@ -419,6 +489,12 @@ fn suggest_files(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
         ));
         rules.push(path);
     }
+    if !o.never_files.is_empty() {
+        notes.push(format!(
+            "filesystem: NOT added, as no policy grants them to a plugin (the server's own directories, every request's tree under the work root, the pod's shared memory, /proc, /sys): {}",
+            o.never_files.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
     if !o.claimed_files.is_empty() {
         notes.push(format!(
             "filesystem: NOT added, as only a command's own error named them as refused (no kernel record of a refusal; a command writes what it likes): {}. Add one by hand if the plugin needs it.",
@@ -427,12 +503,19 @@ fn suggest_files(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
     }
 }
 
-/// Out of the seccomp profile: exactly the calls the plugin made that it denied.
+/// Out of the seccomp profile: exactly the calls the plugin made that it denied, from rules
+/// without argument conditions only. An audit record names the call, not the arguments it was
+/// made with nor the rule they matched, so taking a call out of a conditional rule (the
+/// socket families, the network modes' inet rules, Fast Open's `sendto`, `clone`'s namespace
+/// flags) would widen every other condition that names it: such rules stay, and the notes say
+/// so.
 fn allow_denied_calls(
     profile: &mut Value,
     denied: &std::collections::BTreeMap<String, (u64, String)>,
     notes: &mut Vec<String>,
 ) {
+    // Call → the reasons of the conditional rules that keep it.
+    let mut kept_by: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     if let Some(rules) = profile["rules"].as_array_mut() {
         for r in rules.iter_mut() {
             // The reason of this profile's own rule (a custom profile has its own).
@@ -440,6 +523,23 @@ fn allow_denied_calls(
                 .as_str()
                 .unwrap_or("(no reason given)")
                 .to_owned();
+            let conditional = r["args"].as_array().is_some_and(|a| !a.is_empty())
+                || r.get("onlyWhen")
+                    .is_some_and(|w| w.as_str().is_some_and(|w| w.starts_with("network")));
+            if conditional {
+                let kept: Vec<String> = r["syscalls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .filter(|c| denied.contains_key(*c))
+                    .map(str::to_owned)
+                    .collect();
+                for name in kept {
+                    kept_by.entry(name).or_default().push(reason.clone());
+                }
+                continue;
+            }
             if let Some(calls) = r["syscalls"].as_array_mut() {
                 calls.retain(|c| {
                     let name = c.as_str().unwrap_or("");
@@ -456,6 +556,14 @@ fn allow_denied_calls(
             }
         }
         rules.retain(|r| r["syscalls"].as_array().is_some_and(|c| !c.is_empty()));
+    }
+    for (name, reasons) in kept_by {
+        let (n, comm) = &denied[&name];
+        notes.push(format!(
+            "seccomp: NOT allowing {name} in {} rule(s) with argument conditions ({comm:?} called it {n} time(s)): an audit record names the call, not the arguments it was made with, so no such rule is widened from it; narrow one by hand if the plugin needs it. The first: {}",
+            reasons.len(),
+            reasons[0]
+        ));
     }
 }
 
@@ -536,6 +644,190 @@ fn suggest_limits(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
 mod tests {
     use super::*;
 
+    /// One audit event line under the default policy, with `extra` fields.
+    fn event(extra: &str) -> String {
+        format!(
+            r#"{{"log":"audit","app":"a","outcome":"error","durationMs":5,"commands":[{{"phase":"generate","argv":["sh","-c","helm template . --set token=$PLAN_TOKEN"],"exitCode":1,"durationMs":1,"stdoutBytes":0,"stderrBytes":0}}]{extra}}}"#
+        )
+    }
+
+    fn proposal(log: &str, mode: SeccompMode) -> Suggested {
+        let mut base = Policy::default_policy().expect("default policy");
+        base.seccomp_mode = mode;
+        propose(
+            log,
+            &base,
+            policy::DEFAULT_POLICY_YAML,
+            policy::seccomp::DEFAULT_SECCOMP_JSON,
+            "test",
+            &[],
+        )
+        .expect("propose")
+        .expect("a proposal")
+    }
+
+    /// The rules of a profile that name `call`, by reason.
+    fn rules_naming(profile: &Value, call: &str) -> Vec<String> {
+        profile["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| {
+                r["syscalls"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c == call))
+            })
+            .map(|r| r["reason"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// An audit-mode run whose command resolved a name (glibc's resolver opens a UDP socket)
+    /// and sent with MSG_FASTOPEN: the record names `socket` and `sendto`, not the arguments.
+    /// Every rule with argument conditions that names them stays (the socket families, the
+    /// network modes' inet rules, Fast Open), and the notes say why; an unconditional rule's
+    /// call (`unshare`) is still allowed (mutant: the conditional check dropped -> the socket
+    /// and Fast Open rules go).
+    #[test]
+    fn a_call_in_a_rule_with_argument_conditions_is_never_widened() {
+        let before: Value =
+            serde_json::from_str(policy::seccomp::DEFAULT_SECCOMP_JSON).expect("profile");
+        let (sockets, sends) = (
+            rules_naming(&before, "socket").len(),
+            rules_naming(&before, "sendto").len(),
+        );
+        assert!(sockets >= 7 && sends >= 1, "fixture: {sockets} {sends}");
+        let log = event(
+            r#","seccompAudit":[{"syscall":"socket","action":"audited","count":1,"comm":"getent"},{"syscall":"sendto","action":"audited","count":1,"comm":"py"},{"syscall":"unshare","action":"audited","count":1,"comm":"unshare"}]"#,
+        );
+        // Under network: none the sockets suggest a learning run of the allow list; under
+        // an allow list they are a call of the profile's conditional rules.
+        let none = proposal(&log, SeccompMode::Audit);
+        let mut allow_list = Policy::default_policy().expect("default policy");
+        allow_list.seccomp_mode = SeccompMode::Audit;
+        allow_list.network = NetworkMode::AllowList;
+        let allow_list = propose(
+            &log,
+            &allow_list,
+            policy::DEFAULT_POLICY_YAML,
+            policy::seccomp::DEFAULT_SECCOMP_JSON,
+            "test",
+            &[],
+        )
+        .expect("propose")
+        .expect("a proposal");
+        for s in [&none, &allow_list] {
+            assert_eq!(
+                rules_naming(&s.profile, "socket").len(),
+                sockets,
+                "{:#}",
+                s.profile
+            );
+            assert_eq!(rules_naming(&s.profile, "sendto").len(), sends);
+            assert!(rules_naming(&s.profile, "unshare").is_empty());
+            assert!(
+                s.notes
+                    .iter()
+                    .any(|n| n.starts_with("seccomp: unshare is ALLOWED")),
+                "{:?}",
+                s.notes
+            );
+        }
+        let not_allowing = |s: &Suggested, call: &str| {
+            s.notes.iter().any(|n| {
+                n.starts_with(&format!("seccomp: NOT allowing {call} in "))
+                    && n.contains("argument conditions")
+            })
+        };
+        assert!(not_allowing(&none, "sendto"), "{:?}", none.notes);
+        assert!(
+            not_allowing(&allow_list, "sendto"),
+            "{:?}",
+            allow_list.notes
+        );
+        assert!(
+            not_allowing(&allow_list, "socket"),
+            "{:?}",
+            allow_list.notes
+        );
+    }
+
+    /// Landlock's records of a hostile request: the work root (every request's tree), another
+    /// request's tree, /dev/shm, the server's plugin.yaml and socket directory, /proc. None is
+    /// proposed, the notes list them; an ordinary path of the same event is (mutant:
+    /// `never_granted` always false -> the work root in readWrite).
+    #[test]
+    fn the_servers_paths_and_every_requests_tree_are_never_proposed() {
+        let denials: Vec<String> = [
+            ("fs.make_reg", "/tmp/_cmp_server"),
+            ("fs.read_dir", "/tmp/_cmp_server/spare-7/repo"),
+            ("fs.write_file", "/dev/shm/x"),
+            ("fs.read_file", "/home/argocd/cmp-server/config/plugin.yaml"),
+            ("fs.make_sock", "/home/argocd/cmp-server/plugins/x.sock"),
+            ("fs.read_file", "/proc/1/environ"),
+            ("fs.read_file", "/srv/charts/../../etc/shadow"),
+            ("fs.read_file", "/srv/charts/index.yaml"),
+        ]
+        .iter()
+        .map(|(b, o)| {
+            format!(r#"{{"blockers":"{b}","object":"{o}","allowedBy":"spec.filesystem"}}"#)
+        })
+        .collect();
+        let log = event(&format!(r#","landlockDenials":[{}]"#, denials.join(",")));
+        let s = proposal(&log, SeccompMode::Enforce);
+        let base = Policy::default_policy().expect("default policy");
+        let granted: Vec<String> = s
+            .policy
+            .read_only
+            .iter()
+            .chain(&s.policy.read_write)
+            .filter(|p| !base.read_only.contains(p) && !base.read_write.contains(p))
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(granted, ["/srv/charts/index.yaml"]);
+        for never in ["_cmp_server", "/dev/shm", "cmp-server", "/proc", "shadow"] {
+            assert!(
+                !granted.iter().any(|g| g.contains(never)),
+                "{never}: {granted:?}"
+            );
+        }
+        let note = s
+            .notes
+            .iter()
+            .find(|n| n.starts_with("filesystem: NOT added, as no policy grants them"))
+            .expect("the note");
+        assert!(
+            note.contains("/tmp/_cmp_server") && note.contains("/proc/1/environ"),
+            "{note}"
+        );
+    }
+
+    /// A withheld variable the operator's plugin.yaml names is proposed; one only the failed
+    /// command's own words name is not (it is listed), nor one no one named (mutant: the old
+    /// rule, named in the error -> AWS_SECRET_ACCESS_KEY proposed).
+    #[test]
+    fn env_pass_comes_from_plugin_yaml_never_from_what_a_command_printed() {
+        let log = event(
+            r#","error":"`sh -c ...` failed exit status 1: missing AWS_SECRET_ACCESS_KEY (server variables not passed to commands: AWS_SECRET_ACCESS_KEY; spec.env.pass allows them)","withheldEnv":["AWS_SECRET_ACCESS_KEY","PLAN_TOKEN","SIDECAR_DB_PASSWORD"]"#,
+        );
+        let s = proposal(&log, SeccompMode::Enforce);
+        assert!(
+            s.policy.env_pass.contains(&"PLAN_TOKEN".to_owned()),
+            "{:?}",
+            s.notes
+        );
+        for never in ["AWS_SECRET_ACCESS_KEY", "SIDECAR_DB_PASSWORD"] {
+            assert!(!s.policy.env_pass.contains(&never.to_owned()), "{never}");
+        }
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n
+                    .starts_with("env.pass: NOT adding \"AWS_SECRET_ACCESS_KEY\", named only by")),
+            "{:?}",
+            s.notes
+        );
+    }
+
     /// A line marked as an audit event that is no event of this schema is not read, and the
     /// notes say so (mutant: the count dropped -> no note; a damaged event read as a request
     /// -> 2 requests).
@@ -548,7 +840,7 @@ mod tests {
             r#"{"level":"info","msg":"not an event"}"#,
         ]
         .join("\n");
-        let s = propose(&log, &base, "{}", "test", &[])
+        let s = propose(&log, &base, "", "{}", "test", &[])
             .expect("propose")
             .expect("a proposal");
         assert!(s.notes[0].contains("from 1 request(s)"), "{:?}", s.notes);

@@ -66,6 +66,10 @@ pub struct Plan {
     /// Names of the server's variables `spec.env.pass` keeps from commands (logged at
     /// start-up, listed by doctor, named when a request fails; never their values).
     pub withheld_env: Vec<String>,
+    /// Those of [`Plan::withheld_env`] a failed request's error may name: none another policy
+    /// of the set passes (whether another tenant's variable exists is not this request's to
+    /// learn).
+    pub nameable_withheld_env: Vec<String>,
     /// The repo-server's askpass socket as the operator shared it with this container
     /// (`ARGOCD_ASK_PASS_SOCK` in the server's environment, as Argo CD's docs have it set in
     /// both containers). The egress proxy relays to it only for a `provideGitCreds` request
@@ -144,6 +148,7 @@ impl Plan {
                 cpu_millis: policy.limits.cpu_millis,
             },
             withheld_env: policy.withheld_env(env.iter().cloned()),
+            nameable_withheld_env: policy.withheld_env(env.iter().cloned()),
             askpass_socket: env
                 .iter()
                 .find(|(k, _)| k == "ARGOCD_ASK_PASS_SOCK")
@@ -381,6 +386,12 @@ impl Plans {
             .map(|(i, p)| {
                 let mut plan = Plan::new(p, overrides, env.iter().cloned());
                 plan.index = PolicyIndex(i);
+                let others: Vec<&Policy> = (set.policies().iter().enumerate())
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, q)| q)
+                    .collect();
+                plan.nameable_withheld_env
+                    .retain(|n| !others.iter().any(|q| q.passes(n)));
                 Arc::new(plan)
             })
             .collect();

@@ -205,6 +205,7 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
         let s = propose(
             &text,
             &base.policy,
+            &base.input,
             &base.profile,
             &from,
             &base.others(None),
@@ -237,6 +238,7 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
         let mut default = match propose(
             &without,
             &base.policy,
+            &base.input,
             &base.profile,
             &from,
             &base.others(None),
@@ -259,7 +261,15 @@ fn suggest(audit_log: &Path, base: Option<&Path>, out: &Path) -> anyhow::Result<
                 .map(|l| format!("{l}\n"))
                 .collect();
             let others = base.others(Some(project));
-            let Some(mut s) = propose(&mine, &base.policy, &base.profile, &from, &others)? else {
+            let Some(mut s) = propose(
+                &mine,
+                &base.policy,
+                &base.input,
+                &base.profile,
+                &from,
+                &others,
+            )?
+            else {
                 continue;
             };
             // Named apart from the default (Argo CD's own project is called `default`).

@@ -272,11 +272,15 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
         let mut start = supervisor::StartOptions::new(work_dir.clone(), supervisor::Owner::Server);
         start.overrides = overrides;
         start.log_args = log_args;
-        // The start-up self-test: the confined extractor must fail to write here.
+        // The start-up self-test: the confined extractor must fail to write here. These are
+        // also the server's own directories, which no policy grants a command.
         start.probe_writes = vec![
             std::path::absolute(&a.config_dir_path)?,
             std::path::absolute(&a.socket_dir)?,
         ];
+        if let Some(dir) = a.policy.as_deref().filter(|p| p.is_dir()) {
+            start.probe_writes.push(std::path::absolute(dir)?);
+        }
         start.bind = Some(Box::new(bind));
         start.lease_dir = super::flags::lease_dir(Some(&std::path::absolute(&a.socket_dir)?));
         supervisor::Supervisor::start_set(&policies, start)?
@@ -317,13 +321,16 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     let runner = supervisor.runner();
     let describe = runner.describe();
     let supervisor = Arc::new(supervisor);
-    let plugin = Arc::new(server::reload::Current::new(config));
+    let config = Arc::new(server::reload::Current::new(server::reload::ConfigSet {
+        plans: supervisor.plans().current(),
+        plugin: Arc::new(config),
+    }));
     let reloader = Arc::new(
         server::reload::Reloader::new(
             reload_sources,
             baseline,
             supervisor.clone(),
-            plugin.clone(),
+            config.clone(),
             audit.clone(),
             metrics.clone(),
         )?
@@ -331,9 +338,8 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     );
     let svc = CmpService::new(
         ServiceConfig {
-            plugin,
+            config,
             work_dir: work_dir.clone(),
-            plans: supervisor.plans(),
             audit,
             metrics,
             tcp_token: tcp.as_ref().and_then(|(_, t)| t.token.clone()),

@@ -451,6 +451,22 @@ impl Run<'_> {
             let own = [self.inner.cfg.work_root.as_path(), Path::new("/tmp")];
             denied = file_denials::inferred(message, self.plan.file_rules(), &own);
         }
+        // No policy field is the way to the server's own directories (its config, socket
+        // and policy directories, the work root with every request's tree), the pod's shared
+        // memory, /proc or /sys: the error and `policy suggest` must not point a reader at one.
+        let cfg = &self.inner.cfg;
+        let shared = [Path::new("/proc"), Path::new("/sys"), Path::new("/dev/shm")];
+        let own = cfg.probe_writes.iter().map(PathBuf::as_path);
+        let never: Vec<&Path> = shared
+            .into_iter()
+            .chain(own)
+            .chain([cfg.work_root.as_path()])
+            .collect();
+        for d in &mut denied {
+            if never.iter().any(|p| Path::new(&d.object).starts_with(p)) {
+                d.allowed_by = None;
+            }
+        }
         if !denied.is_empty() {
             jail_wire::record::update(self.record, |r| r.landlock_denials = denied);
         }

@@ -124,7 +124,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     if command_failed && !plan.withheld_env.is_empty() {
         jail_wire::record::update(record, |r| r.withheld_env = plan.withheld_env.clone());
         let argv = failed.map(|c| c.argv.join(" ")).unwrap_or_default();
-        let named = mentioned(&plan.withheld_env, &[&original, &argv]);
+        let named = mentioned(&plan.nameable_withheld_env, &[&original, &argv]);
         if !named.is_empty() {
             message = format!(
                 "{message} (server variables not passed to commands: {}; spec.env.pass allows them)",

@@ -87,7 +87,7 @@ pub(super) fn assemble_as(
     checks.push(read_only_root_check());
     checks.push(socket_dir_check(socket_dir, held.euid));
     checks.push(work_dir_check(work_parent));
-    checks.extend(in_force_check(work_parent, plan));
+    checks.extend(in_force_check(work_parent, Some(&plan.policy_sha256)));
     let gaps = gaps(&checks);
     DoctorReport {
         schema: SCHEMA,
@@ -801,8 +801,10 @@ pub(super) fn work_dir_check(work_parent: &Path) -> Check {
 
 /// What a server running here has in force (its [`server::reload::InForce`] beside the work
 /// directory), against the files doctor read now: a change a reload refused, or one not yet
-/// reloaded, shows up here with the reason. Absent when no server runs here.
-pub(super) fn in_force_check(work_parent: &Path, plan: &Plan) -> Option<Check> {
+/// reloaded, shows up here with the reason. Absent when no server runs here. `read_now`: the
+/// SHA-256 of the default policy doctor read (`None`: the files do not parse, and the set in
+/// force is all there is to show).
+pub(super) fn in_force_check(work_parent: &Path, read_now: Option<&str>) -> Option<Check> {
     let f = match server::reload::InForce::read(work_parent)? {
         Ok(f) => f,
         Err(e) => return Some(check("configInForce", false, false, Status::Info, e)),
@@ -821,12 +823,14 @@ pub(super) fn in_force_check(work_parent: &Path, plan: &Plan) -> Option<Check> {
         short(&f.plugin_sha256)
     );
     let default_in_force = f.policies.first().map(|p| p.sha256.as_str());
-    let differs = default_in_force != Some(plan.policy_sha256.as_str());
-    if differs {
-        detail.push_str(&format!(
+    let differs = default_in_force != read_now;
+    match read_now {
+        Some(now) if differs => detail.push_str(&format!(
             "; the default policy read now ({}) is not the one in force",
-            short(&plan.policy_sha256)
-        ));
+            short(now)
+        )),
+        None => detail.push_str("; the policies read now do not parse (the error above)"),
+        Some(_) => {}
     }
     match &f.last_refused {
         Some(r) => detail.push_str(&format!(

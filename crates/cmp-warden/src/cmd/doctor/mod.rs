@@ -166,6 +166,18 @@ pub fn run(a: DoctorArgs, log_args: Vec<String>) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e:#}");
+            // A reload refused for this very file is what an operator runs doctor for: the
+            // set a server here still serves, and since when, are shown all the same.
+            let parent = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+            if let Some(c) = in_force_check(&parent, None) {
+                if a.json {
+                    if let Ok(s) = serde_json::to_string_pretty(&c) {
+                        super::print_out(&format!("{s}\n"));
+                    }
+                } else {
+                    super::print_out(&format!("{}: {}\n", c.name, c.detail));
+                }
+            }
             return ExitCode::from(2);
         }
     };
