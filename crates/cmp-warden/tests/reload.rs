@@ -763,3 +763,97 @@ fn policies_and_plugin_yaml_change_together_and_no_request_sees_half_of_it() {
         halves.join("\n")
     );
 }
+
+/// The fifth attack round's sixth finding, attacked again: a policy directory holding two
+/// links to `.`, a link out of it named like a policy, a FIFO and `/dev/zero` named `*.yaml`,
+/// and a 1 GiB file beside the policies. The server starts (the reloader follows no link to a
+/// directory, reads policy files only and each at most 1 MiB); the same entries added while it
+/// serves leave the reload thread free, so the next valid change is applied; the server never
+/// held the big file (a generous liveness bound on its peak memory, not a measurement).
+/// Mutant: the old recursive hash of every file -> no socket within the start-up wait.
+#[test]
+fn a_policy_directory_of_loops_devices_and_huge_files_neither_wedges_nor_fills_the_reloader() {
+    needs_root!(NEEDS_ROOT);
+    let root = tempfile::tempdir().expect("tmp");
+    let policies = root.path().join("policies");
+    write_policy(&policies.join("default.yaml"), &[]);
+    let base = std::fs::read_to_string(policies.join("default.yaml")).expect("policy");
+    let plant = |dir: &Path, tag: &str| {
+        std::os::unix::fs::symlink(".", dir.join(format!("loop-{tag}-a"))).expect("link");
+        std::os::unix::fs::symlink(".", dir.join(format!("loop-{tag}-b"))).expect("link");
+        std::os::unix::fs::symlink("/etc/passwd", dir.join(format!("outside-{tag}.yaml")))
+            .expect("link");
+        std::os::unix::fs::symlink("/dev/zero", dir.join(format!("zero-{tag}.yaml")))
+            .expect("link");
+        let fifo = dir.join(format!("fifo-{tag}.yaml"));
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success(), "mkfifo");
+        let big = std::fs::File::create(dir.join(format!("big-{tag}.bin"))).expect("big");
+        big.set_len(1 << 30).expect("sparse 1 GiB");
+    };
+    plant(&policies, "start");
+    let audit_log = root.path().join("audit.log");
+    let s = Server::start(
+        &plugin("  generate: {command: [cat, cm.yaml]}\n"),
+        &[
+            "--policy",
+            policies.to_str().expect("utf8"),
+            "--audit-log",
+            audit_log.to_str().expect("utf8"),
+        ],
+    );
+    let r = repo(&[(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    )]);
+    let dir = r.path().to_str().expect("utf8");
+    go(&s, "generate", &["-dir", dir]).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    let logs = s.logs();
+    for skipped in ["outside-start.yaml", "zero-start.yaml", "fifo-start.yaml"] {
+        assert!(logs.contains(skipped), "start-up says it skipped {skipped}\n{logs}");
+    }
+    // The same entries while serving, then a valid change, which must be applied.
+    plant(&policies, "serving");
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(
+        policies.join("default.yaml"),
+        format!("{base}\n# a valid change\n"),
+    )
+    .expect("write");
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(
+            format!("{base}\n# a valid change\n").as_bytes(),
+        ))
+    };
+    let accepted = || {
+        std::fs::read_to_string(&audit_log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(ReloadEvent::from_line)
+            .any(|e| {
+                e.result == "accepted" && e.policies.first().is_some_and(|p| p.sha256 == sha)
+            })
+    };
+    assert!(
+        wait_until(Duration::from_secs(40), accepted),
+        "the valid change after the loops was never applied\n{}",
+        s.logs()
+    );
+    go(&s, "generate", &["-dir", dir]).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
+    // Liveness bound: the server never held the 1 GiB file.
+    let pid = s.child.as_ref().expect("server").id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM");
+    assert!(
+        peak_kib < 512 * 1024,
+        "the server's peak memory is {peak_kib} KiB: it read the big file"
+    );
+}
