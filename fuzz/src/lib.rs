@@ -719,3 +719,77 @@ pub fn suggest_log(data: &[u8]) {
         );
     }
 }
+
+/// [`split_differential`]'s Argo CD side: one `argo-split` for the whole run.
+fn argo_split() -> &'static std::sync::Mutex<testkit::argo_split::ArgoSplit> {
+    use std::sync::{Mutex, OnceLock};
+    static ARGO: OnceLock<Mutex<testkit::argo_split::ArgoSplit>> = OnceLock::new();
+    ARGO.get_or_init(|| {
+        let path = testkit::argo_split::ArgoSplit::path();
+        Mutex::new(
+            testkit::argo_split::ArgoSplit::start(&path).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (scripts/argo-build v3 --driver builds it)",
+                    path.display()
+                )
+            }),
+        )
+    })
+}
+
+/// The `split_differential` target: `data[0]`'s parity picks the mode, the rest is the
+/// command's output; Argo CD's answer and cmp-warden's must be the same.
+pub fn split_differential(data: &[u8]) {
+    use testkit::argo_split::{Answer, Mode};
+    let Some((&first, input)) = data.split_first() else {
+        return;
+    };
+    let mode = if first % 2 == 0 {
+        Mode::Manifests
+    } else {
+        Mode::Params
+    };
+    plugin::gojson::reset_key_collisions();
+    let ours = match mode {
+        Mode::Manifests => match plugin::split_output(input) {
+            Ok(m) => Answer::Manifests(m.into_iter().map(String::into_bytes).collect()),
+            // cmp-warden's own bound (not Argo CD's): nothing to compare.
+            Err(plugin::SplitError::TooLarge(_)) => return,
+            Err(e) => Answer::Refused(e.argo_text().into_bytes()),
+        },
+        Mode::Params => match plugin::params::parse_dynamic_bytes(input) {
+            Ok(p) => Answer::Params(plugin::params::as_go_json(&p)),
+            Err(plugin::params::ParamsError::Unmarshal(e)) => Answer::Refused(e.into_bytes()),
+            Err(e @ plugin::params::ParamsError::NilAnnouncement) => {
+                Answer::Unsendable(format!("panic: {e}").into_bytes())
+            }
+        },
+    };
+    // Two keys of one map that become the same JSON key: Go keeps one at random.
+    if plugin::gojson::key_collisions() > 0 {
+        return;
+    }
+    let theirs = argo_split()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .ask(mode, input)
+        .as_sent();
+    let show = |a: &Answer| match a {
+        Answer::Manifests(m) => format!(
+            "{:?}",
+            m.iter()
+                .map(|d| String::from_utf8_lossy(d))
+                .collect::<Vec<_>>()
+        ),
+        Answer::Params(p) => p.to_string(),
+        Answer::Refused(e) => format!("refused: {}", String::from_utf8_lossy(e)),
+        Answer::Unsendable(e) => format!("unsendable: {}", String::from_utf8_lossy(e)),
+    };
+    assert!(
+        theirs == ours,
+        "{mode:?} {:?}\n  Argo CD:    {}\n  cmp-warden: {}",
+        String::from_utf8_lossy(input),
+        show(&theirs),
+        show(&ours)
+    );
+}

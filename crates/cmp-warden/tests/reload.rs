@@ -619,7 +619,11 @@ fn policies_and_plugin_yaml_change_together_and_no_request_sees_half_of_it() {
     let from = "pass: [PATH, LANG, LC_ALL, TZ]";
     assert!(base.contains(from), "fixture: {from}");
     let policy_of = |k: usize| {
-        let var = if k.is_multiple_of(2) { "GEN_EVEN" } else { "GEN_ODD" };
+        let var = if k.is_multiple_of(2) {
+            "GEN_EVEN"
+        } else {
+            "GEN_ODD"
+        };
         format!(
             "{}\n# generation {k}\n",
             base.replacen(from, &format!("pass: [PATH, LANG, LC_ALL, TZ, {var}]"), 1)
@@ -813,7 +817,10 @@ fn a_policy_directory_of_loops_devices_and_huge_files_neither_wedges_nor_fills_t
     go(&s, "generate", &["-dir", dir]).unwrap_or_else(|e| panic!("{e:?}\n{}", s.logs()));
     let logs = s.logs();
     for skipped in ["outside-start.yaml", "zero-start.yaml", "fifo-start.yaml"] {
-        assert!(logs.contains(skipped), "start-up says it skipped {skipped}\n{logs}");
+        assert!(
+            logs.contains(skipped),
+            "start-up says it skipped {skipped}\n{logs}"
+        );
     }
     // The same entries while serving, then a valid change, which must be applied.
     plant(&policies, "serving");
@@ -834,9 +841,7 @@ fn a_policy_directory_of_loops_devices_and_huge_files_neither_wedges_nor_fills_t
             .unwrap_or_default()
             .lines()
             .filter_map(ReloadEvent::from_line)
-            .any(|e| {
-                e.result == "accepted" && e.policies.first().is_some_and(|p| p.sha256 == sha)
-            })
+            .any(|e| e.result == "accepted" && e.policies.first().is_some_and(|p| p.sha256 == sha))
     };
     assert!(
         wait_until(Duration::from_secs(40), accepted),

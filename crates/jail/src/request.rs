@@ -9,7 +9,7 @@ use std::time::Instant;
 use rustix::fs::Mode;
 
 use archive::{DirWriter, ExtractError, Resolver};
-use plugin::{glob, params, split_manifests_within};
+use plugin::{glob, params, split_output_within};
 
 use super::run::{CmdError, CmdSpec, run_recorded};
 use jail_sys::cancel::CancelToken;
@@ -223,7 +223,7 @@ fn command(
     app: &Path,
     phase_argv: (Phase, &[String]),
     cancel: &CancelToken,
-) -> Result<String, CmdError> {
+) -> Result<Vec<u8>, CmdError> {
     command_with_stdin(req, app, phase_argv, None, cancel)
 }
 
@@ -261,7 +261,7 @@ fn command_with_stdin(
     (phase, argv): (Phase, &[String]),
     stdin: Option<&Path>,
     cancel: &CancelToken,
-) -> Result<String, CmdError> {
+) -> Result<Vec<u8>, CmdError> {
     let cs = CmdSpec {
         argv,
         env: &req.task.env,
@@ -308,8 +308,10 @@ fn command_with_stdin(
             jail_wire::redact::redact(&String::from_utf8_lossy(&out.stderr), &req.task.env);
         tracing::info!(%stderr, argv = %argv.join(" "), "plugin command stderr");
     }
-    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
-    if s.ends_with('\n') {
+    // The cmp-server's `strings.TrimSuffix(output, "\n")`, on the bytes as they came: what
+    // is read from them is read as Argo CD reads them, invalid UTF-8 included.
+    let mut s = out.stdout;
+    if s.ends_with(b"\n") {
         s.pop();
     }
     Ok(s)
@@ -330,7 +332,7 @@ fn generate(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome, 
         tracing::warn!("Plugin command returned zero output");
     }
     // Refused before building what could not be sent: aliases are charged as they expand.
-    Ok(Outcome::Manifests(split_manifests_within(
+    Ok(Outcome::Manifests(split_output_within(
         &out,
         req.task.reply_bytes,
     )?))
@@ -380,7 +382,7 @@ fn parameters(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome
             prefix: "get parameters announcement error: error executing dynamic parameter output command",
             source,
         })?;
-        dynamic = params::parse_dynamic(&out)?;
+        dynamic = params::parse_dynamic_bytes(&out)?;
     }
     Ok(Outcome::Parameters(params::announce(dynamic, &p.static_)))
 }
@@ -394,6 +396,7 @@ fn generator(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome,
             source,
         })?;
     Ok(Outcome::Generated(
-        jail_wire::spec::parse_generated(&out).map_err(Failure::GeneratorOutput)?,
+        jail_wire::spec::parse_generated(&String::from_utf8_lossy(&out))
+            .map_err(Failure::GeneratorOutput)?,
     ))
 }

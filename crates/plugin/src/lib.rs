@@ -7,12 +7,18 @@ pub mod config;
 pub mod duration;
 pub mod env;
 pub mod glob;
+pub mod gojson;
+pub mod gonum;
+pub mod goyaml;
+mod isprint;
 pub mod json;
 pub mod locate;
 pub mod params;
 pub mod split;
 pub mod yaml;
 
-pub use split::{SplitError, split_manifests, split_manifests_within};
+pub use split::{
+    SplitError, split_manifests, split_manifests_within, split_output, split_output_within,
+};
 
 pub use config::{Command, ConfigError, Discover, Loaded, ParameterAnnouncement, PluginConfig};

@@ -7,9 +7,11 @@
 //!   with Go's `archive/tar` writer), for compatibility tests.
 //! - [`Sentinel`]: an extraction root nested in a sentinel directory inside a scratch dir with
 //!   decoys, plus the oracle checks.
+//! - [`argo_split::ArgoSplit`]: Argo CD's own reading of plugin output, as a process to ask.
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stderr)]
 
+pub mod argo_split;
 mod builder;
 mod oracle;
 

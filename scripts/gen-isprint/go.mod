@@ -1,0 +1,3 @@
+module cmpwarden.test/gen-isprint
+
+go 1.26
