@@ -57,6 +57,10 @@ pub(crate) enum Failure {
     /// Dynamic parameters output invalid.
     #[error("get parameters announcement error: {0}")]
     Params(#[from] params::ParamsError),
+    /// An output Argo CD's cmp-server accepts and then panics on (a `null` parameter
+    /// announcement): its panic handler's answer, `Internal` with the panic's text.
+    #[error("{0}")]
+    Panics(params::ParamsError),
     /// Setting up the request tree failed.
     #[error("error creating workdir for manifest generation: {0}")]
     Workdir(std::io::Error),
@@ -132,7 +136,7 @@ impl Failure {
             | Failure::Split(_)
             | Failure::Params(_)
             | Failure::GeneratorOutput(_) => ErrorKind::Unknown,
-            Failure::Workdir(_) => ErrorKind::Internal,
+            Failure::Workdir(_) | Failure::Panics(_) => ErrorKind::Internal,
         }
     }
 }
@@ -382,7 +386,10 @@ fn parameters(req: &Request, app: &Path, cancel: &CancelToken) -> Result<Outcome
             prefix: "get parameters announcement error: error executing dynamic parameter output command",
             source,
         })?;
-        dynamic = params::parse_dynamic_bytes(&out)?;
+        dynamic = params::parse_dynamic_bytes(&out).map_err(|e| match e {
+            params::ParamsError::NilAnnouncement => Failure::Panics(e),
+            e => Failure::Params(e),
+        })?;
     }
     Ok(Outcome::Parameters(params::announce(dynamic, &p.static_)))
 }
