@@ -663,11 +663,14 @@ pub fn go_sharp_v(v: &Value, top: bool) -> String {
                 .join(", ")
         ),
         Value::Map(pairs) => {
-            let mut shown: Vec<(String, String)> = pairs
+            // fmt prints a map's keys sorted (internal/fmtsort): by value within a type; nil
+            // first.
+            let mut sorted: Vec<&(Value, Value)> = pairs.iter().collect();
+            sorted.sort_by(|(a, _), (b, _)| fmtsort(a, b));
+            let shown: Vec<(String, String)> = sorted
                 .iter()
                 .map(|(k, v)| (go_sharp_v(k, false), go_sharp_v(v, false)))
                 .collect();
-            shown.sort();
             format!(
                 "map[interface {{}}]interface {{}}{{{}}}",
                 shown
@@ -677,5 +680,36 @@ pub fn go_sharp_v(v: &Value, top: bool) -> String {
                     .join(", ")
             )
         }
+    }
+}
+
+/// `internal/fmtsort`'s order of two map keys.
+fn fmtsort(a: &Value, b: &Value) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    // Keys of different types: by their type descriptors' addresses in the Go binary; this is
+    // the order Argo CD v3.5.7 built with Go 1.26 prints (the differential test checks it).
+    let rank = |v: &Value| match v {
+        Value::Null => 0,
+        Value::Str(_) => 1,
+        Value::Uint(_) => 2,
+        Value::Int(_) => 3,
+        Value::Float(_) => 4,
+        Value::Bool(_) => 5,
+        Value::Seq(_) => 6,
+        Value::Map(_) => 7,
+    };
+    match (a, b) {
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Int(x), Value::Int(y)) => x.cmp(y),
+        (Value::Uint(x), Value::Uint(y)) => x.cmp(y),
+        // NaN sorts before every other float.
+        (Value::Float(x), Value::Float(y)) => match (x.is_nan(), y.is_nan()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Less,
+            (false, true) => Ordering::Greater,
+            _ => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+        },
+        (Value::Str(x), Value::Str(y)) => x.cmp(y),
+        _ => rank(a).cmp(&rank(b)),
     }
 }
