@@ -967,8 +967,8 @@ pub fn reset_key_collisions() {
 }
 
 /// `sigs.k8s.io/yaml`'s `convertToJSONableObject`: map keys made strings (`int`s in
-/// decimal, floats as `FormatFloat(f, 'g', -1, 32)` with `.inf`/`.nan`, booleans), a `nil` key
-/// refused with its message.
+/// decimal, floats as `FormatFloat(f, 'g', -1, 32)` with `.inf`/`.nan`, booleans), a `nil` or
+/// `uint64` key refused with its message.
 pub fn jsonable(v: &Value) -> Result<Json, String> {
     Ok(match v {
         Value::Null => Json::Null,
@@ -984,7 +984,6 @@ pub fn jsonable(v: &Value) -> Result<Json, String> {
                 let key = match k {
                     Value::Str(s) => s.clone(),
                     Value::Int(i) => i.to_string().into_bytes(),
-                    Value::Uint(u) => format!("{u}").into_bytes(),
                     Value::Float(f) => match crate::gonum::format_g(*f, 32).as_str() {
                         "+Inf" => b".inf".to_vec(),
                         "-Inf" => b"-.inf".to_vec(),
@@ -993,9 +992,12 @@ pub fn jsonable(v: &Value) -> Result<Json, String> {
                     },
                     Value::Bool(b) => b.to_string().into_bytes(),
                     other => {
+                        // `reflect.TypeOf(k)` printed with %s (a nil key has no type). A
+                        // uint64 key (an integer past int64) is no case of sigs.k8s.io/yaml's.
                         let typ = match other {
-                            Value::Null => "%!s(<nil>)".to_owned(),
-                            _ => "unknown".to_owned(),
+                            Value::Null => "%!s(<nil>)",
+                            Value::Uint(_) => "uint64",
+                            _ => "interface {}",
                         };
                         return Err(format!(
                             "unsupported map key of type: {typ}, key: {}, value: {}",
