@@ -1387,6 +1387,57 @@ mod tests {
         }
     }
 
+    /// The filler's and the keeper's filters refuse x32 numbers too, before their rules (the
+    /// jail's filter is checked above): an x32 `execve` or `socket` would otherwise skip
+    /// every rule of theirs. Native calls get their rules' answer; i386 is killed (mutant:
+    /// `refuse_x32` left out of `deny_program_for` -> the x32 `execve` is allowed).
+    #[test]
+    fn the_fillers_and_keepers_filters_refuse_x32_and_foreign_architectures() {
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        const RET_ERRNO_EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+        let arch = seccompiler::TargetArch::x86_64;
+        for (what, prog) in [
+            (
+                "filler",
+                fill_program_for(arch, true).expect("fill program"),
+            ),
+            (
+                "keeper",
+                keeper_program_for(arch, true).expect("keeper program"),
+            ),
+        ] {
+            let verdict = |arch_token: u32, nr: u32| {
+                verdict_and_steps(std::slice::from_ref(&prog), arch_token, nr, [0; 6]).0
+            };
+            // execve(59), socket(41), ptrace(101): denied natively, refused as x32.
+            for nr in [59, 41, 101] {
+                assert_eq!(
+                    verdict(AUDIT_ARCH_X86_64, nr),
+                    RET_ERRNO_EPERM,
+                    "{what} {nr}"
+                );
+                assert_eq!(
+                    verdict(AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | nr),
+                    RET_ERRNO_ENOSYS,
+                    "{what}: x32 call {nr}"
+                );
+            }
+            // getpid(39) is allowed natively, refused as x32.
+            assert_eq!(verdict(AUDIT_ARCH_X86_64, 39), RET_ALLOW, "{what}");
+            assert_eq!(
+                verdict(AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | 39),
+                RET_ERRNO_ENOSYS,
+                "{what}"
+            );
+            assert_eq!(
+                verdict(AUDIT_ARCH_I386, 11) & 0xffff_0000,
+                0x8000_0000,
+                "{what}: i386 killed"
+            );
+        }
+    }
+
     #[test]
     fn unknown_syscalls_are_refused() {
         let text = policy::seccomp::DEFAULT_SECCOMP_JSON.replacen(
