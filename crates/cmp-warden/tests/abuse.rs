@@ -328,8 +328,9 @@ fn a_client_that_disconnects_mid_generate_leaves_nothing() {
     let killed = Instant::now();
     b.honest(2);
     b.assert_clean();
+    // A liveness bound: the reclaim follows the client's death, not the request's wall clock.
     assert!(
-        killed.elapsed() < Duration::from_secs(15),
+        killed.elapsed() < LIVENESS,
         "reclaimed only after {:?}",
         killed.elapsed()
     );
@@ -741,7 +742,13 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
         msg.contains("--max-in-flight 1, --max-queued 1") && msg.contains("retry"),
         "{msg}"
     );
-    assert!(t.elapsed() < Duration::from_secs(2), "refused at once");
+    // At once: while the running request still holds the only slot (a refusal that waited
+    // for a slot would come after it).
+    let _ = t;
+    assert!(
+        !running.is_finished(),
+        "the refusal waited for the running request to end"
+    );
     // Counted where an alert reads it (deploy/monitoring).
     assert!(
         b.s.metrics()
@@ -915,7 +922,8 @@ fn streams_that_stall_mid_archive_lose_their_slot_and_do_not_starve_an_honest_re
         .expect("thread")
         .unwrap_or_else(|e| panic!("the honest request was starved: {e:?}\n{}", b.s.logs()));
     assert_eq!(v["manifests"][0], CM_JSON);
-    assert!(started.elapsed() < Duration::from_secs(30));
+    // A liveness bound (not starved behind the stalled streams' bounds).
+    assert!(started.elapsed() < LIVENESS, "{:?}", started.elapsed());
     // Every stalled stream got a slot in its turn (nothing is read from a queued stream, so
     // it held nothing while queued) and was ended at the bound, long before its stall ended.
     for h in stalled {

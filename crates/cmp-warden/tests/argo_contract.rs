@@ -238,11 +238,8 @@ fn generate_deadline_kills_the_group() {
         )
         .expect_err("deadline");
         assert_eq!(code, DEADLINE_EXCEEDED, "{case}: {msg}");
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(12),
-            "{case}: took {:?}",
-            t.elapsed()
-        );
+        // A liveness bound: the commands sleep for an hour.
+        assert!(t.elapsed() < LIVENESS, "{case}: took {:?}", t.elapsed());
         s.assert_work_dir_empties();
         // Neither `sleep` survives the request.
         let left = std::process::Command::new("pgrep")

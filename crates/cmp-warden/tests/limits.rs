@@ -91,8 +91,8 @@ fn the_policy_wall_clock_kills_the_whole_request_and_names_itself() {
             && msg.contains("was killed"),
         "{msg}"
     );
-    // 2 s, then TERM (ignored), KILL after 5 s.
-    assert!(took < Duration::from_secs(12), "took {took:?}");
+    // 2 s, then TERM (ignored), KILL after 5 s; a liveness bound: the command never ends.
+    assert!(took < LIVENESS, "took {took:?}");
     assert_nothing_left(&s, first, count);
     // The server still serves.
     go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")]).expect("after");
@@ -116,7 +116,8 @@ fn argocd_exec_timeout_limits_each_command() {
         msg.contains("command timeout exceeded (ARGOCD_EXEC_TIMEOUT=1500ms)"),
         "{msg}"
     );
-    assert!(took < Duration::from_secs(12), "took {took:?}");
+    // A liveness bound: the command never ends on its own.
+    assert!(took < LIVENESS, "took {took:?}");
     assert_nothing_left(&s, first, count);
 }
 

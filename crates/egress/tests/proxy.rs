@@ -409,7 +409,9 @@ fn the_connection_cap_holds_and_finishing_cuts_every_tunnel_and_joins_every_thre
     // Finishing while all 100 tunnels are open cuts them and joins everything.
     let t = Instant::now();
     let (records, _) = proxy.finish();
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // A liveness bound, not a measurement: open tunnels are cut, not waited for (they would
+    // stay open as long as their peers do).
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     assert_eq!(
         records
             .iter()

@@ -584,6 +584,12 @@ pub fn private_uid_range() -> (u32, u32) {
 /// the default seccomp profile beside it. Returns the UID range.
 /// A policy edit that turns per-request namespaces off (to test the layers below them alone).
 #[allow(dead_code)] // not every test binary uses it
+/// A liveness bound, never a measurement (speed is measured in benches/): generous for a loaded
+/// 2-core machine, and far below what the failure it guards against would take (a wall clock of
+/// minutes, a command that never ends, a tunnel left open).
+#[allow(dead_code)] // not every test binary uses it
+pub const LIVENESS: Duration = Duration::from_secs(60);
+
 pub const NO_NAMESPACES: (&str, &str) = (
     "namespaces: [mount, pid, net, ipc, uts, cgroup]",
     "namespaces: []",
