@@ -32,8 +32,8 @@ const SPEC: &str = r#"  init:
           hang) sleep 60 ;;
           oom) exec /usr/bin/python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]; print(len(b))' ;;
           unshare) unshare -U true || exit 1 ;;
-          landlock) cat /var/lib/cmp-warden-tests/landlock/notes.txt || exit 1 ;;
-          podread) cat /var/lib/cmp-warden-tests/pod-landlock/notes.txt || exit 1 ;;
+          landlock) cat /var/lib/cmp-warden-tests/landlock/notes.txt >/dev/null || exit 1 ;;
+          podread) cat /var/lib/cmp-warden-tests/pod-landlock/notes.txt >/dev/null || exit 1 ;;
           hostile) touch "$ARGOCD_ENV_WORK_ROOT/planted" /dev/shm/planted; cat "$ARGOCD_ENV_CFG" >/dev/null; exit 1 ;;
           flood) /usr/bin/python3 -c 'import ctypes; u = ctypes.CDLL(None, use_errno=True).unshare; print(sum(u(0x10000000) == -1 for _ in range(5000)))' > flood.txt ;;
         esac
