@@ -580,16 +580,14 @@ pub fn private_uid_range() -> (u32, u32) {
     (200_000 + (std::process::id() % 20_000) * 1024 + n * 32, 16)
 }
 
-/// Write the default policy with a private UID range and `edits` (from, to) applied, plus
-/// the default seccomp profile beside it. Returns the UID range.
-/// A policy edit that turns per-request namespaces off (to test the layers below them alone).
-#[allow(dead_code)] // not every test binary uses it
 /// A liveness bound, never a measurement (speed is measured in benches/): generous for a loaded
 /// 2-core machine, and far below what the failure it guards against would take (a wall clock of
 /// minutes, a command that never ends, a tunnel left open).
 #[allow(dead_code)] // not every test binary uses it
 pub const LIVENESS: Duration = Duration::from_secs(60);
 
+/// A policy edit that turns per-request namespaces off (to test the layers below them alone).
+#[allow(dead_code)] // not every test binary uses it
 pub const NO_NAMESPACES: (&str, &str) = (
     "namespaces: [mount, pid, net, ipc, uts, cgroup]",
     "namespaces: []",
@@ -637,6 +635,8 @@ pub fn selected_policy(default: &str, name: &str, project: &str) -> String {
     testkit::selected_policy(default, name, &format!("{{projects: [{project}]}}"))
 }
 
+/// Write the default policy with a private UID range and `edits` (from, to) applied, plus
+/// the default seccomp profile beside it. Returns the UID range.
 pub fn write_policy(path: &Path, edits: &[(&str, &str)]) -> (u32, u32) {
     let (first, count) = private_uid_range();
     let mut text = include_str!("../../../../policies/default.yaml").replacen(
