@@ -735,7 +735,6 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
     );
     b.s.wait_logged("request queued for a slot", 1);
     // The queue is full: refused at once, saying which flags bound it.
-    let t = Instant::now();
     let (code, msg) = go(&b.s, "generate", &["-dir", &dir]).expect_err("queue full");
     assert_eq!(code, RESOURCE_EXHAUSTED, "{msg}");
     assert!(
@@ -744,7 +743,6 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
     );
     // At once: while the running request still holds the only slot (a refusal that waited
     // for a slot would come after it).
-    let _ = t;
     assert!(
         !running.is_finished(),
         "the refusal waited for the running request to end"
@@ -753,6 +751,19 @@ fn a_full_queue_refuses_at_once_naming_the_flags_and_queued_requests_keep_their_
     assert!(
         b.s.metrics()
             .contains("\ncmp_warden_admission_refusals_total 1\n")
+    );
+    // And audited, once, with the admission as its cause (docs/audit.md: one line per request,
+    // those refused before any sandbox too).
+    let refused: Vec<_> =
+        b.s.audited(1)
+            .into_iter()
+            .filter(|e| e.limit.map(|l| l.as_str()) == Some("concurrency"))
+            .collect();
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(
+        (refused[0].rpc.as_str(), refused[0].code.as_str()),
+        ("GenerateManifest", "ResourceExhausted"),
+        "{refused:#?}"
     );
     running
         .join()
@@ -840,8 +851,10 @@ fn stalled_streams_hold_no_jail_and_end_at_the_idle_timeout() {
     // Twenty clients that send metadata and then nothing for 30 s: once 604 jail processes
     // and every UID of the pool.
     let stalled: Vec<_> = (0..20).map(|_| slow_client(&b, r.path(), "30s")).collect();
-    // An observation window, not a stage: what is checked is that nothing happens in it.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Every stream's metadata received (where a jail would have been prepared), then an
+    // observation window: what is checked is that nothing happens in it.
+    b.s.wait_logged("\"request received\"", 20);
+    std::thread::sleep(Duration::from_millis(500));
     let procs = b.s.leftover_processes(b.first, b.count);
     assert!(
         procs.len() <= 2,

@@ -1174,3 +1174,70 @@ fn an_errors_end_names_its_cause() {
         "the value is logged"
     );
 }
+
+/// One line per request, however it ended (docs/audit.md): each RPC of the CMP service, and the
+/// streams refused before any sandbox (not gzip, a checksum that does not match), each get
+/// exactly one event naming its RPC, its code as the caller saw it and, for a refusal, the
+/// archive as its cause; an honest request among them renders and is audited as well (mutant:
+/// the accounting of a refused stream skipped -> 3 events of 5).
+#[test]
+fn every_rpc_and_every_stream_refused_before_a_sandbox_is_audited_once() {
+    needs_root!(NEEDS_ROOT);
+    let pol = tempfile::tempdir().expect("tmp");
+    let file = pol.path().join("policy.yaml");
+    write_policy(&file, &[]);
+    let s = Server::start(&plugin(SPEC), &["--policy", file.to_str().expect("utf8")]);
+    let r = repo(&[("cm.yaml", CM)]);
+    let d = r.path().to_str().expect("utf8");
+    go(&s, "match", &["-dir", d, "-app", "matched"]).expect("match");
+    go(&s, "params", &["-dir", d, "-app", "announced"]).expect("params");
+    let junk = pol.path().join("junk.tgz");
+    std::fs::write(&junk, b"not a gzip stream at all\n").expect("write");
+    let (junk_code, msg) = go(
+        &s,
+        "generate",
+        &["-tgz", junk.to_str().expect("utf8"), "-app", "junk"],
+    )
+    .expect_err("not gzip");
+    assert_eq!(junk_code, DATA_LOSS, "{msg}");
+    assert!(msg.contains("not gzip data"), "{msg}");
+    let zeros = "0".repeat(64);
+    let (sum_code, msg) = go(
+        &s,
+        "generate",
+        &["-dir", d, "-checksum", &zeros, "-app", "mismatch"],
+    )
+    .expect_err("checksum");
+    assert_eq!(sum_code, DATA_LOSS, "{msg}");
+    let v = go(&s, "generate", &["-dir", d, "-app", "honest"]).expect("an honest request renders");
+    assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1), "{v}");
+
+    let ev = s.audited(5);
+    let by_app: BTreeMap<&str, &server::audit::AuditEvent> =
+        ev.iter().map(|e| (e.app.as_str(), e)).collect();
+    assert_eq!(ev.len(), 5, "one event per request: {ev:#?}");
+    assert_eq!(by_app.len(), 5, "{ev:#?}");
+    let ids: std::collections::BTreeSet<&str> = ev.iter().map(|e| e.request_id.as_str()).collect();
+    assert_eq!(ids.len(), 5, "{ev:#?}");
+    let seen = |app: &str| {
+        let e = by_app[app];
+        (e.rpc.as_str(), e.code.as_str(), e.limit.map(|l| l.as_str()))
+    };
+    assert_eq!(seen("matched"), ("MatchRepository", "Ok", None));
+    assert_eq!(seen("announced"), ("GetParametersAnnouncement", "Ok", None));
+    assert_eq!(
+        seen("junk"),
+        ("GenerateManifest", "DataLoss", Some("archive"))
+    );
+    assert_eq!(
+        seen("mismatch"),
+        ("GenerateManifest", "DataLoss", Some("archive"))
+    );
+    assert_eq!(seen("honest"), ("GenerateManifest", "Ok", None));
+    for app in ["junk", "mismatch"] {
+        let e = by_app[app];
+        assert!(e.commands.is_empty(), "{e:#?}");
+        assert_eq!(e.outcome, "error", "{e:#?}");
+        assert!(e.error.as_deref().is_some_and(|m| !m.is_empty()), "{e:#?}");
+    }
+}

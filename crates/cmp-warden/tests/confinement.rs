@@ -1020,6 +1020,98 @@ fn escaped_daemons_die_with_their_request_and_the_uid_is_clean_before_reuse() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The jail's own kill did it (its clean-up after replying), not the reclaim helper behind
+    // it (mutant: the jail's kill(-1) removed -> the helper reclaims each request).
+    assert!(
+        !s.logs().contains("reclaim by the helper"),
+        "the jail left its daemons to the helper:\n{}",
+        s.logs()
+    );
+}
+
+/// The reclaim helper's kill by UID on its own: the jail is killed from outside while its
+/// command runs and a daemon it started has left the session, so the jail's own clean-up never
+/// runs. The helper, as the UID, kills both, and the one UID of the pool is clean for the next
+/// request, which renders (mutant: the helper's kill loop removed -> the daemon survives, the
+/// UID is quarantined and the next request finds no identity).
+#[test]
+fn a_jail_killed_mid_request_leaves_its_daemons_to_the_reclaim_helper_which_kills_them() {
+    needs_root!(NEEDS_ROOT);
+    let spec = "  generate:\n    command: [sh, -c]\n    args:\n      - |\n        before=$(pgrep -c -u \"$(id -u)\" -x sleep)\n        if [ \"$ARGOCD_ENV_MODE\" = orphan ]; then\n          setsid sh -c 'trap \"\" TERM; exec sleep 300' </dev/null >/dev/null 2>&1 &\n          exec sleep 60\n        fi\n        echo \"{\\\"kind\\\": \\\"Done\\\", \\\"uid\\\": $(id -u), \\\"before\\\": $before}\"\n";
+    let pol = tempfile::tempdir().expect("tmp");
+    let pol_file = pol.path().join("policy.yaml");
+    let (first, count) = write_policy(&pol_file, &[NO_NAMESPACES]);
+    let text = std::fs::read_to_string(&pol_file).expect("policy");
+    let one = text.replacen(&format!("count: {count}}}"), "count: 1}", 1);
+    assert_ne!(text, one);
+    std::fs::write(&pol_file, one).expect("policy");
+    let s = Server::start(
+        &plugin(spec),
+        &["--policy", pol_file.to_str().expect("utf8")],
+    );
+    let r = repo(&[("a.yaml", "a: 1\n")]);
+    let dir = r.path().to_str().expect("utf8").to_owned();
+    let sock = s.sock.clone();
+    let doomed = std::thread::spawn(move || {
+        let out = Command::new(go_client())
+            .arg("-socket")
+            .arg(&sock)
+            .args([
+                "-rpc",
+                "generate",
+                "-dir",
+                &dir,
+                "-env",
+                "ARGOCD_ENV_MODE=orphan",
+            ])
+            .output()
+            .expect("go client");
+        parse_client_output(&out)
+    });
+    // The daemon and the command's own sleep run: kill the jail (the UID's process that is
+    // neither), as an OOM kill or a crash of it would.
+    let comm = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let of_uid = || supervisor::processes_in_range(Path::new("/proc"), first, 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while of_uid().iter().filter(|p| comm(**p) == "sleep").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never started:\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let jails: Vec<i32> = of_uid()
+        .into_iter()
+        .filter(|p| !["sh", "sleep"].contains(&comm(*p).as_str()))
+        .collect();
+    assert_eq!(jails.len(), 1, "one jail process: {jails:?}");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(jails[0]).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill the jail");
+    doomed
+        .join()
+        .expect("thread")
+        .expect_err("its jail was killed");
+    // The next request has the one UID again, with nothing of the last one alive.
+    let v = go(&s, "generate", &["-dir", r.path().to_str().expect("utf8")])
+        .unwrap_or_else(|e| panic!("the next request: {e:?}\n{}", s.logs()));
+    let m: serde_json::Value =
+        serde_json::from_str(v["manifests"][0].as_str().expect("manifest")).expect("json");
+    assert_eq!(
+        (m["uid"].as_u64(), m["before"].as_u64()),
+        (Some(u64::from(first)), Some(0)),
+        "{m}"
+    );
+    assert!(s.logs().contains("reclaim by the helper"), "{}", s.logs());
+    assert!(!s.logs().contains("UID quarantined"), "{}", s.logs());
 }
 
 #[test]

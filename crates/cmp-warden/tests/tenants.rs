@@ -224,8 +224,55 @@ fn a_tenants_policy_gives_its_token_and_destination_to_its_project_only() {
         body.contains(r#"cmp_warden_egress_connections_total{decision="allowed",policy="team-a"}"#),
         "{body}"
     );
-    // Two tenants never share an identity.
-    assert!(events[0].uid.is_some() && events[0].uid != events[1].uid);
+    // No two requests that ran at the same time shared an identity, across tenants too: each
+    // event's run is (its end - its duration, its end], and the six run at once above overlap
+    // (mutant: the pool's in-use check and lease lock both ignored -> two at once on one UID).
+    assert_eq!(epoch_ms("2000-03-01T00:00:01.25Z"), 951_868_801_250);
+    let runs: Vec<(u32, i64, i64)> = events
+        .iter()
+        .filter_map(|e| {
+            let end = epoch_ms(&e.time);
+            Some((e.uid?, end - e.duration_ms as i64, end))
+        })
+        .collect();
+    let mut overlapping = 0;
+    for (i, a) in runs.iter().enumerate() {
+        for b in &runs[i + 1..] {
+            if a.1 < b.2 && b.1 < a.2 {
+                overlapping += 1;
+                assert_ne!(
+                    a.0, b.0,
+                    "two requests at once on one UID: {a:?} {b:?}\n{events:#?}"
+                );
+            }
+        }
+    }
+    assert!(overlapping > 0, "no two requests overlapped: {runs:?}");
+}
+
+/// Milliseconds since the epoch of an audit event's RFC 3339 UTC time.
+fn epoch_ms(t: &str) -> i64 {
+    let bad = || -> ! { panic!("not an RFC 3339 UTC time: {t}") };
+    let (date, clock) = t
+        .strip_suffix('Z')
+        .and_then(|t| t.split_once('T'))
+        .unwrap_or_else(|| bad());
+    let num = |s: &str| s.parse::<i64>().unwrap_or_else(|_| bad());
+    let d: Vec<i64> = date.split('-').map(num).collect();
+    let (hms, frac) = clock.split_once('.').unwrap_or((clock, "0"));
+    let c: Vec<i64> = hms.split(':').map(num).collect();
+    let ms = num(&format!("{frac:0<3}")[..3]);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    ((days * 24 + c[0]) * 60 + c[1]) * 60_000 + c[2] * 1000 + ms
 }
 
 /// `policy check DIR` and `doctor --policy DIR` validate every policy and say which selects

@@ -89,6 +89,12 @@ impl Inner {
             return;
         }
         // Slow path: a helper running as the UID kills and removes whatever is left.
+        tracing::info!(
+            jail = %name,
+            jail_clean,
+            cgroup_empty,
+            "reclaim by the helper: the jail did not clean up after itself"
+        );
         let creds = lease.as_ref().map(|l| (l.uid(), l.gid()));
         let res = self.helper(&ReclaimArgs {
             creds,
