@@ -591,6 +591,20 @@ out["udp6"] = attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
 out["sctp"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132))
 out["fastopen"] = attempt(lambda: socket.socket().sendto(b"GET / HTTP/1.0\r\n\r\n", 0x20000000, ("127.0.0.1", T)))
 time.sleep(float(os.environ.get("ARGOCD_ENV_HOLD", "0")))
+# Straight to a local port that is not the proxy's: the listed Vault's, and the server's
+# metrics port (Landlock's TCP rule names the proxy's port only).
+def direct(port):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", int(port)))
+        return "CONNECTED"
+    except OSError as e:
+        return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+    finally:
+        s.close()
+out["direct_vault"] = direct(VAULT_PORT)
+out["direct_metrics"] = direct(os.environ["ARGOCD_ENV_METRICS_PORT"])
 s = socket.create_connection(("127.0.0.1", P), timeout=10)
 s.sendall(b"GET http://vault.example.test:VAULT_PORT/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
 out["honest"] = s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
@@ -993,6 +1007,20 @@ try:
     out["bind"] = "ALLOWED"
 except OSError as e:
     out["bind"] = "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+# Straight to a local port that is not the proxy's: the listed Vault's, and the server's
+# metrics port (Landlock's TCP rule names the proxy's port only).
+def direct(port):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", int(port)))
+        return "CONNECTED"
+    except OSError as e:
+        return "denied:" + errno.errorcode.get(e.errno, str(e.errno))
+    finally:
+        s.close()
+out["direct_vault"] = direct(VAULT_PORT)
+out["direct_metrics"] = direct(os.environ["ARGOCD_ENV_METRICS_PORT"])
 s = socket.create_connection(("127.0.0.1", P), timeout=10)
 s.sendall(b"GET http://vault.example.test:VAULT_PORT/v1/sys/health HTTP/1.1\r\nHost: vault.example.test\r\n\r\n")
 out["honest"] = s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
@@ -1015,8 +1043,10 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 
 /// seccomp listener's, bound to the loopback device (which the command cannot undo), and the
 /// proxy's listener holds its port on every address of the pod: the outside host, listening
 /// on the proxy's port over IPv4 and IPv6, receives nothing (IPv4, IPv6 and IPv4-mapped), no
-/// other socket can listen on that port on any address, and the honest request through the
-/// proxy works in the same run.
+/// other socket can listen on that port on any address, a local port that is not the proxy's
+/// (the listed Vault's, the server's metrics port) is refused by Landlock (mutant: its TCP
+/// rights reduced to bind -> both connected), and the honest request through the proxy works
+/// in the same run.
 #[test]
 fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_host() {
     needs_root!(NEEDS_ROOT);
@@ -1040,14 +1070,26 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
     );
     let s = Server::start(
         &plugin("  generate: {command: [python3, attack.py]}\n"),
-        &["--policy", pol_file.to_str().expect("utf8")],
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
     );
+    let metrics_port = s
+        .metrics_address()
+        .rsplit_once(':')
+        .expect("host:port")
+        .1
+        .to_owned();
     let r = repo(&[(
         "attack.py",
         &PROXY_PORT_ELSEWHERE.replace("VAULT_PORT", &vault_port),
     )]);
     let dir = r.path().to_str().expect("utf8").to_owned();
     let env = [
+        format!("ARGOCD_ENV_METRICS_PORT={metrics_port}"),
         format!("ARGOCD_ENV_OUT4={}", outside.v4),
         format!("ARGOCD_ENV_OUT6={}", outside.v6),
         "ARGOCD_ENV_SECRET=team-a-token".to_owned(),
@@ -1145,6 +1187,9 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
         "the command's listener was among those tried from outside: {d} {ports:?}"
     );
     assert_eq!(d["listen_accepted"], "0", "{d}");
+    // Local ports other than the proxy's: Landlock's EACCES (the network is the host's).
+    assert_eq!(d["direct_vault"], "denied:EACCES", "{d}");
+    assert_eq!(d["direct_metrics"], "denied:EACCES", "{d}");
     for k in ["outside_v4", "outside_v6", "outside_mapped"] {
         let r = d[k].as_str().unwrap_or_default();
         assert!(
