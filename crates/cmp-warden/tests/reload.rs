@@ -1,15 +1,17 @@
 //! Reloads without a restart: the policy directory and plugin.yaml as Kubernetes mounts a
 //! ConfigMap (a timestamped directory, `..data` pointing at it, the files linked through it),
-//! swapped 20 times — a valid change, a broken file, a new tenant, a removed tenant, a
-//! plugin.yaml change, a node-wide change — while four clients send requests all along. No
-//! request fails because of a reload; each runs under a set that was in force while it ran and
-//! its audit event names that set's policy; a refused set changes nothing; every reload is
-//! audited and counted.
+//! swapped 20 times — a valid change, a new tenant, a removed tenant, a plugin.yaml change, and
+//! four refused sets (a file that does not parse, a node-wide change, a filter that does not
+//! compile here, two policies that tie), each changing a valid file as well — while four
+//! clients send requests all along. No request fails because of a reload; each runs under a set
+//! that was in force while it ran and its audit event names that set's policy; a refused set
+//! changes nothing, not even its valid files (mutant: the tie check skipped -> that set is
+//! accepted); every reload is audited and counted.
 
 #[macro_use]
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -105,6 +107,8 @@ impl ConfigMapDir {
 struct Step {
     what: &'static str,
     policies: Option<(String, Option<String>)>,
+    /// More policy directory files (beside `seccomp/default.json`).
+    extra: Vec<(&'static str, String)>,
     plugin: Option<String>,
     accepted: bool,
 }
@@ -135,7 +139,7 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
         t.replacen(from, "pass: [PATH, LANG, LC_ALL, TZ, TEAM_VAR]", 1)
     };
     let policies = root.path().join("policies");
-    let files = |default: &str, tenant: &Option<String>| {
+    let files_with = |default: &str, tenant: &Option<String>, extra: &[(&'static str, String)]| {
         let mut f = vec![
             ("default.yaml", default.to_owned()),
             ("seccomp/default.json", profile.clone()),
@@ -143,8 +147,10 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
         if let Some(t) = tenant {
             f.push(("team-a.yaml", t.clone()));
         }
+        f.extend(extra.iter().cloned());
         f
     };
+    let files = |default: &str, tenant: &Option<String>| files_with(default, tenant, &[]);
     let mut pol_dir = ConfigMapDir::new(&policies, &files(&base, &None));
     let s = Server::start_env(
         &plugin_yaml("p0"),
@@ -214,8 +220,14 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
     };
     let mut steps = Vec::new();
     let mut tenant_now = None;
+    // A refused step changes a valid file too (the tenant's, or the default's limit), so a
+    // reloader applying files one by one would show it; and the two refusals of a set whose
+    // files each parse: a filter that does not compile here, two policies that tie.
+    let foreign = profile.replacen("\"unshare\"", "\"socketcall\", \"unshare\"", 1);
+    assert_ne!(foreign, profile, "fixture: unshare");
     for i in 0..20 {
-        let step = match i % 6 {
+        let mut extra = Vec::new();
+        let step = match i % 8 {
             0 => (
                 "a valid change",
                 Some((own_limit(mark(&base, i), i), tenant_now.clone())),
@@ -230,18 +242,18 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
                 )
             }
             2 => (
-                "a broken file",
+                "a broken file, and the tenant removed",
                 Some((
                     mark(&base, i).replacen("spec:\n", "spec:\n  limits: [\n", 1),
-                    tenant_now.clone(),
+                    None,
                 )),
                 false,
             ),
             3 => (
-                "a node-wide change",
+                "a node-wide change, and the tenant removed",
                 Some((
-                    mark(&base, i).replacen("count: 16}", "count: 15}", 1),
-                    tenant_now.clone(),
+                    own_limit(mark(&base, i), i).replacen("count: 16}", "count: 15}", 1),
+                    None,
                 )),
                 false,
             ),
@@ -253,13 +265,40 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
                     true,
                 )
             }
-            _ => ("a plugin.yaml change", None, true),
+            5 => ("a plugin.yaml change", None, true),
+            6 => {
+                extra.push(("seccomp/team-a.json", foreign.clone()));
+                (
+                    "a tenant whose filter does not compile here, and a valid default",
+                    Some((
+                        own_limit(mark(&base, i), i),
+                        Some(mark(&tenant, i).replacen(
+                            "seccomp/default.json",
+                            "seccomp/team-a.json",
+                            1,
+                        )),
+                    )),
+                    false,
+                )
+            }
+            _ => {
+                extra.push((
+                    "team-b.yaml",
+                    mark(&tenant, i).replacen("name: team-a", "name: team-b", 1),
+                ));
+                (
+                    "two tenants selecting one project equally, and a valid default",
+                    Some((own_limit(mark(&base, i), i), Some(mark(&tenant, i)))),
+                    false,
+                )
+            }
         };
         let (what, policies, accepted) = step;
         steps.push(Step {
             what,
             plugin: policies.is_none().then(|| format!("p{i}")),
             policies,
+            extra,
             accepted,
         });
     }
@@ -267,7 +306,7 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
         steps[3]
             .policies
             .as_ref()
-            .is_some_and(|(d, _)| *d != mark(&base, 3)),
+            .is_some_and(|(d, _)| d.contains("count: 15}")),
         "fixture: the uidRange edit"
     );
 
@@ -319,12 +358,15 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
         }];
         let mut expected = (sha(&base), None::<String>, "p0".to_owned());
         let mut nofile = "4096".to_owned();
+        let mut files_in_force: BTreeMap<&str, String> = files(&base, &None).into_iter().collect();
         let mut accepted = 0;
         let mut refused = 0;
         for (i, step) in steps.iter().enumerate() {
             let began = Instant::now();
             match (&step.policies, &step.plugin) {
-                (Some((default, tenant)), _) => pol_dir.swap(&files(default, tenant)),
+                (Some((default, tenant)), _) => {
+                    pol_dir.swap(&files_with(default, tenant, &step.extra));
+                }
                 (None, Some(generation)) => {
                     cfg_dir.swap(&[("plugin.yaml", plugin_yaml(generation))]);
                 }
@@ -353,14 +395,32 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
                         && f.new_sha256.as_deref() == Some(new_sha.as_str())),
                 "step {i}: the event names the new {file}'s SHA-256: {ev:?}"
             );
+            // Only what changed against the set in force: added, removed or new content.
+            let changed = match &step.policies {
+                Some((default, tenant)) => {
+                    let now: BTreeMap<&str, String> = files_with(default, tenant, &step.extra)
+                        .into_iter()
+                        .collect();
+                    now.keys()
+                        .chain(files_in_force.keys())
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .filter(|k| now.get(*k) != files_in_force.get(*k))
+                        .count()
+                }
+                None => 1,
+            };
             assert_eq!(
                 ev.files.len(),
-                1 + usize::from(i % 6 == 1 || i % 6 == 4),
+                changed,
                 "step {i}: only what changed: {ev:?}"
             );
             if step.accepted {
                 accepted += 1;
                 if let Some((default, tenant)) = &step.policies {
+                    files_in_force = files_with(default, tenant, &step.extra)
+                        .into_iter()
+                        .collect();
                     expected.0 = sha(default);
                     expected.1 = tenant.as_deref().map(sha);
                     nofile = default
@@ -389,13 +449,17 @@ fn configmap_swaps_under_load_reload_atomically_and_a_refused_set_changes_nothin
             } else {
                 refused += 1;
                 let reason = ev.reason.clone().unwrap_or_default();
-                match i % 6 {
-                    2 => assert!(reason.contains("default.yaml"), "step {i}: {reason}"),
-                    _ => assert!(
-                        reason.contains("spec.uidRange") && reason.contains("restart"),
-                        "step {i}: {reason}"
-                    ),
-                }
+                let why = match i % 8 {
+                    2 => reason.contains("default.yaml"),
+                    3 => reason.contains("spec.uidRange") && reason.contains("restart"),
+                    6 => reason.contains("team-a") && reason.contains("socketcall"),
+                    _ => {
+                        reason.contains("team-a.yaml")
+                            && reason.contains("team-b.yaml")
+                            && reason.contains("select the same request equally")
+                    }
+                };
+                assert!(why, "step {i} ({}): {reason}", step.what);
             }
             // A request from now on runs under the set in force: the default's or the
             // tenant's policy, the plugin's generation.
