@@ -90,6 +90,20 @@ class Run:
         return self.samples.get((ev or {}).get("cgroup") or "", [])
 
 
+# Each probe of tests/vm/guest/apps/probe and the error its refusal must end with: Landlock's
+# EACCES for files, seccomp's EPERM for namespaces, mounts and chroot, and no route out of the
+# request's empty network namespace.
+PROBES = {
+    "readSecret": "Permission denied",
+    "writeWorkRoot": "Permission denied",
+    "writeRoot": "Permission denied",
+    "userNamespace": "Operation not permitted",
+    "mountTmpfs": "permission denied",
+    "chrootRoot": "Operation not permitted",
+    "reachHost": "Network is unreachable",
+}
+
+
 def check_of(report, name):
     for c in (report or {}).get("checks", []):
         if c.get("name") == name:
@@ -173,14 +187,17 @@ def judge(run):
             f"{'; '.join(procs) or 'none'}; its cgroup {cgroup}: {'still there' if kept else 'gone'}",
         )
     out = r.get("root/probe.out")
-    # The ConfigMap comes back as JSON: {"readSecret":"denied (…)", …}.
-    allowed = re.findall(r'\\"(\w+)\\":\\"ALLOWED', out)
-    denied = re.findall(r'\\"(\w+)\\":\\"denied', out)
-    ok = r.rc("root/probe") == 0 and denied and not allowed
+    # The ConfigMap comes back as JSON: {"readSecret":"denied (…)", …}. Every probe ran, each
+    # was refused for the reason its layer gives, and the listener was reachable from outside.
+    said = dict(re.findall(r'\\"(\w+)\\":\\"([^\\]*)', out))
+    wrong = {k: said.get(k, "not run") for k, why in PROBES.items()
+             if not re.fullmatch(rf"denied \(.*{re.escape(why)}.*\)", said.get(k, ""))}
+    control = r.get("listener-control").strip()
+    ok = r.rc("root/probe") == 0 and not wrong and control == "reached"
     r.row(
         "confinement probes: all denied",
         "yes" if ok else "no",
-        f"denied {len(denied)}: {', '.join(denied)}; ALLOWED: {', '.join(allowed) or 'none'}",
+        f"each for its reason: {'yes' if not wrong else wrong}; the listener from outside: {control or '?'}; {len(said)} probes",
     )
     # The tree cache, from the audit events of the same archive sent twice.
     first, second = r.event("root", "honest", 0), r.event("root", "honest", 1)
@@ -232,11 +249,15 @@ def judge_place(r, place):
         f"outcome {ev and ev.get('outcome')}, uid {ev and ev.get('uid')}, cgroup {ev and ev.get('cgroup')}; {r.get(place + '/honest.out').strip()[-160:]}",
     )
     ev = r.event(place, "memhog")
-    ok = ev and ev.get("limit") == "memory" and (ev.get("oomKills") or 0) >= 1 and ev.get("code") == "ResourceExhausted"
+    # Decided from the kernel's own counter (the instance cgroups' memory.events before and
+    # after the request), and the server's answer naming the limit.
+    counts = [r.get(f"{place}/oomkills-{w}-memhog").strip() for w in ("before", "after")]
+    kernel = int(counts[1]) - int(counts[0]) if all(c.isdigit() for c in counts) else None
+    ok = ev and ev.get("limit") == "memory" and ev.get("code") == "ResourceExhausted" and (kernel or 0) >= 1
     r.row(
         f"memory hog: OOM-killed by its cgroup: {names[place]}",
         "yes" if ok else "no",
-        f"code {ev and ev.get('code')}, limit {ev and ev.get('limit')}, oomKills {ev and ev.get('oomKills')}, peakMemoryBytes {ev and ev.get('peakMemoryBytes')}",
+        f"the kernel's oom_kill {counts[0] or '?'} -> {counts[1] or '?'}; code {ev and ev.get('code')}, limit {ev and ev.get('limit')}, the event's oomKills {ev and ev.get('oomKills')}, peakMemoryBytes {ev and ev.get('peakMemoryBytes')}",
     )
     s = r.sampled(ev)
     want = [str(POLICY["memory"]), "0", "1", str(POLICY["pids"]), POLICY["cpu"]]

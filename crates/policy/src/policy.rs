@@ -227,6 +227,11 @@ pub(crate) fn qty(v: &RawQty, field: &'static str, min: u64) -> Result<u64, Poli
     Ok(n)
 }
 
+/// Whether `p` is a path a policy's `spec.filesystem` lists may name (absolute, normalised).
+pub fn is_policy_path(p: &str) -> bool {
+    abs_path(p, "spec.filesystem").is_ok()
+}
+
 fn abs_path(p: &str, field: &'static str) -> Result<PathBuf, PolicyError> {
     let path = Path::new(p);
     if !path.is_absolute() {

@@ -61,6 +61,8 @@ struct Observed {
     /// Paths only a failed command's error named as refused (no kernel record): never
     /// proposed, a command's output being its own to write; listed for the reviewer.
     claimed_files: std::collections::BTreeSet<String>,
+    /// Paths in a record that no policy can name (not absolute and normalised).
+    unnamed_files: std::collections::BTreeSet<String>,
     /// Destinations the egress proxy refused: never proposed; listed for the reviewer.
     refused_destinations: std::collections::BTreeSet<String>,
     /// Lines marked as audit events that are no event of this schema (another version, a
@@ -168,6 +170,11 @@ fn observe(text: &str, operator: &str) -> Observed {
             // the pod, and /proc holds every process's state.
             if never_granted(path) {
                 o.never_files.insert(path.to_owned());
+                continue;
+            }
+            // A record no kernel writes (`//`, a relative part): not a path to propose.
+            if !policy::policy::is_policy_path(path) {
+                o.unnamed_files.insert(path.to_owned());
                 continue;
             }
             // The kernel names the access; an error's path is proposed for reading.
@@ -495,6 +502,12 @@ fn suggest_files(p: &mut Policy, o: &Observed, notes: &mut Vec<String>) {
             o.never_files.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
         ));
     }
+    if !o.unnamed_files.is_empty() {
+        notes.push(format!(
+            "filesystem: NOT added, as a policy names only absolute, normalised paths (the log's record is not the kernel's): {}",
+            o.unnamed_files.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
     if !o.claimed_files.is_empty() {
         notes.push(format!(
             "filesystem: NOT added, as only a command's own error named them as refused (no kernel record of a refusal; a command writes what it likes): {}. Add one by hand if the plugin needs it.",
@@ -798,6 +811,37 @@ mod tests {
         assert!(
             note.contains("/tmp/_cmp_server") && note.contains("/proc/1/environ"),
             "{note}"
+        );
+    }
+
+    /// A record naming a path no policy can (`//`, found by the suggest_log fuzz target) is
+    /// listed for the reviewer, never proposed: the proposal still validates (mutant: the check
+    /// removed -> "/op//secret" in readOnly, which the policy refuses).
+    #[test]
+    fn a_path_no_policy_can_name_is_never_proposed() {
+        let log = event(
+            r#","landlockDenials":[{"blockers":"fs.read_file","object":"/op//secret","allowedBy":"spec.filesystem.readOnly"},{"blockers":"fs.read_file","object":"/srv/charts/index.yaml","allowedBy":"spec.filesystem.readOnly"}]"#,
+        );
+        let s = proposal(&log, SeccompMode::Enforce);
+        assert!(
+            !s.policy
+                .read_only
+                .iter()
+                .any(|p| p.display().to_string().contains("//")),
+            "{:?}",
+            s.policy.read_only
+        );
+        assert!(
+            s.policy
+                .read_only
+                .contains(&std::path::PathBuf::from("/srv/charts/index.yaml"))
+        );
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.contains("absolute, normalised") && n.contains("/op//secret")),
+            "{:?}",
+            s.notes
         );
     }
 

@@ -25,6 +25,12 @@ sample() {
 sample >> $OUT/samples &
 SAMPLER=$!
 
+# A listener outside every jail, for the probes' reachHost, reached from here (the control: a
+# refusal inside is the jail's, not a listener missing).
+mkdir -p /www && echo ok > /www/index.html
+httpd -p 127.0.0.1:8080 -h /www
+if wget -q -T 5 -O /dev/null http://127.0.0.1:8080/; then echo reached; else echo unreached; fi > $OUT/listener-control
+
 # enable DIR: memory, pids and cpu for DIR's children (as systemd or a runtime delegates).
 enable() {
   for c in memory pids cpu; do echo "+$c" > "$1/cgroup.subtree_control"; done
@@ -78,6 +84,25 @@ leftovers() {
   done > $OUT/$1/processes-$2
 }
 
+# oomkills PLACE WHEN: the kernel's oom_kill count of the instance cgroups, summed (v2's
+# memory.events is hierarchical: it counts the kills in their request cgroups, and keeps them
+# once those are removed).
+oomkills() {
+  n=0
+  for d in $(find $CG -type d -name 'cmp-warden-[0-9]*'); do
+    k=$(sed -n 's/^oom_kill //p' $d/memory.events 2>/dev/null)
+    n=$((n + ${k:-0}))
+  done
+  echo $n > $OUT/$1/oomkills-$2
+}
+
+# memhog PLACE: the memory hog's request, between two counts of the kernel's OOM kills.
+memhog() {
+  oomkills $1 before-memhog
+  req $1 memhog memhog
+  oomkills $1 after-memhog
+}
+
 # settled PLACE APP: until APP's request has its audit event (the server has reclaimed it: a
 # client that gave up at its deadline returns before that), at most 60 s.
 settled() {
@@ -101,7 +126,7 @@ mkdir $CG/features && ls $CG/features > $OUT/cgroup-files && rmdir $CG/features
 serve root $CG/cgroup.procs
 req root honest honest
 req root honest-again honest
-req root memhog memhog
+memhog root
 req root forkbomb forkbomb
 req root cpuburn cpuburn
 req root overrun overrun --timeout 8
@@ -119,7 +144,7 @@ leftovers root stopped
 # 3. A restart: the instance directory and controllers the first run left are reused.
 serve restart $CG/cgroup.procs
 req restart honest honest
-req restart memhog memhog
+memhog restart
 stop restart
 leftovers restart stopped
 
@@ -164,7 +189,7 @@ SIBLING=$!
 serve service $CG/system.slice/cmp-warden.service/cgroup.procs
 cat $CG/system.slice/cmp-warden.service/cgroup.procs > $OUT/service/procs-in-delegated
 req service honest honest
-req service memhog memhog
+memhog service
 req service forkbomb forkbomb
 stop service
 leftovers service stopped
@@ -176,7 +201,7 @@ enable $CG/kubepods
 enable $CG/kubepods/pod1
 serve container $CG/kubepods/pod1/ctr/cgroup.procs cgns
 req container honest honest
-req container memhog memhog
+memhog container
 stop container
 leftovers container stopped
 

@@ -1,7 +1,12 @@
-# Confinement probes: each attempt prints `name: denied (its error)` or `name: ALLOWED`.
+# Confinement probes: each attempt prints `name: denied (its error)` or `name: ALLOWED`. A probe
+# whose program is missing fails the command: a refusal is only ever the kernel's.
 try() {
   name=$1
   shift
+  if ! command -v "$1" > /dev/null; then
+    echo "probe $name: no $1 here" >&2
+    exit 1
+  fi
   if err=$("$@" 2>&1 > /dev/null); then
     echo "  $name: ALLOWED"
   else
@@ -18,4 +23,5 @@ try writeRoot touch /escape
 try userNamespace unshare -U true
 try mountTmpfs mount -t tmpfs none /tmp
 try chrootRoot chroot / true
-try reachHost wget -q -T 2 -O /dev/null http://10.0.2.2:1/
+# The guest's own listener (matrix.sh), which the guest reaches from outside the jail.
+try reachHost wget -q -T 2 -O /dev/null http://127.0.0.1:8080/
