@@ -834,7 +834,7 @@ mod tests {
         assert!(
             s.policy
                 .read_only
-                .contains(&std::path::PathBuf::from("/srv/charts/index.yaml"))
+                .contains(&PathBuf::from("/srv/charts/index.yaml"))
         );
         assert!(
             s.notes
