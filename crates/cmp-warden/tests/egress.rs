@@ -584,7 +584,6 @@ def attempt(f):
 # The test's TCP listener is in the table: the jail shares the server's network namespace.
 out["shares_host_network"] = str(any((":%04X " % T) in l for l in open("/proc/net/tcp")))
 out["direct_tcp"] = attempt(lambda: socket.create_connection(("127.0.0.1", T), timeout=5).close())
-out["direct_vault"] = attempt(lambda: socket.create_connection(("127.0.0.1", VAULT_PORT), timeout=5).close())
 out["bind_tcp"] = attempt(lambda: socket.socket().bind(("127.0.0.1", 0)))
 out["udp"] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", U)))
 out["udp6"] = attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
@@ -661,8 +660,19 @@ fn no_netns_fence_holds(seccomp_mode: &str) {
     );
     let s = Server::start(
         &plugin("  generate: {command: [python3, attack.py]}\n"),
-        &["--policy", pol_file.to_str().expect("utf8")],
+        &[
+            "--policy",
+            pol_file.to_str().expect("utf8"),
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
     );
+    let metrics_port = s
+        .metrics_address()
+        .rsplit_once(':')
+        .expect("host:port")
+        .1
+        .to_owned();
     let r = repo(&[(
         "attack.py",
         &NO_NETNS_ATTACK.replace("VAULT_PORT", &vault_port),
@@ -677,6 +687,7 @@ fn no_netns_fence_holds(seccomp_mode: &str) {
             "ARGOCD_ENV_UDP_PORT={}",
             udp.local_addr().expect("addr").port()
         ),
+        format!("ARGOCD_ENV_METRICS_PORT={metrics_port}"),
         "ARGOCD_ENV_HOLD=4".to_owned(),
     ];
     let sock = s.sock.clone();
@@ -744,6 +755,7 @@ fn no_netns_fence_holds(seccomp_mode: &str) {
     for k in [
         "direct_tcp",
         "direct_vault",
+        "direct_metrics",
         "bind_tcp",
         "udp",
         "udp6",
