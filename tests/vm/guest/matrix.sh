@@ -27,9 +27,9 @@ SAMPLER=$!
 
 # A listener outside every jail, for the probes' reachHost, reached from here (the control: a
 # refusal inside is the jail's, not a listener missing).
-mkdir -p /www && echo ok > /www/index.html
-httpd -p 127.0.0.1:8080 -h /www
-if wget -q -T 5 -O /dev/null http://127.0.0.1:8080/; then echo reached; else echo unreached; fi > $OUT/listener-control
+nc -ll -p 8080 -e echo host-listener > /dev/null 2>&1 &
+sleep 1
+if (sleep 1 | nc 127.0.0.1 8080) 2>&1 | grep -q host-listener; then echo reached; else echo unreached; fi > $OUT/listener-control
 
 # enable DIR: memory, pids and cpu for DIR's children (as systemd or a runtime delegates).
 enable() {

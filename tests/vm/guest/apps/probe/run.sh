@@ -24,4 +24,4 @@ try userNamespace unshare -U true
 try mountTmpfs mount -t tmpfs none /tmp
 try chrootRoot chroot / true
 # The guest's own listener (matrix.sh), which the guest reaches from outside the jail.
-try reachHost wget -q -T 2 -O /dev/null http://127.0.0.1:8080/
+try reachHost nc 127.0.0.1 8080
