@@ -1,4 +1,4 @@
-"""The tree cache (issue 23, `spec.cache`): the same requests against two servers of the same
+"""The tree cache (`spec.cache`): the same requests against two servers of the same
 build, one with the cache on and one with it off, alternating A/B in one run.
 
 - cached vs uncached: GenerateManifest of one archive at 1,000 and 5,000 files (`cat` of one

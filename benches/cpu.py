@@ -1,4 +1,4 @@
-"""What a request costs the whole machine (issue 51): CPU measured system-wide, not only in the
+"""What a request costs the whole machine: CPU measured system-wide, not only in the
 server's own processes.
 
 A profile of the server's processes misses what the kernel does on its behalf elsewhere:

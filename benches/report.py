@@ -3,7 +3,7 @@ import os, shutil, subprocess
 
 
 def targets(res):
-    """Each target of issue 9 with what this run measured and whether it is met."""
+    """Each target of the suite with what this run measured and whether it is met."""
     out = []
     a = {r["case"]: r for r in res.get("archive", [])}
     if a:
@@ -44,7 +44,7 @@ def _sandbox_targets(s, out):
         out.append((f"… and the whole cycle incl. reclaim, paced and back to back{where}",
                     f"paced {full_p:.2f} vs {bw_p:.2f} ({full_p / bw_p:.2f}×), back to back {full_b:.2f} vs "
                     f"{bw_b:.2f} ({full_b / bw_b:.2f}×)", full_p < bw_p and full_b < bw_b))
-        out.append((f"cold path (issue 23): CPU per request ≤ bwrap's CPU per sandbox, back to back{where}",
+        out.append((f"cold path: CPU per request ≤ bwrap's CPU per sandbox, back to back{where}",
                     f"{cpu:.2f} vs {s['bwrap_cpu_ms']:.2f} ms ({cpu / s['bwrap_cpu_ms']:.2f}×; without a cgroup "
                     f"{s['request_cpu_ms']:.2f})", cpu <= s["bwrap_cpu_ms"]))
     out.append(("sandbox per-command overhead inside a request < 1 ms over bare",
@@ -83,9 +83,9 @@ def _cache_targets(c, out):
 def _versus_targets(v, out):
     """Issue 34: over the floor, against Argo CD's own server and against it with bwrap."""
     if not v.get("upstream"):
-        out.append(("against Argo CD's own cmp-server (issue 34)", "not measured: " + v["not_measured"], False))
+        out.append(("against Argo CD's own cmp-server", "not measured: " + v["not_measured"], False))
         return
-    # Repeated archives are judged from 1,000 files up, as issue 34 states the target; the
+    # Repeated archives are judged from 1,000 files up, as the target states; the
     # 100-file row is reported beside them.
     for other, limit, mode, least in (("upstream", 0.5, "cold", 0), ("upstream+bwrap", 0.5, "cold", 0),
                                       ("upstream", 0.15, "repeated", 1000)):
@@ -104,7 +104,7 @@ def _cpu_targets(c, out):
     """Issue 51: system-wide server CPU per request over the floor, against upstream's, at
     concurrency 4 (the smoke run's concurrency 2 stands in for it)."""
     if not c.get("upstream"):
-        out.append(("system-wide CPU against Argo CD's own cmp-server (issue 51)", "not measured: " + c["not_measured"], False))
+        out.append(("system-wide CPU against Argo CD's own cmp-server", "not measured: " + c["not_measured"], False))
         return
     top = max(x["concurrency"] for x in c["cells"])
     for least, most, limit in ((0, 999, 1.0), (1000, None, 0.5)):
@@ -120,7 +120,7 @@ def _cpu_targets(c, out):
 
 
 def _cpu_md(c, L):
-    L += ["", "### CPU per request, system-wide (issue 51)", "",
+    L += ["", "### CPU per request, system-wide", "",
           "The machine's busy time (/proc/stat) over each batch of cold calls, minus the load client's own "
           "CPU, per call; `inside` is the server's process tree (children it reaped included), `outside` "
           "the rest: the kernel's work on its behalf elsewhere (namespace and mount teardown in workers, "
@@ -201,7 +201,7 @@ def _versus_md(v, L):
         t = f"{c.get('rounds', 2)} rounds at {c['files']:,} files"
         if t not in rounds:
             rounds.append(t)
-    L += ["", "### Against what users would otherwise run, over the floor (issue 34)", "",
+    L += ["", "### Against what users would otherwise run, over the floor", "",
           "Client-side p50 of each server, made as the repo-server makes calls (a new connection, the "
           "repository packed, 1 KiB chunks); over floor = p50 − the floor server's p50 in the same cell "
           "(it receives and checks the stream, nothing else). Ratio: cmp-warden's time over the floor ÷ "

@@ -1,4 +1,4 @@
-"""What an Argo CD user waits for (issue 44): Argo CD's own repo-server's `GenerateManifest`,
+"""What an Argo CD user waits for: Argo CD's own repo-server's `GenerateManifest`,
 through Argo's own client package, in front of cmp-warden and in front of upstream's
 `argocd-cmp-server` of the same release (v3.5.7, both built by scripts/argo-build).
 

@@ -1,4 +1,4 @@
-"""Against what users would otherwise run (issue 34), over the floor, in one rotation.
+"""Against what users would otherwise run, over the floor, in one rotation.
 
 The same GenerateManifest calls, made as Argo CD's repo-server makes them (tests/interop's
 grpc-go client in load mode: a new connection per call, the repository packed with Go's
@@ -28,7 +28,7 @@ import json, os, shutil, subprocess, sys, tempfile
 from common import ROOT, cache_policy, log, make_tree, median, pct, vm_hwm_kib, wait_for_socket
 
 # files, calls per batch at concurrency 1, ABBA rounds (each server that many batches per cell,
-# in mirrored order). The small repository's cells decide the issue's hardest target and are
+# in mirrored order). The small repository's cells decide the hardest target and are
 # cheap, so they get more rounds: with two, their over-floor figures moved by 30-60% between
 # runs.
 FULL_SIZES = [(100, 30, 6), (1000, 16, 2), (5000, 6, 2)]
