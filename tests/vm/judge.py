@@ -224,6 +224,7 @@ def judge(run):
     judge_readonly(r)
     judge_apparmor(r)
     judge_loopback(r)
+    judge_shared_uid(r)
     final = [l for l in r.get("cgroups-final").splitlines() if re.search(r"/j[0-9-]+$", l)]
     r.row("request cgroups left at the end", "none" if not final else str(len(final)), ", ".join(final) or "none")
 
@@ -350,6 +351,23 @@ def judge_loopback(r):
     refused = bool(off) and not off.get("own") and bool(off.get("listen"))
     r.row("network: none: the listen refused", "yes" if refused else "no",
           f"{off or r.get('loopnone/loopback.out')[-300:]}")
+
+
+def judge_shared_uid(r):
+    """The shared-UID model without a PID namespace: the daemon its request left ran as the
+    server's own UID while the request did, and v2's cgroup.kill ended it with the request."""
+    ev = r.event("shareduid", "daemon")
+    during = sorted({l for l in r.get("shareduid/daemons-during").splitlines() if l.strip()})
+    after = [l for l in r.get("shareduid/daemons-after").splitlines() if l.strip()]
+    log = r.get("shareduid/server.log")
+    shared = "SHARED UID" in log
+    ok = bool(ev and ev.get("outcome") == "ok" and ev.get("cgroup")
+              and shared and during and not after)
+    r.row("shared UID, no PID namespace: a daemon left behind: gone by cgroup.kill", "yes" if ok else "no",
+          f"started {r.get('shareduid/started').strip() or '?'}; SHARED UID logged: {shared}; outcome "
+          f"{ev and ev.get('outcome')}, uid {ev and ev.get('uid')}, cgroup {ev and ev.get('cgroup')}; "
+          f"its daemon while it ran: {'; '.join(during) or 'never seen'}; after: {'; '.join(after) or 'none'}"
+          + ("" if ev else f"; client: {r.get('shareduid/daemon.out').strip()[-200:]}; server: {log.strip()[-300:]}"))
 
 
 def tree_cache_word(detail):

@@ -270,5 +270,54 @@ stop loopback
 POLICY=/etc/cmp-warden/policy.yaml
 kill $VMLISTENER
 
+# 9. The shared-UID model (an unprivileged server in a cgroup delegated to it: every command
+#    runs as the server's UID) without a PID namespace: there is no UID to kill by and no
+#    namespace init to take a daemon along, so v2's cgroup.kill alone ends the daemon its
+#    request left behind. The daemon's processes of that UID are listed while the request
+#    runs (it was there) and once its audit event is written (it is gone).
+mkdir -p $OUT/shareduid /shared/plugins /shared/work $CG/user.slice/cmp-warden
+enable $CG
+enable $CG/user.slice
+chown -R 1000:1000 /shared $CG/user.slice/cmp-warden $OUT/shareduid
+sed -e 's/require: \[uniqueUid, /require: [/' -e 's/^  namespaces: .*/  namespaces: []/' $POLICY \
+  > /etc/cmp-warden/policy-shared-uid.yaml
+# (One grep over every status file: a process per PID would take seconds under TCG.)
+daemons_of_1000() {
+  for s in $(grep -l '^Uid:[[:space:]]1000[[:space:]]' /proc/[0-9]*/status 2>/dev/null); do
+    p=${s%/status}
+    c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+    case $c in "sleep 1000"*) echo "${p#/proc/} $c" ;; esac
+  done
+}
+# busybox's setpriv cannot change UIDs; its su can, for a user /etc/passwd names.
+echo "warden:x:1000:1000::/shared:/bin/sh" >> /etc/passwd
+echo "warden:x:1000:" >> /etc/group
+sh -c 'echo $$ > "$0" && exec "$@"' $CG/user.slice/cmp-warden/cgroup.procs \
+  su -s /bin/sh warden -c "exec env ARGOCD_PLUGINSOCKFILEPATH=/shared/plugins \
+    ARGOCD_CMP_WORKDIR=/shared/work cmp-warden --config-dir-path /config \
+    --policy /etc/cmp-warden/policy-shared-uid.yaml --allowed-uids any \
+    --audit-log $OUT/shareduid/audit.jsonl" > $OUT/shareduid/server.log 2>&1 &
+SERVER=$!
+i=0
+while [ ! -S /shared/plugins/vm.sock ] && [ $i -lt 900 ] && kill -0 $SERVER 2>/dev/null; do
+  sleep 0.2
+  i=$((i + 1))
+done
+if [ -S /shared/plugins/vm.sock ]; then echo up; else echo down; fi > $OUT/shareduid/started
+cmp-warden client generate /apps/daemon --socket /shared/plugins/vm.sock \
+  > $OUT/shareduid/daemon.out 2>&1 &
+CLIENT=$!
+: > $OUT/shareduid/daemons-during
+while kill -0 $CLIENT 2>/dev/null; do
+  daemons_of_1000 >> $OUT/shareduid/daemons-during
+  sleep 0.1
+done
+wait $CLIENT
+echo $? > $OUT/shareduid/daemon.rc
+settled shareduid daemon
+sleep 1
+daemons_of_1000 > $OUT/shareduid/daemons-after
+stop shareduid
+
 kill $SAMPLER
 find $CG -type d > $OUT/cgroups-final
