@@ -502,10 +502,12 @@ fn refusal(status: u16, denial: &Denial) -> String {
     )
 }
 
-/// Answer `status` for `denial` and note it as the connection's reason.
+/// Note `denial` as the connection's reason, then answer `status` for it. The reason comes
+/// first: a proxy finished while the answer drains (the command exited on the 403) drops this
+/// future, and its record must still say why.
 async fn refuse(client: &mut TcpStream, c: &mut Connection, status: u16, denial: Denial) {
-    answer(client, status, &denial).await;
     c.reason = Some(denial.to_string());
+    answer(client, status, &denial).await;
 }
 
 /// Write the refusal and close our side, then discard what the client still sends for a

@@ -202,6 +202,27 @@ fn allowed_destinations_work_and_every_other_one_is_refused_and_named() {
     assert!(ok[0].address.expect("address").ip().is_loopback());
 }
 
+/// A client that reads its 403 and keeps the connection open (a command that exits on the
+/// answer, before the proxy's drain of what it still sends is over): a proxy finished then
+/// still records the refusal with its reason, which the failed request's message and audit
+/// event give (mutant: the reason noted after the answer -> a denied record without one).
+#[test]
+fn a_refusal_finished_while_its_answer_drains_keeps_its_reason() {
+    let (proxy, port) = start(vec![], Limits::default());
+    let (status, held) = ask(port, "CONNECT other.example.test:443 HTTP/1.1\r\n\r\n");
+    assert!(status.starts_with("HTTP/1.1 403"), "{status}");
+    let (records, unrecorded) = proxy.finish();
+    drop(held);
+    assert_eq!(unrecorded, 0);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].decision, Decision::Denied);
+    let reason = records[0].reason.as_deref().unwrap_or("no reason recorded");
+    assert!(
+        reason.contains("other.example.test:443") && reason.contains("spec.network.allow"),
+        "{reason}"
+    );
+}
+
 #[test]
 fn a_name_that_resolves_to_an_internal_address_needs_an_entry_that_says_so() {
     let up = upstream(false);
