@@ -310,6 +310,7 @@ pub fn format_g(f: f64, bits: u32) -> String {
     if digits == "0" {
         return format!("{sign}0");
     }
+    let digits = ties_to_even(f, bits, digits, exp);
     if !(-4..6).contains(&exp) {
         let (first, rest) = digits.split_at(1);
         let dot = if rest.is_empty() {
@@ -330,6 +331,68 @@ pub fn format_g(f: f64, bits: u32) -> String {
     } else {
         format!("{sign}{}.{}", &digits[..int_len], &digits[int_len..])
     }
+}
+
+/// The shortest digits of `f` (at decimal exponent `exp`) as Go's `strconv` chooses them: where
+/// the value lies exactly halfway between two shortest candidates that both read back as `f`,
+/// Go rounds to the even digit (`decimal.Round`'s "exactly halfway - round to even"); Rust's
+/// formatter may give the other (2002000.25 as a float32: Go 2.0020002e+06, Rust 2.0020003e6).
+fn ties_to_even(f: f64, bits: u32, digits: String, exp: i32) -> String {
+    // The exact decimal value of `f` (every float is a finite decimal; 200 places hold any).
+    let exact = format!("{:.200e}", f.abs());
+    let Some((mant, e)) = exact.split_once('e') else {
+        return digits;
+    };
+    if e.parse::<i32>() != Ok(exp) {
+        return digits;
+    }
+    let all: String = mant.chars().filter(char::is_ascii_digit).collect();
+    let exact_digits = all.trim_end_matches('0');
+    let n = digits.len();
+    // A tie: exactly one digit past the candidates' length, and it is a 5.
+    if exact_digits.len() != n + 1 || !exact_digits.ends_with('5') {
+        return digits;
+    }
+    let down = exact_digits[..n].to_owned();
+    let Some(up) = increment(&down) else {
+        return digits;
+    };
+    let even = if (down.as_bytes()[n - 1] - b'0').is_multiple_of(2) {
+        down
+    } else {
+        up
+    };
+    if even == digits {
+        return digits;
+    }
+    let reads_back = |d: &str| -> bool {
+        let text = if d.len() == 1 {
+            format!("{d}e{exp}")
+        } else {
+            format!("{}.{}e{exp}", &d[..1], &d[1..])
+        };
+        if bits == 32 {
+            text.parse::<f32>().is_ok_and(|v| f64::from(v) == f.abs())
+        } else {
+            text.parse::<f64>().is_ok_and(|v| v == f.abs())
+        }
+    };
+    if reads_back(&even) { even } else { digits }
+}
+
+/// `d` (decimal digits) plus one in its last place, or `None` when that carries past its
+/// first digit.
+fn increment(d: &str) -> Option<String> {
+    let mut b = d.as_bytes().to_vec();
+    for i in (0..b.len()).rev() {
+        if b[i] == b'9' {
+            b[i] = b'0';
+        } else {
+            b[i] += 1;
+            return String::from_utf8(b).ok();
+        }
+    }
+    None
 }
 
 /// Go's `strconv.Quote` of a Go string (any bytes).
@@ -412,5 +475,25 @@ pub fn go_lossy(b: &[u8]) -> String {
             }
             s
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_g;
+
+    /// A float32 exactly halfway between two shortest candidates is written with the even
+    /// last digit, as Go's strconv writes it, down or up (found by the differential fuzz
+    /// target: a float map key); values without a tie are unchanged.
+    #[test]
+    fn a_shortest_tie_rounds_to_the_even_digit_as_go_does() {
+        assert_eq!(format_g(2002000.3002, 32), "2.0020002e+06"); // 2002000.25
+        assert_eq!(format_g(2002000.75, 32), "2.0020008e+06");
+        assert_eq!(format_g(-2002000.25, 32), "-2.0020002e+06");
+        assert_eq!(format_g(0.1, 64), "0.1");
+        assert_eq!(format_g(0.1, 32), "0.1");
+        assert_eq!(format_g(1e21, 64), "1e+21");
+        assert_eq!(format_g(123456.5, 64), "123456.5");
+        assert_eq!(format_g(2.5, 32), "2.5");
     }
 }
