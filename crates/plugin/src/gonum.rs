@@ -292,25 +292,11 @@ pub fn format_g(f: f64, bits: u32) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "+Inf" } else { "-Inf" }.to_owned();
     }
-    let sci = if bits == 32 {
-        format!("{:e}", f as f32)
-    } else {
-        format!("{f:e}")
-    };
-    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let neg = mant.starts_with('-');
-    let digits: String = mant.chars().filter(char::is_ascii_digit).collect();
-    let digits = if digits.chars().all(|c| c == '0') {
-        "0".to_owned()
-    } else {
-        digits
-    };
-    let sign = if neg { "-" } else { "" };
-    if digits == "0" {
+    let sign = if f.is_sign_negative() { "-" } else { "" };
+    if f == 0.0 {
         return format!("{sign}0");
     }
-    let digits = ties_to_even(f, bits, digits, exp);
+    let (digits, exp) = shortest(f, bits);
     if !(-4..6).contains(&exp) {
         let (first, rest) = digits.split_at(1);
         let dot = if rest.is_empty() {
@@ -331,6 +317,21 @@ pub fn format_g(f: f64, bits: u32) -> String {
     } else {
         format!("{sign}{}.{}", &digits[..int_len], &digits[int_len..])
     }
+}
+
+/// The shortest decimal digits of finite, non-zero `|f|` (as a float32 when `bits` is 32) that
+/// read back as it, and the decimal exponent of the first: Go's `strconv` shortest formatting,
+/// shared by every Go float format here.
+pub fn shortest(f: f64, bits: u32) -> (String, i32) {
+    let sci = if bits == 32 {
+        format!("{:e}", (f as f32).abs())
+    } else {
+        format!("{:e}", f.abs())
+    };
+    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mant.chars().filter(char::is_ascii_digit).collect();
+    (ties_to_even(f, bits, digits, exp), exp)
 }
 
 /// The shortest digits of `f` (at decimal exponent `exp`) as Go's `strconv` chooses them: where

@@ -137,73 +137,38 @@ fn key_string(k: &Node) -> Result<String, ConvertError> {
 /// Go `encoding/json` float: 'f' shortest for 1e-6 <= |f| < 1e21, else 'e' with `e-07` → `e-7`.
 pub fn go_json_float(f: f64) -> String {
     let a = f.abs();
-    if a == 0.0 || (1e-6..1e21).contains(&a) {
-        let s = format!("{f}");
-        if s == "-0" { "-0".to_owned() } else { s }
-    } else {
-        let s = format!("{f:e}");
-        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
-        let (sign, digits) = match e.strip_prefix('-') {
-            Some(d) => ('-', d),
-            None => ('+', e),
-        };
-        format!("{m}e{sign}{digits}")
+    let sign = if f.is_sign_negative() { "-" } else { "" };
+    if a == 0.0 {
+        return format!("{sign}0");
     }
+    let (digits, exp) = crate::gonum::shortest(f, 64);
+    if (1e-6..1e21).contains(&a) {
+        if exp < 0 {
+            return format!("{sign}0.{}{digits}", "0".repeat((-exp - 1) as usize));
+        }
+        let int_len = exp as usize + 1;
+        return if digits.len() <= int_len {
+            format!("{sign}{digits}{}", "0".repeat(int_len - digits.len()))
+        } else {
+            format!("{sign}{}.{}", &digits[..int_len], &digits[int_len..])
+        };
+    }
+    let (first, rest) = digits.split_at(1);
+    let dot = if rest.is_empty() {
+        String::new()
+    } else {
+        format!(".{rest}")
+    };
+    format!(
+        "{sign}{first}{dot}e{}{}",
+        if exp < 0 { '-' } else { '+' },
+        exp.abs()
+    )
 }
 
 /// Go `strconv.FormatFloat(f, 'g', -1, 32|64)`.
 pub fn go_format_g(f: f64, bits32: bool) -> String {
-    if f.is_infinite() {
-        return if f > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
-    }
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    let sci = if bits32 {
-        format!("{:e}", f as f32)
-    } else {
-        format!("{f:e}")
-    };
-    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (neg, mant) = match mant.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mant),
-    };
-    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
-    let sign = if neg { "-" } else { "" };
-    // Shortest 'g' uses %e when exp < -4 || exp >= 6 (strconv/ftoa.go, eprec = 6).
-    if !(-4..6).contains(&exp) {
-        let m = if digits.len() > 1 {
-            format!("{}.{}", &digits[..1], &digits[1..])
-        } else {
-            digits.clone()
-        };
-        return format!(
-            "{sign}{m}e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.abs()
-        );
-    }
-    if exp < 0 {
-        format!("{sign}0.{}{}", "0".repeat((-exp - 1) as usize), digits)
-    } else if (exp as usize) + 1 >= digits.len() {
-        format!(
-            "{sign}{}{}",
-            digits,
-            "0".repeat(exp as usize + 1 - digits.len())
-        )
-    } else {
-        format!(
-            "{sign}{}.{}",
-            &digits[..=exp as usize],
-            &digits[exp as usize + 1..]
-        )
-    }
+    crate::gonum::format_g(f, if bits32 { 32 } else { 64 })
 }
 
 /// Go `encoding/json` string quoting with HTML escaping.
@@ -241,6 +206,11 @@ mod tests {
         assert_eq!(go_json_float(1e21), "1e+21");
         assert_eq!(go_json_float(1e-7), "1e-7");
         assert_eq!(go_json_float(1.5e300), "1.5e+300");
+        // Exactly halfway between two shortest candidates: the even one, as Go writes it.
+        // (The literal is the float 1222222222222222.25, which lies exactly between the two.)
+        assert_eq!(go_json_float(1_222_222_222_222_222.3), "1222222222222222.2");
+        assert_eq!(go_json_float(-0.0), "-0");
+        assert_eq!(go_json_float(-2.5e-7), "-2.5e-7");
         assert_eq!(go_format_g(1.0, true), "1");
         assert_eq!(go_format_g(1.1, true), "1.1");
         assert_eq!(go_format_g(123456.0, true), "123456");
