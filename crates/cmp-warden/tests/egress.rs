@@ -667,12 +667,7 @@ fn no_netns_fence_holds(seccomp_mode: &str) {
             "127.0.0.1:0",
         ],
     );
-    let metrics_port = s
-        .metrics_address()
-        .rsplit_once(':')
-        .expect("host:port")
-        .1
-        .to_owned();
+    let metrics_port = s.metrics_port();
     let r = repo(&[(
         "attack.py",
         &NO_NETNS_ATTACK.replace("VAULT_PORT", &vault_port),
@@ -1089,12 +1084,7 @@ fn allow_list_without_a_network_namespace_reaches_the_proxys_port_on_no_other_ho
             "127.0.0.1:0",
         ],
     );
-    let metrics_port = s
-        .metrics_address()
-        .rsplit_once(':')
-        .expect("host:port")
-        .1
-        .to_owned();
+    let metrics_port = s.metrics_port();
     let r = repo(&[(
         "attack.py",
         &PROXY_PORT_ELSEWHERE.replace("VAULT_PORT", &vault_port),

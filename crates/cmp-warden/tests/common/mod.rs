@@ -306,6 +306,13 @@ impl Server {
         }
     }
 
+    /// The port of [`Server::metrics_address`].
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn metrics_port(&self) -> String {
+        let addr = self.metrics_address();
+        addr.rsplit_once(':').expect("host:port").1.to_owned()
+    }
+
     /// `GET /metrics` of a server started with `--metrics-address`.
     #[allow(dead_code)] // not every test binary uses it
     pub fn metrics(&self) -> String {
