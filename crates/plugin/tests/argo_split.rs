@@ -12,8 +12,12 @@ use plugin::params::ParamsError;
 use testkit::argo_split::{Answer, ArgoSplit, Mode};
 
 /// cmp-warden's answer to `input`, in the oracle's terms.
-fn ours(mode: Mode, input: &[u8]) -> Answer {
-    match mode {
+/// cmp-warden's answer, or `None` when Argo CD's own depends on Go's random map order (two keys
+/// of one map that become one JSON key; [`plugin::gojson::key_collisions`]): the fuzz target
+/// leaves those out the same way.
+fn ours(mode: Mode, input: &[u8]) -> Option<Answer> {
+    plugin::gojson::reset_key_collisions();
+    let answer = match mode {
         Mode::Manifests => match plugin::split_output(input) {
             Ok(m) => Answer::Manifests(m.into_iter().map(String::into_bytes).collect()),
             Err(e) => Answer::Refused(e.argo_text().into_bytes()),
@@ -25,7 +29,8 @@ fn ours(mode: Mode, input: &[u8]) -> Answer {
                 Answer::Unsendable(format!("panic: {e}").into_bytes())
             }
         },
-    }
+    };
+    (plugin::gojson::key_collisions() == 0).then_some(answer)
 }
 
 /// Generate outputs: the shapes of every difference found (the list first), then the
@@ -283,11 +288,14 @@ fn argo_cd_reads_every_seed_as_cmp_warden_does() {
         .chain(PARAMS.iter().map(|s| (Mode::Params, s.to_vec())))
         .chain(corpus());
     let mut differ = Vec::new();
-    let mut n = 0;
+    let (mut n, mut by_map_order) = (0, 0);
     for (mode, input) in seeds {
         n += 1;
+        let Some(mine) = ours(mode, &input) else {
+            by_map_order += 1;
+            continue;
+        };
         let theirs = argo.ask(mode, &input).as_sent();
-        let mine = ours(mode, &input);
         if theirs != mine {
             differ.push(format!(
                 "{mode:?} {:?}\n  Argo CD:    {}\n  cmp-warden: {}",
@@ -297,6 +305,11 @@ fn argo_cd_reads_every_seed_as_cmp_warden_does() {
             ));
         }
     }
+    eprintln!("{n} inputs, {by_map_order} left out: Argo CD's answer to them depends on Go's map order");
+    assert!(
+        by_map_order * 10 < n,
+        "{by_map_order} of {n} inputs left out as decided by Go's map order: the check has stopped comparing"
+    );
     assert!(
         differ.is_empty(),
         "{} of {n} inputs read differently:\n{}",
