@@ -5,7 +5,7 @@
 //! to split raw headers (never to unpack), every header goes through the pure
 //! [`validate::State::validate`] step, and accepted entries are written by a [`DirWriter`] that
 //! never follows a symlink. Any violation rejects the whole archive and removes what was
-//! written. The policy and its reasons are in ARCHITECTURE.md (archive pipeline).
+//! written. The policy and its reasons are in docs/design.md (archive pipeline).
 //!
 //! # Compatibility
 //! Accepts everything Argo CD's repo-server writes (`util/io/files/tar.go`): a root `.` entry,

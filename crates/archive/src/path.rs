@@ -1,4 +1,4 @@
-//! Name normalisation and the syntactic symlink rule (ARCHITECTURE.md, archive pipeline: names and symlinks).
+//! Name normalisation and the syntactic symlink rule (docs/design.md, archive pipeline: names and symlinks).
 
 use crate::error::{LimitKind, Reason};
 use crate::limits::Limits;

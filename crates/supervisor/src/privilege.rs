@@ -1,4 +1,4 @@
-//! Which privilege model the server runs under (ARCHITECTURE.md, privilege models), and the
+//! Which privilege model the server runs under (docs/design.md, privilege models), and the
 //! supervisor's own capability drop at start-up.
 
 use rustix::thread::{CapabilitySet, CapabilitySets};
