@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Judge the kernel matrix (tests/system/kernel-matrix-test): what each VM recorded, against SECURITY.md.
+"""Judge the kernel matrix (tests/system/kernel-matrix-test): what each VM recorded, against docs/support-matrix.md.
 
 Each VM's console holds a tar.gz (base64, between markers) of what tests/vm/guest/matrix.sh
 recorded: the audit events, the client's answers, the request cgroups' own files sampled while
 the requests ran, doctor's JSON and what was left afterwards. Every row below is decided from
-those records alone, and printed as one table per kernel with its evidence. SECURITY.md's
+those records alone, and printed as one table per kernel with its evidence. docs/support-matrix.md's
 "Kernel matrix" table (between `<!-- vm-matrix -->` markers) says what each kernel must show;
 any cell that differs fails the run.
 
-  tests/vm/judge.py --security SECURITY.md CONSOLE_LOG...
+  tests/vm/judge.py --matrix docs/support-matrix.md CONSOLE_LOG...
 """
 import argparse
 import base64
@@ -382,7 +382,7 @@ MATRIX = re.compile(r"<!-- vm-matrix -->\n(.*?)<!-- /vm-matrix -->", re.S)
 
 
 def claims(security):
-    """SECURITY.md's kernel matrix: {check: {column: value}} and the column order."""
+    """docs/support-matrix.md's kernel matrix: {check: {column: value}} and the column order."""
     m = MATRIX.search(open(security, encoding="utf-8").read())
     if not m:
         raise SystemExit(f"{security}: no <!-- vm-matrix --> table")
@@ -398,12 +398,12 @@ def claims(security):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--security", required=True)
+    ap.add_argument("--matrix", required=True, help="docs/support-matrix.md: its <!-- vm-matrix --> table is the claim")
     ap.add_argument("--arches", default="x86_64,aarch64",
-                    help="the architectures booted: each of SECURITY.md's columns for them must have a run")
+                    help="the architectures booted: each of docs/support-matrix.md's columns for them must have a run")
     ap.add_argument("consoles", nargs="+")
     a = ap.parse_args()
-    table, columns = claims(a.security)
+    table, columns = claims(a.matrix)
     failures = []
     seen = set()
     for path in a.consoles:
@@ -417,10 +417,10 @@ def main():
             mark = "ok  " if want == value else "FAIL"
             print(f"{mark} {check:<{width}}  {value:<24} {evidence}")
             if want != value:
-                failures.append(f"{run.column}: {check}: got {value!r}, SECURITY.md says {want!r}")
+                failures.append(f"{run.column}: {check}: got {value!r}, docs/support-matrix.md says {want!r}")
         for check in table:
             if check not in {c for c, _, _ in run.rows}:
-                failures.append(f"{run.column}: SECURITY.md claims {check!r}, which no run checks")
+                failures.append(f"{run.column}: docs/support-matrix.md claims {check!r}, which no run checks")
     missing = [c for c in columns if c not in seen]
     # A column of an architecture that was booted but left no run is a failure, not a skip.
     booted = a.arches.split(",")
@@ -428,9 +428,9 @@ def main():
         if c.split()[-1] in booted:
             failures.append(f"{c}: booted ({c.split()[-1]} is in --arches) but no console judged")
     if failures:
-        print("\nkernel matrix: differences from SECURITY.md:\n  " + "\n  ".join(failures), file=sys.stderr)
+        print("\nkernel matrix: differences from docs/support-matrix.md:\n  " + "\n  ".join(failures), file=sys.stderr)
         return 1
-    print(f"\nkernel matrix: every claim of SECURITY.md holds on {', '.join(sorted(seen))}"
+    print(f"\nkernel matrix: every claim of docs/support-matrix.md holds on {', '.join(sorted(seen))}"
           + (f" (not run here: {', '.join(missing)})" if missing else ""))
     return 0
 

@@ -256,7 +256,7 @@ fn diagnose(set: &policy::PolicySet, a: &DoctorArgs, log_args: Vec<String>) -> D
 }
 
 /// What the checks say requests lack here, each with its remedy: the node's gaps in the terms
-/// operators act on (SECURITY.md's kernel and container tables measured each of them).
+/// operators act on (docs/support-matrix.md's kernel and container tables measured each of them).
 fn gaps(checks: &[Check]) -> Vec<Gap> {
     let get = |n: &str| checks.iter().find(|c| c.name == n);
     let unavailable = |n: &str| get(n).is_some_and(|c| c.status == Status::Unavailable);
@@ -275,7 +275,7 @@ fn gaps(checks: &[Check]) -> Vec<Gap> {
                 if ns.len() > 1 { "s" } else { "" }
             ),
             fix: if by_seccomp {
-                "the container's seccomp profile refuses namespaces (containerd's RuntimeDefault does): run the sidecar under deploy/'s Localhost profile (deploy/components/seccomp-localhost with deploy/seccomp/cmp-warden.json on the nodes; SECURITY.md, Container runtimes)".to_owned()
+                "the container's seccomp profile refuses namespaces (containerd's RuntimeDefault does): run the sidecar under deploy/'s Localhost profile (deploy/components/seccomp-localhost with deploy/seccomp/cmp-warden.json on the nodes; docs/support-matrix.md, Container runtimes)".to_owned()
             } else {
                 format!("the node refuses namespaces ({refused}): user namespaces must be allowed to unprivileged processes (user.max_user_namespaces, AppArmor's restrict_unprivileged_userns)")
             },
