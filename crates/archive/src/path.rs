@@ -225,6 +225,55 @@ mod tests {
         assert!(normalize(b".", true, &Limits::default()).unwrap().is_none());
     }
 
+    /// Each bound admits a name exactly at it and refuses one past it; the strict mode's
+    /// control bytes end below the space and include DEL.
+    #[test]
+    fn bounds_are_inclusive_and_strict_bytes_exact() {
+        let l = Limits {
+            path_bytes: 7,
+            component_bytes: 3,
+            path_depth: 2,
+            ..Limits::default()
+        };
+        assert!(normalize(b"abc/def", false, &l).is_ok());
+        assert!(matches!(
+            normalize(b"abc/defg", false, &l),
+            Err(Reason::Limit {
+                kind: LimitKind::PathBytes,
+                ..
+            })
+        ));
+        assert!(normalize(b"abc", false, &l).is_ok());
+        assert!(matches!(
+            normalize(b"abcd", false, &l),
+            Err(Reason::Limit {
+                kind: LimitKind::ComponentBytes,
+                ..
+            })
+        ));
+        assert!(normalize(b"a/b", false, &l).is_ok());
+        assert!(matches!(
+            normalize(b"a/b/c", false, &l),
+            Err(Reason::Limit {
+                kind: LimitKind::PathDepth,
+                ..
+            })
+        ));
+        let strict = Limits {
+            strict_names: true,
+            ..Limits::default()
+        };
+        assert!(normalize(b"a b", false, &strict).is_ok());
+        assert!(matches!(
+            normalize(b"a\x1fb", false, &strict),
+            Err(Reason::ControlByte(0x1f))
+        ));
+        assert!(matches!(
+            normalize(b"a\x7fb", false, &strict),
+            Err(Reason::ControlByte(0x7f))
+        ));
+    }
+
     #[test]
     fn symlinks() {
         let l = Limits::default();
@@ -282,5 +331,15 @@ mod tests {
             Err(Reason::SymlinkInnerDotDot)
         ));
         assert_eq!(check_symlink(&at("link"), b"./x", &strict).unwrap(), b"./x");
+        // The strict mode's own escape rule: no more `..` than the link has directories
+        // above it (names longer than a byte, so a miscounted depth shows).
+        assert!(matches!(
+            check_symlink(&at("dir/sub/link"), b"../../../x", &strict),
+            Err(Reason::SymlinkEscapes)
+        ));
+        assert_eq!(
+            check_symlink(&at("dir/sub/link"), b"../../x", &strict).unwrap(),
+            b"../../x"
+        );
     }
 }

@@ -465,6 +465,18 @@ fn b12_relative_target_escaping() {
         strict(),
         is!(Reason::SymlinkInnerDotDot),
     );
+    // ... and one that climbs above the tree, by its own count of the link's directories.
+    refuse_with(
+        |_| {
+            tgz(|t| {
+                t.dir("dir")
+                    .dir("dir/sub")
+                    .symlink("dir/sub/up", "../../../x");
+            })
+        },
+        strict(),
+        is!(Reason::SymlinkEscapes),
+    );
 }
 
 #[test]
