@@ -259,6 +259,19 @@ mod tests {
                 ..
             })
         ));
+        let short = Limits {
+            link_target_bytes: 3,
+            ..Limits::default()
+        };
+        let link = normalize(b"l", false, &short).unwrap().unwrap();
+        assert!(check_symlink(&link, b"abc", &short).is_ok());
+        assert!(matches!(
+            check_symlink(&link, b"abcd", &short),
+            Err(Reason::Limit {
+                kind: LimitKind::LinkTargetBytes,
+                ..
+            })
+        ));
         let strict = Limits {
             strict_names: true,
             ..Limits::default()
@@ -341,5 +354,14 @@ mod tests {
             check_symlink(&at("dir/sub/link"), b"../../x", &strict).unwrap(),
             b"../../x"
         );
+        // `.` and empty components are neither names nor climbs.
+        assert_eq!(
+            check_symlink(&at("dir/link"), b"./../x", &strict).unwrap(),
+            b"./../x"
+        );
+        assert!(matches!(
+            check_symlink(&at("dir/link"), b".//../../x", &strict),
+            Err(Reason::SymlinkEscapes)
+        ));
     }
 }
