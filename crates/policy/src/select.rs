@@ -241,6 +241,26 @@ mod tests {
         }
     }
 
+    /// `policy suggest` writes a policy back out: each pattern as it was written, so the
+    /// written policy selects what the read one did.
+    #[test]
+    fn patterns_are_written_as_they_were_read() {
+        let s = sel(&["team-a*"], &[], &["argocd_guestbook"]);
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            json,
+            r#"{"projects":["team-a*"],"apps":["argocd_guestbook"]}"#
+        );
+        assert_eq!(serde_json::from_str::<Select>(&json).unwrap(), s);
+    }
+
+    /// The reviewer's warning: a select that names no project matches other projects' apps.
+    #[test]
+    fn a_select_without_a_project_is_named() {
+        assert!(sel(&[], &["team-a"], &["guestbook"]).without_project());
+        assert!(!sel(&["team-a"], &[], &["guestbook"]).without_project());
+    }
+
     fn id(project: &str, namespace: &str, app: &str) -> Identity {
         Identity::from_env([
             (PROJECT_VAR, project),
