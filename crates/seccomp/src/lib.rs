@@ -998,6 +998,46 @@ pub fn audited() -> Vec<SeccompEvent> {
 mod tests {
     use super::*;
 
+    /// The names audit events and metrics use are the serialised ones.
+    #[test]
+    fn action_names_are_the_serialised_ones() {
+        for a in [SeccompAction::Denied, SeccompAction::Audited] {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+        }
+        assert_eq!(SeccompAction::Denied.as_str(), "denied");
+    }
+
+    /// A 32-bit argument is compared on its low half, as the kernel's program compares it
+    /// (the upper half of the register is whatever the caller left there).
+    #[test]
+    fn a_dword_condition_reads_the_low_half_only() {
+        let rule = NotifyRule {
+            nrs: vec![41],
+            conds: vec![(0, false, 0, u64::MAX, 2)],
+            errno: libc::EPERM,
+            fence: false,
+        };
+        let args = |a0: u64| [a0, 0, 0, 0, 0, 0];
+        assert!(rule.matches(41, &args(0xdead_beef_0000_0002)));
+        assert!(!rule.matches(41, &args(0xdead_beef_0000_0003)));
+        assert!(!rule.matches(42, &args(2)));
+        let wide = NotifyRule {
+            conds: vec![(0, true, 0, u64::MAX, 2)],
+            ..rule
+        };
+        assert!(!wide.matches(41, &args(0xdead_beef_0000_0002)));
+    }
+
+    /// The x32 refusal is the kernel's own answer for a missing ABI: SECCOMP_RET_ERRNO with
+    /// ENOSYS, spelled here from libc's constants, not from the filter's.
+    #[test]
+    fn the_x32_refusal_is_errno_enosys() {
+        assert_eq!(
+            RET_ERRNO_ENOSYS,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+    }
+
     #[test]
     fn the_default_profile_compiles_in_both_modes() {
         let p = SeccompProfile::default_profile().expect("profile");
