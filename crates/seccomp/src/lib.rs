@@ -998,6 +998,69 @@ pub fn audited() -> Vec<SeccompEvent> {
 mod tests {
     use super::*;
 
+    /// The default profile installed for real, in a process of its own (a filter cannot be
+    /// taken off): `unshare` is refused by its rule's errno through the served listener, an
+    /// inet socket under `network: none` by the network fence's, and threads and files still
+    /// work beside them. Fails with the filters not installed, the notify program installed
+    /// without its listener, or the listener not served.
+    #[test]
+    fn installed_filters_refuse_for_real_and_honest_calls_pass() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::inside_the_default_filter",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "{text}");
+    }
+
+    #[test]
+    #[ignore = "the inside of installed_filters_refuse_for_real…, which runs it in a process of its own"]
+    fn inside_the_default_filter() {
+        let p = SeccompProfile::default_profile().unwrap();
+        let f = compile(&p, SeccompMode::Enforce, NetworkMode::None, false).unwrap();
+        assert_eq!(f.install_and_serve().unwrap(), f.filters());
+        let e = jail_sys::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWUSER)
+            .expect_err("unshare under the filter");
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "unshare: {e}");
+        let e = std::net::TcpListener::bind("127.0.0.1:0").expect_err("an inet socket");
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "socket: {e}");
+        let seen = AUDITED.lock().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert!(seen.iter().any(|k| k == "unshare"), "recorded: {seen:?}");
+        assert_eq!(std::thread::spawn(|| 6 * 7).join().unwrap(), 42);
+        let dir = std::env::temp_dir().join(format!("seccomp-test-{}", std::process::id()));
+        std::fs::write(&dir, b"ok").unwrap();
+        assert_eq!(std::fs::read(&dir).unwrap(), b"ok");
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    /// Code is inserted after the number's load only where no jump before it lands beyond
+    /// it (a target at the insertion point is fine: offsets are relative).
+    #[test]
+    fn insertion_after_the_load_refuses_a_prologue_that_jumps_past_it() {
+        let ins = |code, jt, jf, k| seccompiler::sock_filter { code, jt, jf, k };
+        let prog = |jt, jf| -> BpfProgram {
+            vec![
+                ins(BPF_JEQ_K, jt, jf, 7),
+                ins(BPF_LD_W_ABS, 0, 0, 0),
+                ins(BPF_RET_K, 0, 0, RET_ALLOW),
+                ins(BPF_RET_K, 0, 0, RET_ALLOW),
+            ]
+        };
+        assert_eq!(after_number_load(&prog(1, 1), "x").unwrap(), 2);
+        assert!(after_number_load(&prog(2, 0), "x").is_err());
+        assert!(after_number_load(&prog(0, 2), "x").is_err());
+    }
+
     /// The names audit events and metrics use are the serialised ones.
     #[test]
     fn action_names_are_the_serialised_ones() {
@@ -1042,8 +1105,15 @@ mod tests {
     fn the_default_profile_compiles_in_both_modes() {
         let p = SeccompProfile::default_profile().expect("profile");
         let enforce = compile(&p, SeccompMode::Enforce, NetworkMode::None, false).expect("compile");
-        // The ENOSYS shim and one notify filter for every errno rule.
+        // The ENOSYS shim and one notify filter for every errno rule; the count doctor
+        // reports is every program's length, as the wire form carries them.
         assert!(enforce.instructions() < 4096);
+        let wire = WireFilter::from(enforce.clone());
+        assert_eq!(
+            enforce.instructions(),
+            wire.programs.iter().map(Vec::len).sum::<usize>()
+        );
+        assert!(enforce.instructions() > 10 * enforce.filters());
         let egress =
             compile(&p, SeccompMode::Enforce, NetworkMode::Egress, false).expect("compile");
         assert_eq!(egress.filters(), 2);
