@@ -998,49 +998,166 @@ pub fn audited() -> Vec<SeccompEvent> {
 mod tests {
     use super::*;
 
-    /// The default profile installed for real, in a process of its own (a filter cannot be
-    /// taken off): `unshare` is refused by its rule's errno through the served listener, an
-    /// inet socket under `network: none` by the network fence's, and threads and files still
-    /// work beside them. Fails with the filters not installed, the notify program installed
-    /// without its listener, or the listener not served.
-    #[test]
-    fn installed_filters_refuse_for_real_and_honest_calls_pass() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
+    /// Run the ignored test `tests::<name>` in a process of its own (a filter cannot be taken
+    /// off) and fail with its output unless it passed. A call left unanswered would block it
+    /// for good: a liveness bound (not a measurement) kills it.
+    fn in_own_process(name: &str) {
+        use std::io::Read;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "tests::inside_the_default_filter",
+                &format!("tests::{name}"),
                 "--ignored",
                 "--test-threads=1",
             ])
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut text = String::new();
+        let _ = child.stdout.take().unwrap().read_to_string(&mut text);
+        let _ = child.stderr.take().unwrap().read_to_string(&mut text);
+        let status =
+            status.unwrap_or_else(|| panic!("{name}: hung (a call never answered): {text}"));
+        assert!(
+            status.success() && text.contains("1 passed"),
+            "{name}: {text}"
         );
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("1 passed"), "{text}");
+    }
+
+    fn installed(mode: SeccompMode, network: NetworkMode) -> CompiledFilter {
+        let p = SeccompProfile::default_profile().unwrap();
+        let f = compile(&p, mode, network, false).unwrap();
+        assert_eq!(f.install_and_serve().unwrap(), f.filters());
+        f
+    }
+
+    fn unshare_user() -> std::io::Result<()> {
+        jail_sys::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWUSER)
+    }
+
+    fn event(name: &str) -> Option<SeccompEvent> {
+        audited().into_iter().find(|e| e.syscall == name)
+    }
+
+    /// The default profile installed for real: `unshare` refused by its rule's errno through
+    /// the served listener (each call counted, the first attributed to its command), an inet
+    /// socket under `network: none` by the network fence's, and threads and files still work
+    /// beside them. Fails with the filters not installed, the notify program installed without
+    /// its listener, the listener not served, or nothing recorded.
+    #[test]
+    fn installed_filters_refuse_for_real_and_honest_calls_pass() {
+        in_own_process("inside_the_default_filter");
     }
 
     #[test]
-    #[ignore = "the inside of installed_filters_refuse_for_real…, which runs it in a process of its own"]
+    #[ignore = "the inside of installed_filters_refuse_for_real…, run in a process of its own"]
     fn inside_the_default_filter() {
-        let p = SeccompProfile::default_profile().unwrap();
-        let f = compile(&p, SeccompMode::Enforce, NetworkMode::None, false).unwrap();
-        assert_eq!(f.install_and_serve().unwrap(), f.filters());
-        let e = jail_sys::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWUSER)
-            .expect_err("unshare under the filter");
-        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "unshare: {e}");
+        installed(SeccompMode::Enforce, NetworkMode::None);
+        for _ in 0..2 {
+            let e = unshare_user().expect_err("unshare under the filter");
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM), "unshare: {e}");
+        }
         let e = std::net::TcpListener::bind("127.0.0.1:0").expect_err("an inet socket");
         assert_eq!(e.raw_os_error(), Some(libc::EACCES), "socket: {e}");
-        let seen = AUDITED.lock().unwrap().keys().cloned().collect::<Vec<_>>();
-        assert!(seen.iter().any(|k| k == "unshare"), "recorded: {seen:?}");
+        let u = event("unshare").expect("unshare recorded");
+        assert_eq!((u.action, u.count), (SeccompAction::Denied, 2));
+        assert!(!u.comm.is_empty(), "the first call is attributed: {u:?}");
         assert_eq!(std::thread::spawn(|| 6 * 7).join().unwrap(), 42);
-        let dir = std::env::temp_dir().join(format!("seccomp-test-{}", std::process::id()));
-        std::fs::write(&dir, b"ok").unwrap();
-        assert_eq!(std::fs::read(&dir).unwrap(), b"ok");
-        std::fs::remove_file(&dir).unwrap();
+        let file = std::env::temp_dir().join(format!("seccomp-test-{}", std::process::id()));
+        std::fs::write(&file, b"ok").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"ok");
+        std::fs::remove_file(&file).unwrap();
+    }
+
+    /// `network: allowList`: a TCP socket is made by the listener, bound to `lo`, and handed
+    /// over as the call's result; UDP stays refused.
+    #[test]
+    fn allow_list_sockets_are_made_on_the_loopback() {
+        in_own_process("inside_the_allow_list_filter");
+    }
+
+    #[test]
+    #[ignore = "the inside of allow_list_sockets_are_made…, run in a process of its own"]
+    fn inside_the_allow_list_filter() {
+        installed(SeccompMode::Enforce, NetworkMode::AllowList);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a TCP socket");
+        use std::os::fd::AsFd;
+        assert_eq!(jail_sys::sys::bound_device(l.as_fd()).unwrap(), b"lo");
+        let e = std::net::UdpSocket::bind("127.0.0.1:0").expect_err("a UDP socket");
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "udp: {e}");
+    }
+
+    /// Audit mode lets the profile's calls run and records them as audited; the network
+    /// fence still refuses.
+    #[test]
+    #[allow(clippy::print_stderr)]
+    fn audit_mode_lets_calls_run_and_records_them() {
+        // The call that runs is one only root may make.
+        if !rustix::process::geteuid().is_root() {
+            let why = "audit mode's test needs root";
+            assert!(
+                std::env::var_os("CMP_WARDEN_TESTS_MUST_RUN").is_none(),
+                "this test must run here (CMP_WARDEN_TESTS_MUST_RUN): {why}"
+            );
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        in_own_process("inside_the_audit_filter");
+    }
+
+    #[test]
+    #[ignore = "the inside of audit_mode_lets_calls_run…, run in a process of its own"]
+    fn inside_the_audit_filter() {
+        installed(SeccompMode::Audit, NetworkMode::None);
+        // A UTS namespace: allowed to root in a process with threads (a user namespace is
+        // not), and harmless in this process of its own.
+        jail_sys::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWUTS)
+            .expect("unshare runs in audit mode (as root, as the tests run)");
+        let u = event("unshare").expect("unshare recorded");
+        assert_eq!(u.action, SeccompAction::Audited);
+        let e = std::net::TcpListener::bind("127.0.0.1:0").expect_err("the fence holds");
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "socket: {e}");
+    }
+
+    /// The filler's filter: no program runs; the keeper's: no program, no socket.
+    #[test]
+    fn the_fillers_and_keepers_filters_refuse_for_real() {
+        in_own_process("inside_the_fill_filter");
+        in_own_process("inside_the_keeper_filter");
+    }
+
+    #[test]
+    #[ignore = "the inside of the_fillers_and_keepers_filters…, run in a process of its own"]
+    fn inside_the_fill_filter() {
+        install_fill_filter().unwrap();
+        let e = std::process::Command::new("/bin/true")
+            .status()
+            .expect_err("exec");
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "exec: {e}");
+        assert!(std::fs::read_to_string("/proc/self/comm").is_ok());
+    }
+
+    #[test]
+    #[ignore = "the inside of the_fillers_and_keepers_filters…, run in a process of its own"]
+    fn inside_the_keeper_filter() {
+        assert_eq!(install_keeper_filter().unwrap(), KEEPER_DENIED.len());
+        let e = std::net::TcpListener::bind("127.0.0.1:0").expect_err("a socket");
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "socket: {e}");
+        let e = std::os::unix::net::UnixStream::pair().expect_err("a socket pair");
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "socketpair: {e}");
     }
 
     /// Code is inserted after the number's load only where no jump before it lands beyond
