@@ -571,6 +571,35 @@ mod tests {
         normalise_name(h).expect("host")
     }
 
+    /// A block holds exactly its addresses, whatever host bits its address was written with;
+    /// checked on public addresses, so no internal-address rule decides first.
+    #[test]
+    fn blocks_hold_exactly_their_addresses() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let c = Cidr::parse("203.0.113.77/24").expect("c");
+        assert!(c.contains(ip("203.0.113.0")) && c.contains(ip("203.0.113.255")));
+        assert!(!c.contains(ip("203.0.112.255")) && !c.contains(ip("203.0.114.0")));
+        assert!(c.contains(ip("::ffff:203.0.113.9")));
+        let one = Cidr::parse("198.51.100.7").expect("c");
+        assert!(one.contains(ip("198.51.100.7")) && !one.contains(ip("198.51.100.6")));
+        let v6 = Cidr::parse("2001:db8:aa::1/48").expect("c");
+        assert!(v6.contains(ip("2001:db8:aa:ffff::9")));
+        assert!(!v6.contains(ip("2001:db8:ab::1")) && !v6.contains(ip("203.0.113.1")));
+        assert!(c.overlaps(&Cidr::parse("203.0.0.0/16").expect("c")));
+        assert!(!c.overlaps(&Cidr::parse("203.0.114.0/24").expect("c")));
+    }
+
+    /// A wildcard needs a whole label before the suffix: not the suffix alone, not an empty
+    /// label.
+    #[test]
+    fn a_wildcard_needs_a_whole_label() {
+        let p = HostPattern::parse("*.example.com").expect("p");
+        assert!(p.matches("a.example.com"));
+        assert!(!p.matches(".example.com"));
+        assert!(!p.matches("example.com"));
+        assert!(!p.matches("aexample.com"));
+    }
+
     #[test]
     fn names_match_exactly_or_by_suffix_and_always_with_a_port() {
         let list = AllowList {
