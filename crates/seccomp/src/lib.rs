@@ -1178,6 +1178,42 @@ mod tests {
         assert!(after_number_load(&prog(0, 2), "x").is_err());
     }
 
+    /// The listener re-evaluates each rule with the profile's own argument widths, and names
+    /// `socket` in its records under `allowList` (whose loopback rule the profile does not
+    /// write).
+    #[test]
+    fn the_listeners_rules_keep_the_profiles_widths_and_names() {
+        let p = SeccompProfile::default_profile().unwrap();
+        let f = compile(&p, SeccompMode::Enforce, NetworkMode::AllowList, false).unwrap();
+        let arch = target_arch().unwrap();
+        let socket = syscall_number("socket", arch).unwrap();
+        assert_eq!(f.name_of(socket as i32), "socket");
+        // ... also where the profile names no socket rule of its own.
+        let bare = SeccompProfile::parse(
+            r#"{"apiVersion": "cmp-warden.io/v1alpha1", "kind": "SeccompProfile",
+                "metadata": {"name": "bare"}, "defaultAction": "allow",
+                "rules": [{"reason": "r", "syscalls": ["unshare"], "action": {"errno": "EPERM"}}]}"#,
+        )
+        .unwrap();
+        let g = compile(&bare, SeccompMode::Enforce, NetworkMode::AllowList, false).unwrap();
+        assert_eq!(g.name_of(socket as i32), "socket");
+        assert_eq!(
+            g.name_of(socket as i32 + 100_000),
+            format!("nr:{}", socket + 100_000)
+        );
+        let on_socket: Vec<_> = f
+            .rules
+            .iter()
+            .filter(|r| r.nrs.contains(&socket) && !r.conds.is_empty())
+            .collect();
+        assert!(!on_socket.is_empty());
+        // socket(2)'s domain is an int: every condition on it is a dword.
+        assert!(
+            on_socket.iter().all(|r| r.conds.iter().all(|c| !c.1)),
+            "{on_socket:?}"
+        );
+    }
+
     /// The names audit events and metrics use are the serialised ones.
     #[test]
     fn action_names_are_the_serialised_ones() {
