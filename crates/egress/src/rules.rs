@@ -589,6 +589,40 @@ mod tests {
         assert!(!c.overlaps(&Cidr::parse("203.0.114.0/24").expect("c")));
     }
 
+    /// The IPv4 addresses IPv6 forms carry, octet for octet, and which addresses no block
+    /// admits by covering them (loopback, link-local, "this network", embedded or not).
+    #[test]
+    fn embedded_addresses_and_the_sensitive_ones() {
+        let v6 = |s: &str| s.parse::<Ipv6Addr>().expect("v6");
+        let v4 = |s: &str| s.parse::<Ipv4Addr>().expect("v4");
+        assert_eq!(embedded_v4(v6("64:ff9b::c633:6407")), [v4("198.51.100.7")]);
+        assert_eq!(embedded_v4(v6("::c633:6407")), [v4("198.51.100.7")]);
+        assert_eq!(embedded_v4(v6("2002:cb00:7107::1")), [v4("203.0.113.7")]);
+        assert_eq!(
+            embedded_v4(v6("2001:0:cb00:7107::39cc:9bf8")),
+            [v4("203.0.113.7"), v4("198.51.100.7")]
+        );
+        assert!(embedded_v4(v6("2001:db8::1")).is_empty());
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        for sensitive in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "0.1.2.3",
+            "::1",
+            "::",
+            "fe80::1",
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::",
+        ] {
+            assert!(is_sensitive(ip(sensitive)), "{sensitive}");
+        }
+        for not in ["10.0.0.1", "203.0.113.7", "2001:db8::1", "fc00::1"] {
+            assert!(!is_sensitive(ip(not)), "{not}");
+        }
+        assert!(is_internal(ip("10.0.0.1")) && !is_internal(ip("203.0.113.7")));
+        assert!(is_internal(ip("64:ff9b::a00:1")) && !is_internal(ip("64:ff9b::cb00:7107")));
+    }
+
     /// A wildcard needs a whole label before the suffix: not the suffix alone, not an empty
     /// label.
     #[test]
