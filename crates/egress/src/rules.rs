@@ -623,6 +623,61 @@ mod tests {
         assert!(is_internal(ip("64:ff9b::a00:1")) && !is_internal(ip("64:ff9b::cb00:7107")));
     }
 
+    /// Which addresses count as internal, each class at its edges.
+    #[test]
+    fn internal_addresses_each_class_at_its_edges() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        for internal in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.1.1",
+            "100.64.0.1",
+            "100.127.255.255",
+            "192.0.0.8",
+            "198.18.0.1",
+            "198.19.255.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::",
+            "::1",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "febf::1",
+            "fec0::1",
+            "ff02::1",
+            "64:ff9b:1::1",
+            "::203.0.113.7",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(is_internal(ip(internal)), "{internal}");
+        }
+        for public in [
+            "1.0.0.1",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.32.0.1",
+            "192.0.1.1",
+            "192.1.0.1",
+            "193.0.0.1",
+            "198.17.0.1",
+            "198.20.0.1",
+            "223.255.255.255",
+            "2001:db8::1",
+            "fe00::1",
+            "fb00::1",
+            "64:ff9b:2::1",
+            "2606:4700::1111",
+        ] {
+            assert!(!is_internal(ip(public)), "{public}");
+        }
+    }
+
     /// A wildcard needs a whole label before the suffix: not the suffix alone, not an empty
     /// label.
     #[test]
