@@ -233,3 +233,41 @@ pub(super) fn lookup(name: &str, port: u16) -> Result<Vec<IpAddr>, String> {
 pub(super) fn own_address(ip: IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(method: &str, target: &str) -> Head {
+        Head {
+            method: method.into(),
+            target: target.into(),
+            headers: Vec::new(),
+            rest: Vec::new(),
+        }
+    }
+
+    fn too_long(r: Result<(String, u16, Option<String>), Denial>) -> bool {
+        matches!(r, Err(Denial::BadRequest(m)) if m.contains("longer than 263"))
+    }
+
+    /// The length bound is the authority's, at its edge, for CONNECT and for an absolute URL
+    /// (whose path does not count).
+    #[test]
+    fn a_destination_is_bounded_at_its_edge() {
+        let at = |n: usize| format!("{}:443", "a".repeat(n - 4));
+        assert_eq!(at(MAX_AUTHORITY).len(), MAX_AUTHORITY);
+        assert!(!too_long(destination(&head("CONNECT", &at(MAX_AUTHORITY)))));
+        assert!(too_long(destination(&head(
+            "CONNECT",
+            &at(MAX_AUTHORITY + 1)
+        ))));
+        let url = |n: usize| format!("http://{}/{}", at(n), "p".repeat(400));
+        assert!(!too_long(destination(&head("GET", &url(MAX_AUTHORITY)))));
+        assert!(too_long(destination(&head("GET", &url(MAX_AUTHORITY + 1)))));
+        assert_eq!(
+            destination(&head("GET", "http://example.com?q")).unwrap(),
+            ("example.com".into(), 80, Some("/?q".into()))
+        );
+    }
+}
