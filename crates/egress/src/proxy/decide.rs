@@ -251,6 +251,14 @@ mod tests {
         matches!(r, Err(Denial::BadRequest(m)) if m.contains("longer than 263"))
     }
 
+    /// The node's own addresses are those it can bind to: loopback is, a documentation
+    /// address (RFC 5737) is not.
+    #[test]
+    fn own_addresses_are_the_bindable_ones() {
+        assert!(own_address("127.0.0.1".parse().unwrap()));
+        assert!(!own_address("192.0.2.1".parse().unwrap()));
+    }
+
     /// The length bound is the authority's, at its edge, for CONNECT and for an absolute URL
     /// (whose path does not count).
     #[test]
