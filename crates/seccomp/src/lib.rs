@@ -1242,6 +1242,13 @@ mod tests {
             ..rule
         };
         assert!(!wide.matches(41, &args(0xdead_beef_0000_0002)));
+        // A masked comparison looks at the mask's bits only.
+        let masked = NotifyRule {
+            conds: vec![(0, true, 2, 0xff, 0x02)],
+            ..wide
+        };
+        assert!(masked.matches(41, &args(0x1202)));
+        assert!(!masked.matches(41, &args(0x1203)));
     }
 
     /// The x32 refusal is the kernel's own answer for a missing ABI: SECCOMP_RET_ERRNO with
