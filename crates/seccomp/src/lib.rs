@@ -1201,6 +1201,24 @@ mod tests {
             g.name_of(socket as i32 + 100_000),
             format!("nr:{}", socket + 100_000)
         );
+        // A kill rule is the kernel's in enforce mode, and a notification (recorded, let
+        // run) only in audit mode.
+        let kill = SeccompProfile::parse(
+            r#"{"apiVersion": "cmp-warden.io/v1alpha1", "kind": "SeccompProfile",
+                "metadata": {"name": "kill"}, "defaultAction": "allow",
+                "rules": [{"reason": "r", "syscalls": ["acct"], "action": "killProcess"}]}"#,
+        )
+        .unwrap();
+        let acct = syscall_number("acct", arch).unwrap();
+        let notified = |mode| {
+            compile(&kill, mode, NetworkMode::None, false)
+                .unwrap()
+                .rules
+                .iter()
+                .any(|r| r.nrs.contains(&acct))
+        };
+        assert!(!notified(SeccompMode::Enforce));
+        assert!(notified(SeccompMode::Audit));
         let on_socket: Vec<_> = f
             .rules
             .iter()
