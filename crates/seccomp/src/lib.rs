@@ -1096,6 +1096,25 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a TCP socket");
         use std::os::fd::AsFd;
         assert_eq!(jail_sys::sys::bound_device(l.as_fd()).unwrap(), b"lo");
+        // The socket handed over keeps the close-on-exec flag the call asked for, or not.
+        use rustix::io::FdFlags;
+        assert!(
+            rustix::io::fcntl_getfd(&l)
+                .unwrap()
+                .contains(FdFlags::CLOEXEC)
+        );
+        let plain = rustix::net::socket(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::STREAM,
+            None,
+        )
+        .expect("a TCP socket without SOCK_CLOEXEC");
+        assert!(
+            !rustix::io::fcntl_getfd(&plain)
+                .unwrap()
+                .contains(FdFlags::CLOEXEC)
+        );
+        assert_eq!(jail_sys::sys::bound_device(plain.as_fd()).unwrap(), b"lo");
         let e = std::net::UdpSocket::bind("127.0.0.1:0").expect_err("a UDP socket");
         assert_eq!(e.raw_os_error(), Some(libc::EACCES), "udp: {e}");
     }
