@@ -131,6 +131,26 @@ mod tests {
         );
     }
 
+    /// A complete head is accepted up to exactly MAX_HEAD bytes.
+    #[test]
+    fn a_complete_head_is_bounded_at_its_edge() {
+        let of = |n: usize| {
+            let fixed = "GET / HTTP/1.1\r\nX: \r\n\r\n".len();
+            format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(n - fixed))
+        };
+        assert_eq!(of(MAX_HEAD).len(), MAX_HEAD);
+        assert!(
+            parse_head(of(MAX_HEAD).as_bytes())
+                .expect("at the bound")
+                .is_some()
+        );
+        assert!(
+            parse_head(of(MAX_HEAD + 1).as_bytes())
+                .expect_err("past it")
+                .contains("larger")
+        );
+    }
+
     #[test]
     fn authorities_split() {
         assert_eq!(split_authority("a.b:443", None), Ok(("a.b".into(), 443)));

@@ -64,6 +64,20 @@ fn parse(text: &str) -> Option<SocketAddr> {
 mod tests {
     use super::*;
 
+    /// A real loopback connection's client socket is found in the kernel's tables, owned by
+    /// this process's UID; a connection that does not exist has no owner.
+    #[test]
+    fn the_owner_of_a_real_connection_and_of_none() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).expect("connect");
+        let (_s, peer) = l.accept().expect("accept");
+        assert_eq!(peer, c.local_addr().unwrap());
+        let me = rustix::process::geteuid().as_raw();
+        assert_eq!(owner(peer, l.local_addr().unwrap()), Some(me));
+        let nobody: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(owner(nobody, l.local_addr().unwrap()), None);
+    }
+
     const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:9C41 0100007F:A1B2 01 00000000:00000000 00:00000000 00000000     0        0 1001 1 0000000000000000 20 4 30 10 -1
    1: 0100007F:A1B2 0100007F:9C41 01 00000000:00000000 00:00000000 00000000 20007        0 1002 1 0000000000000000 20 4 30 10 -1
