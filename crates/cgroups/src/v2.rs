@@ -288,7 +288,7 @@ pub(crate) fn kill(d: &Path) -> Result<(), CgroupError> {
 mod tests {
     use super::*;
     use crate::testing::{LIMITS, create_with_kernel_files, fake_v2, join};
-    use crate::{detect, prepare, sweep};
+    use crate::{detect, prepare, remove_instance, remove_instance_if_unused, sweep};
 
     #[test]
     fn v2_detect_prepare_create_stats_kill_remove_on_a_fake_cgroupfs() {
@@ -386,6 +386,51 @@ mod tests {
             base.join("j20002-11-0").exists(),
             "another instance's: kept"
         );
+    }
+
+    /// On the way out: an instance directory whose request cgroups hold no process goes; one
+    /// whose request cgroup still holds one is kept (the next start-up sweeps it); one already
+    /// gone is no error.
+    #[test]
+    fn the_instance_directory_goes_on_the_way_out_unless_a_request_still_runs() {
+        let t = tempfile::tempdir().expect("tmp");
+        let unused = t.path().join("cmp-warden-20000");
+        std::fs::create_dir(&unused).expect("mkdir");
+        let layout = Layout::V2 {
+            base: unused.clone(),
+        };
+        remove_instance_if_unused(&layout, std::time::Duration::from_millis(50));
+        assert!(!unused.exists(), "unused: removed");
+        remove_instance(&layout);
+        assert!(!unused.exists(), "already gone: no error, nothing made");
+
+        let busy = t.path().join("cmp-warden-30000");
+        std::fs::create_dir_all(busy.join("j30001-7-0")).expect("mkdir");
+        std::fs::write(busy.join("j30001-7-0/cgroup.procs"), "4242\n").expect("w");
+        let layout = Layout::V2 { base: busy.clone() };
+        remove_instance_if_unused(&layout, std::time::Duration::from_millis(50));
+        assert!(
+            busy.join("j30001-7-0").exists(),
+            "a request still runs: kept"
+        );
+        // Once its process is gone (and the kernel removed its cgroup), the directory goes.
+        std::fs::remove_dir_all(busy.join("j30001-7-0")).expect("rm");
+        remove_instance_if_unused(&layout, std::time::Duration::from_millis(50));
+        assert!(!busy.exists(), "then removed");
+
+        // A request whose reclaim ends while the server stops is waited for.
+        let late = t.path().join("cmp-warden-40000");
+        std::fs::create_dir_all(late.join("j40001-8-0")).expect("mkdir");
+        std::fs::write(late.join("j40001-8-0/cgroup.procs"), "4343\n").expect("w");
+        let request = late.join("j40001-8-0");
+        let reclaim = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            std::fs::remove_dir_all(request).expect("rm");
+        });
+        let layout = Layout::V2 { base: late.clone() };
+        remove_instance_if_unused(&layout, std::time::Duration::from_secs(30));
+        reclaim.join().expect("reclaim");
+        assert!(!late.exists(), "waited for, then removed");
     }
 
     #[test]
