@@ -341,6 +341,16 @@ mod tests {
         assert_eq!(r("pids.max"), "512");
         assert_eq!(r("cpu.max"), "200000 100000");
         assert_eq!(cg.procs_files(), [base.join("r1/cgroup.procs")]);
+        // A cgroup with only some controllers delegated has only those; v2 kills through
+        // `cgroup.kill`.
+        let only = create_with_kernel_files(&layout, "r2", &["pids.max", "cgroup.kill"]);
+        assert!(only.has("pids") && !only.has("memory") && !only.has("cpu"));
+        assert!(std::fs::read_to_string(base.join("r2/memory.max")).is_err());
+        only.kill().expect("kill");
+        assert_eq!(
+            std::fs::read_to_string(base.join("r2/cgroup.kill")).expect("kill file"),
+            "1"
+        );
         join(&cg);
         assert_eq!(r("cgroup.procs"), "0");
         std::fs::write(base.join("r1/memory.peak"), "123456\n").expect("w");
