@@ -567,6 +567,10 @@ mod tests {
         }
     }
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
     fn name(h: &str) -> Host {
         normalise_name(h).expect("host")
     }
@@ -575,7 +579,6 @@ mod tests {
     /// checked on public addresses, so no internal-address rule decides first.
     #[test]
     fn blocks_hold_exactly_their_addresses() {
-        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
         let c = Cidr::parse("203.0.113.77/24").expect("c");
         assert!(c.contains(ip("203.0.113.0")) && c.contains(ip("203.0.113.255")));
         assert!(!c.contains(ip("203.0.112.255")) && !c.contains(ip("203.0.114.0")));
@@ -603,7 +606,6 @@ mod tests {
             [v4("203.0.113.7"), v4("198.51.100.7")]
         );
         assert!(embedded_v4(v6("2001:db8::1")).is_empty());
-        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
         for sensitive in [
             "127.0.0.1",
             "169.254.169.254",
@@ -626,7 +628,6 @@ mod tests {
     /// Which addresses count as internal, each class at its edges.
     #[test]
     fn internal_addresses_each_class_at_its_edges() {
-        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
         for internal in [
             "0.0.0.0",
             "0.1.2.3",
