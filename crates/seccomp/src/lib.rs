@@ -998,18 +998,25 @@ pub fn audited() -> Vec<SeccompEvent> {
 mod tests {
     use super::*;
 
-    /// Run the ignored test `tests::<name>` in a process of its own (a filter cannot be taken
-    /// off) and fail with its output unless it passed. A call left unanswered would block it
-    /// for good: a liveness bound (not a measurement) kills it.
-    fn in_own_process(name: &str) {
+    /// The variable that tells a re-run test which inside to run.
+    const INSIDE: &str = "CMP_WARDEN_SECCOMP_TEST_INSIDE";
+
+    /// Run `inside` in a process of its own (a filter cannot be taken off): test `test` runs
+    /// itself again with [`INSIDE`] set to `key`, and fails with the re-run's output unless it
+    /// passed. In the re-run, the call whose key it is runs `inside`; any other does nothing.
+    /// A call left unanswered would block the re-run for good: a liveness bound (not a
+    /// measurement) kills it.
+    fn in_own_process(test: &str, key: &str, inside: fn()) {
+        match std::env::var(INSIDE) {
+            Ok(k) if k == key => return inside(),
+            Ok(_) => return,
+            Err(_) => {}
+        }
+        let name = format!("{test} ({key})");
         use std::io::Read;
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                &format!("tests::{name}"),
-                "--ignored",
-                "--test-threads=1",
-            ])
+            .args(["--exact", &format!("tests::{test}"), "--test-threads=1"])
+            .env(INSIDE, key)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -1059,11 +1066,13 @@ mod tests {
     /// its listener, the listener not served, or nothing recorded.
     #[test]
     fn installed_filters_refuse_for_real_and_honest_calls_pass() {
-        in_own_process("inside_the_default_filter");
+        in_own_process(
+            "installed_filters_refuse_for_real_and_honest_calls_pass",
+            "default",
+            inside_the_default_filter,
+        );
     }
 
-    #[test]
-    #[ignore = "the inside of installed_filters_refuse_for_real…, run in a process of its own"]
     fn inside_the_default_filter() {
         installed(SeccompMode::Enforce, NetworkMode::None);
         for _ in 0..2 {
@@ -1086,11 +1095,13 @@ mod tests {
     /// over as the call's result; UDP stays refused.
     #[test]
     fn allow_list_sockets_are_made_on_the_loopback() {
-        in_own_process("inside_the_allow_list_filter");
+        in_own_process(
+            "allow_list_sockets_are_made_on_the_loopback",
+            "allowList",
+            inside_the_allow_list_filter,
+        );
     }
 
-    #[test]
-    #[ignore = "the inside of allow_list_sockets_are_made…, run in a process of its own"]
     fn inside_the_allow_list_filter() {
         installed(SeccompMode::Enforce, NetworkMode::AllowList);
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a TCP socket");
@@ -1134,11 +1145,13 @@ mod tests {
             eprintln!("SKIP: {why}");
             return;
         }
-        in_own_process("inside_the_audit_filter");
+        in_own_process(
+            "audit_mode_lets_calls_run_and_records_them",
+            "audit",
+            inside_the_audit_filter,
+        );
     }
 
-    #[test]
-    #[ignore = "the inside of audit_mode_lets_calls_run…, run in a process of its own"]
     fn inside_the_audit_filter() {
         installed(SeccompMode::Audit, NetworkMode::None);
         // A UTS namespace: allowed to root in a process with threads (a user namespace is
@@ -1154,12 +1167,18 @@ mod tests {
     /// The filler's filter: no program runs; the keeper's: no program, no socket.
     #[test]
     fn the_fillers_and_keepers_filters_refuse_for_real() {
-        in_own_process("inside_the_fill_filter");
-        in_own_process("inside_the_keeper_filter");
+        in_own_process(
+            "the_fillers_and_keepers_filters_refuse_for_real",
+            "fill",
+            inside_the_fill_filter,
+        );
+        in_own_process(
+            "the_fillers_and_keepers_filters_refuse_for_real",
+            "keeper",
+            inside_the_keeper_filter,
+        );
     }
 
-    #[test]
-    #[ignore = "the inside of the_fillers_and_keepers_filters…, run in a process of its own"]
     fn inside_the_fill_filter() {
         install_fill_filter().unwrap();
         let e = std::process::Command::new("/bin/true")
@@ -1169,8 +1188,6 @@ mod tests {
         assert!(std::fs::read_to_string("/proc/self/comm").is_ok());
     }
 
-    #[test]
-    #[ignore = "the inside of the_fillers_and_keepers_filters…, run in a process of its own"]
     fn inside_the_keeper_filter() {
         assert_eq!(install_keeper_filter().unwrap(), KEEPER_DENIED.len());
         let e = std::net::TcpListener::bind("127.0.0.1:0").expect_err("a socket");
