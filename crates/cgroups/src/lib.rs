@@ -258,7 +258,7 @@ pub fn remove_instance(layout: &Layout) {
 /// What the tests of every version share: the limits, and a fake v2 cgroupfs.
 #[cfg(test)]
 mod testing {
-    use super::*;
+    use super::{CgroupLimits, Layout, RequestCgroup, v2};
 
     /// What the jail does with `procs_files` before it confines itself.
     pub(crate) fn join(cg: &RequestCgroup) {

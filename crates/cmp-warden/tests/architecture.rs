@@ -250,3 +250,205 @@ fn a_policy_is_read_only_by_its_translation_and_the_policy_commands() {
         "these name the Policy type; read the request's Plan instead (ARCHITECTURE.md invariant 9): {readers:?}"
     );
 }
+
+/// The `use` lines of `text` outside `#[cfg(test)]` modules, with their line numbers: a line
+/// opening a module right after `#[cfg(test)]` starts a test module, which ends at the first
+/// line closing a brace at the module line's own indentation.
+fn non_test_uses(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut test_indent: Option<usize> = None;
+    let mut after_cfg_test = false;
+    for (i, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        let t = line.trim();
+        if let Some(at) = test_indent {
+            if indent == at && t.starts_with('}') {
+                test_indent = None;
+            }
+            continue;
+        }
+        if after_cfg_test && t.starts_with("mod ") && t.ends_with('{') {
+            test_indent = Some(indent);
+            after_cfg_test = false;
+            continue;
+        }
+        if t.starts_with("#[") {
+            after_cfg_test |= t == "#[cfg(test)]";
+            continue;
+        }
+        after_cfg_test = false;
+        if t.starts_with("use ") || t.starts_with("pub use ") || t.starts_with("pub(crate) use ") {
+            out.push((i + 1, t));
+        }
+    }
+    out
+}
+
+/// A module names what it uses from where it lives: no glob import (`use super::*`,
+/// `pub use start::*`) in any library or binary source outside its test modules, so a file's
+/// imports say which rooms it enters. (Integration tests keep their `use common::*` prelude.)
+#[test]
+fn no_glob_imports_outside_test_modules() {
+    let mut files = Vec::new();
+    sources(&root().join("crates"), &mut files);
+    let mut globs = Vec::new();
+    for f in files {
+        let rel = f
+            .strip_prefix(root())
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .into_owned();
+        if !rel.contains("/src/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for (n, line) in non_test_uses(&text) {
+            if line.contains("::*") || line.contains("{*") || line.contains(", *") {
+                globs.push(format!("{rel}:{n}: {line}"));
+            }
+        }
+    }
+    assert!(
+        globs.is_empty(),
+        "glob imports outside test modules (name each item from where it lives):\n{}",
+        globs.join("\n")
+    );
+}
+
+#[test]
+fn non_test_uses_skips_test_modules_only() {
+    let text = "use a::b;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\nuse super::*;\n";
+    assert_eq!(
+        non_test_uses(text),
+        vec![(1, "use a::b;"), (6, "use super::*;")]
+    );
+}
+
+/// Each crate's top-level modules and the ones each names (`crate::m`, or `super::m` from a
+/// top-level file), comments and test modules left out.
+fn module_edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in files {
+        let rel = f
+            .strip_prefix(src)
+            .expect("under src")
+            .to_string_lossy()
+            .into_owned();
+        if rel == "lib.rs" || rel == "main.rs" {
+            continue;
+        }
+        let top = rel
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(".rs")
+            .to_owned();
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let text = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            let mut prefixes = vec!["crate::"];
+            if !rel.contains('/') {
+                prefixes.push("super::");
+            }
+            for prefix in prefixes {
+                for (i, _) in line.match_indices(prefix) {
+                    if line[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                        continue;
+                    }
+                    let name: String = line[i + prefix.len()..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() && name != top {
+                        edges.entry(top.clone()).or_default().insert(name);
+                    }
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// A circle in `edges`, if there is one (each module's path from itself back to itself).
+fn circle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn walk(
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        let here = path.last().expect("non-empty").clone();
+        for next in edges.get(&here).into_iter().flatten() {
+            if let Some(at) = path.iter().position(|p| p == next) {
+                let mut c = path[at..].to_vec();
+                c.push(next.clone());
+                return Some(c);
+            }
+            if done.insert(next.clone()) {
+                path.push(next.clone());
+                if let Some(c) = walk(edges, path, done) {
+                    return Some(c);
+                }
+                path.pop();
+            }
+        }
+        None
+    }
+    let mut done = BTreeSet::new();
+    for start in edges.keys() {
+        if done.insert(start.clone())
+            && let Some(c) = walk(edges, &mut vec![start.clone()], &mut done)
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// Within each crate, the files' imports point one way: no two top-level modules name each
+/// other, directly or around a circle (a circle makes two files one room).
+#[test]
+fn no_import_circle_between_a_crates_files() {
+    let mut circles = Vec::new();
+    for krate in std::fs::read_dir(root().join("crates"))
+        .expect("crates")
+        .flatten()
+    {
+        let src = krate.path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        if let Some(c) = circle(&module_edges(&src)) {
+            circles.push(format!(
+                "{}: {}",
+                krate.file_name().to_string_lossy(),
+                c.join(" -> ")
+            ));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn a_circle_is_found_and_a_line_is_not() {
+    let edges = |pairs: &[(&str, &str)]| {
+        let mut e: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in pairs {
+            e.entry(a.to_string()).or_default().insert(b.to_string());
+        }
+        e
+    };
+    assert_eq!(circle(&edges(&[("a", "b"), ("b", "c")])), None);
+    assert_eq!(
+        circle(&edges(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}

@@ -3,7 +3,7 @@
 //! [`BLOCKING_THREADS`] more), so connections cost the supervisor memory — bounded by
 //! [`MAX_CONNECTIONS_TOTAL`] across requests — and never a thread each.
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -14,8 +14,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::watch;
 
-use crate::head::{Head, MAX_HEAD, parse_head, split_authority};
-use crate::rules::{AllowList, Denial, Host, normalise_name};
+use crate::head::{Head, MAX_HEAD, parse_head};
+use crate::rules::{AllowList, Denial};
 
 mod decide;
 use decide::{connect, destination, same_host};

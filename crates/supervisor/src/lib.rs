@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+mod current;
 mod factory;
 mod keeper;
 pub mod landlock_log;
@@ -35,6 +36,8 @@ pub use jail_wire::{record, redact, spec};
 
 use std::io::Read;
 
+pub use cache::CacheStats;
+pub use current::{Current, PlanSource};
 pub use factory::{FACTORY_ARG, factory_main};
 pub use jail_sys::cancel::{CancelReason, CancelToken};
 pub use jail_wire::protocol::KILL_GRACE;
@@ -44,12 +47,24 @@ pub use jail_wire::spec::{
     parse_generated,
 };
 pub use keeper::{KEEPER_ARG, keeper_main};
+pub use plan::{Overrides, Plan, Plans, PolicyIndex, RequestSpec, Selected, wanted_namespaces};
+pub use privilege::{PrivilegeModel, Privileges};
 pub use reclaim::{RECLAIM_ARG, reclaim_main};
+pub use reload::{ReloadRefused, Reloaded};
 pub use runner::ReplyShare;
+pub use start::{
+    Bind, DenialLog, Enforcement, Owner, StartError, StartOptions, Step, Supervisor,
+    missing_required, privileges_now, start_without_jails,
+};
 pub use uid::{proc_uid, processes_in_range};
-// Start-up's types and what it re-exports (the plan, cgroup read-backs, the jail's report).
-pub use reload::{Current, PlanSource, ReloadRefused, Reloaded};
-pub use start::*;
+// Other rooms' types the server and the binary read in what the supervisor returns; they move
+// to the vocabulary crate, and these lines go with them.
+pub use cgroups::{CgroupLimits, Layout, Readback};
+pub use jail_wire::protocol::{
+    Degraded, LandlockStatus, Namespace, NamespaceReport, NsNote, Reduced, Report, SelfTestOutcome,
+    TESTED_LANDLOCK_ABI,
+};
+pub use seccomp_filter::SeccompError;
 
 #[doc(hidden)]
 pub mod bench;

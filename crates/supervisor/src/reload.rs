@@ -2,39 +2,12 @@
 //! force for new requests at once (requests already under way keep the set they started
 //! under), the old set's spare jails retired. A set that fails any check changes nothing.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use policy::{PolicySet, Protection};
 
 use crate::plan::{Plan, Plans};
-use crate::start::{Supervisor, missing_required};
-
-/// A value in force (the plans, the plugin's configuration), replaced whole by a reload. A
-/// request reads it once, when its header arrives, and runs under that value to its end.
-#[derive(Debug)]
-pub struct Current<T>(RwLock<Arc<T>>);
-
-impl<T> Current<T> {
-    pub fn new(value: impl Into<Arc<T>>) -> Self {
-        Current(RwLock::new(value.into()))
-    }
-
-    /// The value in force now.
-    pub fn current(&self) -> Arc<T> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Put `value` in force; returns the one it replaced.
-    pub fn replace(&self, value: impl Into<Arc<T>>) -> Arc<T> {
-        std::mem::replace(
-            &mut *self.0.write().unwrap_or_else(|e| e.into_inner()),
-            value.into(),
-        )
-    }
-}
-
-/// The plans in force.
-pub type PlanSource = Current<Plans>;
+use crate::start::{Supervisor, log_selection, missing_required};
 
 /// Why a set was refused; the set in force stays.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +66,7 @@ impl Supervisor {
         }
         let old = self.plans.replace(new.clone());
         self.runner.set_plans(&new);
-        crate::start::log_selection(&new);
+        log_selection(&new);
         Ok(Reloaded { old, new })
     }
 }

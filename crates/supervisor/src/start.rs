@@ -6,17 +6,12 @@ use std::sync::Arc;
 
 use policy::{Policy, PolicySet, Protection};
 
-pub use crate::cache::CacheStats;
-pub use crate::plan::{
-    Overrides, Plan, Plans, PolicyIndex, RequestSpec, Selected, wanted_namespaces,
-};
-pub use crate::privilege::{PrivilegeModel, Privileges};
-pub use cgroups::{CgroupLimits, Layout, Readback};
-pub use jail_wire::protocol::TESTED_LANDLOCK_ABI;
-pub use jail_wire::protocol::{
-    Degraded, LandlockStatus, Namespace, NamespaceReport, NsNote, Reduced, Report, SelfTestOutcome,
-};
-pub use seccomp_filter::SeccompError;
+use crate::cache::CacheStats;
+use crate::current::PlanSource;
+use crate::plan::{Overrides, Plan, Plans};
+use crate::privilege::Privileges;
+use cgroups::{CgroupLimits, Layout, Readback};
+use jail_wire::protocol::{Degraded, LandlockStatus, Namespace, Report};
 
 use crate::runner::{Confined, ConfinedConfig};
 use crate::uid::UidPool;
@@ -279,7 +274,7 @@ impl Enforcement {
 #[derive(Debug)]
 pub struct Supervisor {
     pub(crate) runner: Arc<Confined>,
-    pub(crate) plans: Arc<crate::reload::PlanSource>,
+    pub(crate) plans: Arc<PlanSource>,
     /// The command line's values over every policy's, a reloaded set's too.
     pub(crate) overrides: Overrides,
     owner: Owner,
@@ -590,7 +585,7 @@ impl Supervisor {
         Ok((
             Supervisor {
                 runner,
-                plans: Arc::new(crate::reload::PlanSource::new(plans)),
+                plans: Arc::new(PlanSource::new(plans)),
                 overrides,
                 owner,
                 work_root,
@@ -611,7 +606,7 @@ impl Supervisor {
     }
 
     /// Every policy's plan in force, and which a request runs under (a reload replaces them).
-    pub fn plans(&self) -> Arc<crate::reload::PlanSource> {
+    pub fn plans(&self) -> Arc<PlanSource> {
         self.plans.clone()
     }
 

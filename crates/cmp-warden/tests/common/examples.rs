@@ -1,12 +1,11 @@
 //! The examples under examples/ as the tests run them: their fixture services, their policies
 //! with a UID range of the test's own, a server for one, its request through Argo CD's client.
 
+use super::{CallResult, Server, examples_dir, go, private_uid_range};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-use super::*;
 
 /// Where scripts/setup installs the tools the examples run (helm, kustomize, …).
 pub const TOOLS: &str = "/opt/cmp-warden-tools";

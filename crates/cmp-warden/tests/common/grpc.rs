@@ -1,8 +1,9 @@
 //! The CMP service as a Rust client sees it (tonic over the unix socket): requests built frame
 //! by frame, for tests that stop or break a stream where the grpc-go client would not.
-use super::*;
+use super::{Server, repo};
 use proto::plugin::config_management_plugin_service_client::ConfigManagementPluginServiceClient;
 use proto::plugin::{AppStreamRequest, File, ManifestRequestMetadata, app_stream_request};
+use std::path::PathBuf;
 
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -2,7 +2,12 @@
 //! `Host` it must match), the list's decision on it, the name resolved as an absolute name,
 //! the checks on every address, and the connect, within the request's deadline.
 
-use super::*;
+use super::{Decision, Shared, bounded};
+use crate::head::{Head, split_authority};
+use crate::rules::{Denial, Host, normalise_name};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Instant;
+use tokio::net::TcpStream;
 
 /// Longest authority a destination may have (a 253-character name, brackets, a port).
 pub(super) const MAX_AUTHORITY: usize = 263;

@@ -1,7 +1,14 @@
 //! What a request's jail works on — the archive, a tree lent from the cache, or a tree this
 //! request fills — and the descriptors the jail hands over (its egress listener, its mounter).
 
-use super::*;
+use super::{Inner, internal};
+use crate::RequestSpec;
+use crate::cache::{Borrow, FillFailed, FillTicket, Lookup};
+use crate::plan::Plan;
+use jail_wire::record::{Limit, Recorder};
+use jail_wire::spec::{ErrorKind, RequestError};
+use std::io::Read;
+use std::time::{Duration, Instant};
 
 /// What a jail's request works on: the archive, to extract as it arrives, or a tree from the
 /// cache with what is left of the archive's stream to receive and verify (nothing after a

@@ -1,7 +1,14 @@
 //! After a request: its jail waited for, its processes killed, its cgroup emptied and removed,
 //! its tree and UID given back; at start-up, what an earlier run left.
 
-use super::*;
+use super::feed::TreeHold;
+use super::{Inner, JAIL_CLEANUP, Jail, UID_DRAIN, lock, wait, wait_bounded};
+use crate::reclaim::ReclaimArgs;
+use crate::uid::{proc_uid, processes_in_range};
+use cgroups::RequestCgroup;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 impl Inner {
     /// Kill what is left in the jail's cgroup (v2 `cgroup.kill`; v1 relies on the UID-wide

@@ -7,28 +7,25 @@
 //! leased UID, and a helper running as that UID kills its processes and removes it.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::cache::{Borrow, FillFailed, FillTicket, Lookup};
+use super::cache::Borrow;
 use super::plan::Plan;
-use super::reclaim::{RECLAIM_ARG, ReclaimArgs};
-use super::uid::{Lease, UidPool, proc_uid, processes_in_range};
+use super::reclaim::RECLAIM_ARG;
+use super::uid::{Lease, UidPool};
 use crate::RequestSpec;
 use crate::factory::{Factory, JailProcess};
 use crate::{Executed, Runner};
-use cgroups::{CgroupStats, Layout, RequestCgroup};
+use cgroups::{Layout, RequestCgroup};
 use jail_sys::cancel::CancelToken;
-use jail_wire::protocol::KILL_GRACE;
-use jail_wire::protocol::{
-    Creds, Degraded, Header, Prepare, Reply, Report, SelfTestOutcome, write_frame,
-};
-use jail_wire::record::{Limit, Recorder};
-use jail_wire::spec::{ErrorKind, RequestError};
+use jail_wire::protocol::{Creds, Degraded, Header, Reply, Report, SelfTestOutcome};
+use jail_wire::record::Recorder;
+use jail_wire::spec::RequestError;
 
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);
@@ -183,13 +180,9 @@ mod request;
 mod spare;
 mod verdict;
 
-use feed::{
-    Feed, TreeHold, attach_tree, fall_back_to_extraction, receive_listener, receive_mounter,
-};
+use feed::Feed;
 pub(crate) use reply::ReplyMemory;
 pub use reply::ReplyShare;
-use reply::read_reply;
-use verdict::{explain_denials, verdict};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

@@ -1,7 +1,11 @@
 //! The jail's reply: read from its pipe within a bound, large ones sharing the
 //! supervisor-wide reply memory until the response is written.
 
-use super::*;
+use super::{internal, lock};
+use jail_wire::spec::{ErrorKind, RequestError};
+use std::io::Read;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Read the jail's `R` frame: `Ok(None)` if it closed stdout without one.
 pub(super) fn read_reply(

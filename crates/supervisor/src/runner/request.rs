@@ -1,9 +1,29 @@
 //! One request in its jail, step by step (docs/supervisor.md, "Per request").
 
-use super::*;
+use super::feed::{
+    Feed, TreeHold, attach_tree, fall_back_to_extraction, receive_listener, receive_mounter,
+};
+use super::reply::ReplyShare;
+use super::reply::read_reply;
+use super::verdict::{explain_denials, verdict};
+use super::{Inner, Jail, LANDLOCK_LOG_WAIT, feed, file_denials, internal, lock, reply};
+use crate::cache::{FillFailed, FillTicket};
+use crate::plan::Plan;
+use crate::reclaim::ReclaimArgs;
+use cgroups::{CgroupStats, RequestCgroup};
 use feed::FillJob;
+use jail_sys::cancel::CancelToken;
+use jail_wire::protocol::KILL_GRACE;
 use jail_wire::protocol::LandlockStatus;
+use jail_wire::protocol::{Creds, Header, Reply, write_frame};
+use jail_wire::record::Recorder;
+use jail_wire::spec::RequestError;
 use reply::{RawReply, ReplyPermit};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Who a taken jail is, for the audit record: its identity, its cgroup and its name.
 #[derive(Clone)]

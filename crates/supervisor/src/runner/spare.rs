@@ -2,7 +2,16 @@
 //! jail forked by the factory and confining itself by that policy's plan), taken by the next
 //! request the policy runs, replaced in the background.
 
-use super::*;
+use super::{Inner, Jail, PREPARER_IDLE, Source, Spare, internal, lock};
+use crate::plan::Plan;
+use cgroups::RequestCgroup;
+use jail_sys::cancel::CancelToken;
+use jail_wire::protocol::{Creds, Prepare, write_frame};
+use jail_wire::spec::{ErrorKind, RequestError};
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 impl Inner {
     /// Start a jail: lease a UID, create its cgroup, start our binary and send it the

@@ -1,7 +1,13 @@
 //! The request's outcome: the jail's reply judged with what the cgroup and the kernel saw
 //! (`verdict`), and a failure explained by what the sandbox refused (`explain_denials`).
 
-use super::*;
+use super::internal;
+use crate::plan::Plan;
+use cgroups::CgroupStats;
+use jail_sys::cancel::CancelToken;
+use jail_wire::protocol::Reply;
+use jail_wire::record::{Limit, Recorder};
+use jail_wire::spec::{ErrorKind, RequestError};
 
 /// The address of a direct TCP connect Go reports as refused (`dial tcp ADDR: connect:
 /// permission denied`, as Landlock's refusal reads).

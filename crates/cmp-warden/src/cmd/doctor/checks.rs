@@ -1,7 +1,12 @@
 //! Each check of the report: what the probe's jail, the policy's plan and this environment say
 //! about one protection. The policy is read through its [`Plan`], the one translation.
 
-use super::*;
+use super::{Check, DoctorReport, SCHEMA, Status, gaps, yes};
+use policy::{LandlockFeature, NetworkMode, Protection, SeccompMode};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use supervisor::{DenialLog, LandlockStatus, Layout, Namespace, Privileges, Report};
+use supervisor::{Enforcement, Plan};
 
 /// What one check needs: the policy's plan, what start-up found (if it got that far) and the
 /// probe.

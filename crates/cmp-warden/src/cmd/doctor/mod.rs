@@ -3,20 +3,16 @@
 //! would do. The same report is logged once at `serve` start-up. JSON schema
 //! `cmp-warden.doctor/v1` (docs/audit.md).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use policy::{LandlockFeature, NetworkMode, Protection, SeccompMode};
 use serde::Serialize;
-use supervisor::{
-    DenialLog, LandlockStatus, Layout, Namespace, PrivilegeModel, Privileges, Report,
-};
+use supervisor::PrivilegeModel;
 use supervisor::{Enforcement, Owner, Plan, StartOptions, Supervisor};
 
 mod checks;
-use checks::*;
+use checks::{NO_PROBE, assemble_as, in_force_check};
 
 /// Schema identifier of the JSON report; bumped on any incompatible change.
 pub const SCHEMA: &str = "cmp-warden.doctor/v1";
@@ -460,6 +456,10 @@ fn memory_oom_group(root: &Path, proc_self_cgroup: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use checks::limits_check;
+    use policy::LandlockFeature;
+    use supervisor::{DenialLog, LandlockStatus, Layout, Namespace, Privileges, Report};
+
     #[test]
     fn memory_oom_group_is_read_from_the_servers_own_v2_cgroup() {
         let root = tempfile::tempdir().expect("tempdir");
