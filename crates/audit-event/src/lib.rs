@@ -6,9 +6,9 @@
 
 use jail_wire::record;
 use serde::{Deserialize, Serialize};
+use vocab::egress::Connection;
 
 /// The typed values an event holds, for its readers.
-pub use egress::{Connection, Decision};
 pub use record::{
     CommandRecord, LandlockDenial, Limit, Phase, SeccompAction, SeccompEvent, TreeCacheUse,
 };
@@ -201,6 +201,7 @@ fn is_zero(n: &u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vocab::egress::Decision;
 
     /// Every field an event can hold, each with something to say (none skipped).
     fn full_event() -> AuditEvent {

@@ -12,6 +12,40 @@ fn root() -> PathBuf {
 /// Each workspace crate's normal (not dev, not build) dependencies among the workspace's own
 /// and a few external ones that mark a room (gRPC, HTTP).
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let m = metadata();
+    let packages = m["packages"].as_array().expect("packages");
+    let ours: BTreeSet<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let marks = ["tonic", "prost", "hyper", "axum", "tokio"];
+    packages
+        .iter()
+        .map(|p| {
+            let deps = normal_dependencies(p)
+                .into_iter()
+                .filter(|n| ours.contains(n) || marks.contains(&n.as_str()))
+                .map(|n| n.trim_start_matches("cmp-warden-").to_owned())
+                .collect();
+            let name = p["name"].as_str().unwrap_or_default();
+            (name.trim_start_matches("cmp-warden-").to_owned(), deps)
+        })
+        .collect()
+}
+
+/// A package's normal (not dev, not build) dependencies, by name.
+fn normal_dependencies(package: &serde_json::Value) -> BTreeSet<String> {
+    package["dependencies"]
+        .as_array()
+        .expect("dependencies")
+        .iter()
+        .filter(|d| d["kind"].is_null())
+        .filter_map(|d| d["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `cargo metadata` of the workspace, its own packages only.
+fn metadata() -> serde_json::Value {
     let out = std::process::Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -28,29 +62,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
-    let packages = m["packages"].as_array().expect("packages");
-    let ours: BTreeSet<String> = packages
-        .iter()
-        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    let marks = ["tonic", "prost", "hyper", "axum", "tokio"];
-    packages
-        .iter()
-        .map(|p| {
-            let deps = p["dependencies"]
-                .as_array()
-                .expect("dependencies")
-                .iter()
-                .filter(|d| d["kind"].is_null())
-                .filter_map(|d| d["name"].as_str())
-                .filter(|n| ours.contains(*n) || marks.contains(n))
-                .map(|n| n.trim_start_matches("cmp-warden-").to_owned())
-                .collect();
-            let name = p["name"].as_str().unwrap_or_default();
-            (name.trim_start_matches("cmp-warden-").to_owned(), deps)
-        })
-        .collect()
+    serde_json::from_slice(&out.stdout).expect("metadata JSON")
 }
 
 /// Everything `name` depends on, directly or not.
@@ -112,8 +124,22 @@ fn dependencies_point_one_way() {
     }
     forbid(
         "policy",
-        &["supervisor", "jail", "server", "proto", "archive", "tonic"],
-        "the policy is data: it never runs, spawns or serves",
+        &[
+            "supervisor",
+            "jail",
+            "server",
+            "proto",
+            "archive",
+            "egress",
+            "tonic",
+            "tokio",
+        ],
+        "the policy is data: it never runs, spawns or serves (its egress rules are the vocabulary's)",
+    );
+    forbid(
+        "audit-event",
+        &["egress", "supervisor", "jail", "server", "tokio"],
+        "the audit event is data: its connection records are the vocabulary's",
     );
     forbid(
         "jail",
@@ -148,6 +174,24 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(p);
         }
     }
+}
+
+/// The vocabulary is at the bottom (ARCHITECTURE.md, `vocab`): nothing of ours below it, and
+/// nothing else but serde (no I/O, no runtime, no error-derive macro).
+#[test]
+fn the_vocabulary_depends_on_serde_alone() {
+    let m = metadata();
+    let vocab = m["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .find(|p| p["name"] == "cmp-warden-vocab")
+        .expect("the vocabulary crate");
+    assert_eq!(
+        normal_dependencies(vocab),
+        BTreeSet::from(["serde".to_owned()]),
+        "crates/vocab depends on serde alone"
+    );
 }
 
 #[test]

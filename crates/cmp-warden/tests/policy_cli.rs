@@ -126,7 +126,7 @@ fn audit_mode_is_named_in_a_warning() {
     let (_, err, warnings) = check_with_network("network: {mode: allowList, audit: true}");
     assert_eq!(
         warnings,
-        [format!("warning: policy: {}", egress::AUDIT_WARNING)],
+        [format!("warning: policy: {}", vocab::egress::AUDIT_WARNING)],
         "{err}"
     );
 }

@@ -8,7 +8,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use egress::{AllowList, HostPattern, Limits, Proxy, Rule, Target};
+use egress::{Limits, Proxy};
+use vocab::egress::{AllowList, HostPattern, Rule, Target};
 
 /// An upstream that answers each 64-byte message with 64 bytes, and sinks or sources bulk data.
 fn upstream() -> SocketAddr {

@@ -30,21 +30,7 @@
 mod head;
 mod peer;
 mod proxy;
-mod rules;
 
 pub use proxy::{
-    ASKPASS_HOST, BLOCKING_THREADS, Connection, Decision, Limits, MAX_CONNECTIONS_TOTAL,
-    MAX_THREADS, Proxy, ProxyHandle,
+    ASKPASS_HOST, BLOCKING_THREADS, Limits, MAX_CONNECTIONS_TOTAL, MAX_THREADS, Proxy, ProxyHandle,
 };
-pub use rules::{AUDIT_WARNING, AllowList, Cidr, Denial, HostPattern, Rule, Target, is_internal};
-
-/// Errors building an allow list.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A host pattern that is not a DNS name or `*.suffix`.
-    #[error("bad host pattern {0:?}: want a DNS name (letters, digits, '-', '.') or *.suffix")]
-    Host(String),
-    /// A CIDR that does not parse.
-    #[error("bad CIDR {0:?}: want ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8")]
-    Cidr(String),
-}

@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::watch;
 
+use vocab::egress::{AllowList, Connection, Decision, Denial};
+
 use crate::head::{Head, MAX_HEAD, parse_head};
-use crate::rules::{AllowList, Denial};
 
 mod decide;
 use decide::{connect, destination, same_host};
@@ -57,65 +57,17 @@ pub const BLOCKING_THREADS: usize = 4;
 /// The most of a destination kept in a record or a log line.
 const MAX_DESTINATION: usize = 270;
 
-/// What the proxy did with a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Decision {
-    /// The allow list admits it.
-    Allowed,
-    /// Refused (the reason says why and which field would allow it).
-    Denied,
-    /// Audit mode: admitted although the list would refuse it (the reason says why).
-    Audited,
-}
-
-impl Decision {
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allowed => "allowed",
-            Decision::Denied => "denied",
-            Decision::Audited => "audited",
-        }
-    }
-}
-
-/// One connection, as the request's audit event records it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Connection {
-    /// `CONNECT`, or the method of a plain-HTTP request.
-    pub method: String,
-    /// The destination as the client named it (`host:port`), at most 270 characters.
-    pub destination: String,
-    /// The address connected to, when one was.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub address: Option<SocketAddr>,
-    /// The decision.
-    pub decision: Decision,
-    /// Why it was denied (or would have been, in audit mode), or why connecting failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Bytes from the command to the destination.
-    pub bytes_up: u64,
-    /// Bytes from the destination to the command.
-    pub bytes_down: u64,
-    /// From accept to close.
-    pub duration_ms: u64,
-}
-
-impl Connection {
-    fn denied() -> Self {
-        Self {
-            method: String::new(),
-            destination: String::new(),
-            address: None,
-            decision: Decision::Denied,
-            reason: None,
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-        }
+/// A connection's record before anything is known of it: refused until decided otherwise.
+fn denied_connection() -> Connection {
+    Connection {
+        method: String::new(),
+        destination: String::new(),
+        address: None,
+        decision: Decision::Denied,
+        reason: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        duration_ms: 0,
     }
 }
 
@@ -415,7 +367,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, _task: Task) {
                 tokio::spawn(connection(shared.clone(), stream, peer, open, task));
             }
             Err(denial) => {
-                let mut c = Connection::denied();
+                let mut c = denied_connection();
                 c.reason = Some(denial.to_string());
                 record(&shared, c);
                 // Answered and closed on a task of its own (no place, no head read).
@@ -444,7 +396,7 @@ async fn connection(
 ) {
     let t0 = Instant::now();
     let mut stop = shared.stop.clone();
-    let mut c = Connection::denied();
+    let mut c = denied_connection();
     let bytes = Bytes::default();
     tokio::select! {
         _ = stopped(&mut stop) => {}

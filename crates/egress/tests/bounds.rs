@@ -12,7 +12,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use egress::{AllowList, HostPattern, Limits, Proxy, Rule, Target};
+use egress::{Limits, Proxy};
+use vocab::egress::{AllowList, HostPattern, Rule, Target};
 
 /// Every thread of this process but the echo upstream's (named `echo`): whatever the proxies
 /// start is counted, however it is named. Less `base`, the threads before any proxy started.

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use egress::{AllowList, Cidr, Decision, HostPattern, Limits, Proxy, Rule, Target};
+use egress::{Limits, Proxy};
+use vocab::egress::{AllowList, Cidr, Decision, HostPattern, Rule, Target};
 
 /// An upstream on 127.0.0.1 that counts connections (accepted, and still open); for each it
 /// reads one request head and answers `HTTP/1.1 200` with the request line as the body, or

@@ -11,7 +11,8 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use egress::{AllowList, HostPattern, Limits, Proxy, Rule, Target};
+use egress::{Limits, Proxy};
+use vocab::egress::{AllowList, HostPattern, Rule, Target};
 
 const CHILD: &str = "EGRESS_RESOLVER_TEST_CHILD";
 

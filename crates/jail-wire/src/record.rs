@@ -215,7 +215,7 @@ pub struct RunRecord {
     pub seccomp_audit: Vec<SeccompEvent>,
     /// `network: allowList`: every connection through the egress proxy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub egress: Vec<egress::Connection>,
+    pub egress: Vec<vocab::egress::Connection>,
     /// Connections past the proxy's record limit (counted, not itemised).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub egress_unrecorded: u64,

@@ -2,6 +2,7 @@
 //! explicit, so the reviewer sees the whole policy in one place.
 
 use std::fmt::Write as _;
+use vocab::egress;
 
 use crate::policy::{NetworkMode, Policy, SeccompMode};
 

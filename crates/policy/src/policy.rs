@@ -2,6 +2,7 @@
 //! and the validated [`Policy`] the rest of the system uses.
 
 use std::path::{Component, Path, PathBuf};
+use vocab::egress;
 
 use serde::{Deserialize, Serialize};
 

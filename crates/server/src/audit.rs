@@ -318,11 +318,11 @@ mod tests {
                 count: 2,
                 comm: "sh".into(),
             }],
-            egress: vec![egress::Connection {
+            egress: vec![vocab::egress::Connection {
                 method: "CONNECT".into(),
                 destination: "vault.example:8200".into(),
                 address: Some("10.1.2.3:8200".parse().expect("addr")),
-                decision: egress::Decision::Allowed,
+                decision: vocab::egress::Decision::Allowed,
                 reason: None,
                 bytes_up: 517,
                 bytes_down: 4100,

@@ -616,9 +616,9 @@ mod tests {
             rejection: None,
             seccomp: vec![("unshare", SeccompAction::Denied.as_str(), 3)],
             egress: vec![
-                egress::Decision::Allowed.as_str(),
-                egress::Decision::Denied.as_str(),
-                egress::Decision::Denied.as_str(),
+                vocab::egress::Decision::Allowed.as_str(),
+                vocab::egress::Decision::Denied.as_str(),
+                vocab::egress::Decision::Denied.as_str(),
             ],
             ..Default::default()
         });

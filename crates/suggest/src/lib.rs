@@ -5,10 +5,12 @@
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
+use vocab::egress;
 
-use audit_event::{AuditEvent, Decision, SeccompAction};
+use audit_event::{AuditEvent, SeccompAction};
 use policy::{NetworkMode, Policy, SeccompMode};
 use serde_json::Value;
+use vocab::egress::Decision;
 
 /// Why a proposal could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -78,7 +78,7 @@ pub struct Plan {
     pub askpass_socket: Option<PathBuf>,
     /// `network: allowList`: the destinations and the proxy's bounds
     /// (`spec.network.allow`, `audit`, `maxConnections`).
-    pub egress: Option<(egress::AllowList, egress::Limits)>,
+    pub egress: Option<(vocab::egress::AllowList, egress::Limits)>,
     /// The tree cache (`spec.cache`), when on and the jails can take a tree (their own user,
     /// mount and PID namespaces).
     pub cache: Option<crate::cache::CacheConfig>,

@@ -369,7 +369,7 @@ impl Supervisor {
                 tracing::warn!(
                     destinations = plan.egress.as_ref().map_or(0, |(l, _)| l.rules.len()),
                     "NETWORK AUDIT MODE: {}",
-                    egress::AUDIT_WARNING
+                    vocab::egress::AUDIT_WARNING
                 );
             }
             policy::NetworkMode::AllowList => tracing::info!(

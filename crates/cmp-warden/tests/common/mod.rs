@@ -12,11 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The audit event's vocabulary, for tests that read events through the type.
-#[allow(unused_imports)]
-pub use egress::Decision;
 #[allow(unused_imports)]
 pub use supervisor::record::{Limit, Phase, SeccompAction, TreeCacheUse};
+/// The audit event's vocabulary, for tests that read events through the type.
+#[allow(unused_imports)]
+pub use vocab::egress::Decision;
 
 pub struct Server {
     pub child: Option<Child>,

@@ -4,10 +4,10 @@
 
 use super::{Decision, Shared, bounded};
 use crate::head::{Head, split_authority};
-use crate::rules::{Denial, Host, normalise_name};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Instant;
 use tokio::net::TcpStream;
+use vocab::egress::{Denial, Host, hosts_file_addresses, normalise_name};
 
 /// Longest authority a destination may have (a 253-character name, brackets, a port).
 pub(super) const MAX_AUTHORITY: usize = 263;
@@ -209,7 +209,7 @@ pub(super) async fn resolve(
             return lookup(&name, port);
         }
         let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-        let fixed = crate::rules::hosts_file_addresses(&hosts, &name);
+        let fixed = hosts_file_addresses(&hosts, &name);
         if !fixed.is_empty() {
             return Ok(fixed);
         }

@@ -50,7 +50,7 @@ impl Who {
 struct Findings {
     who: Option<Who>,
     /// The egress proxy's connections and how many it could not record.
-    egress: Option<(Vec<egress::Connection>, u64)>,
+    egress: Option<(Vec<vocab::egress::Connection>, u64)>,
     stats: Option<CgroupStats>,
 }
 

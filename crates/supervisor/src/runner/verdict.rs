@@ -59,7 +59,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     let mut refused: Vec<String> = rec
         .egress
         .iter()
-        .filter(|c| c.decision == egress::Decision::Denied)
+        .filter(|c| c.decision == vocab::egress::Decision::Denied)
         .filter_map(|c| c.reason.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()

@@ -261,15 +261,15 @@ pub(super) fn network_check(plan: &Plan) -> Check {
         }
         NetworkMode::Egress => "spec.network.mode: egress: commands share the pod's network (every destination the pod reaches)".to_owned(),
         NetworkMode::AllowList => {
-            let empty = egress::AllowList::default();
+            let empty = vocab::egress::AllowList::default();
             let l = plan.egress.as_ref().map_or(&empty, |(l, _)| l);
             let allow: Vec<String> = l
                 .rules
                 .iter()
                 .map(|r| {
                     let target = match &r.target {
-                        egress::Target::Host(h) => h.to_string(),
-                        egress::Target::Cidr(c) => c.to_string(),
+                        vocab::egress::Target::Host(h) => h.to_string(),
+                        vocab::egress::Target::Cidr(c) => c.to_string(),
                     };
                     let ports: Vec<String> = r.ports.iter().map(u16::to_string).collect();
                     format!(

@@ -1,11 +1,10 @@
-//! The allow list: which destinations a request may reach, and why one is refused.
+//! Egress: which destinations a request may reach (the allow list), why one is refused, and
+//! what the proxy did with each connection.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use serde::Serialize;
-
-use crate::Error;
+use serde::{Deserialize, Serialize};
 
 /// A host name pattern: an exact DNS name, or `*.suffix` (one or more labels before the
 /// suffix; not the suffix itself). Lower-case, without a trailing dot.
@@ -550,6 +549,79 @@ fn internal_v6(a: Ipv6Addr) -> bool {
         || (s[..6] == [0, 0, 0, 0, 0, 0])
 }
 
+/// Errors building an allow list.
+#[derive(Debug)]
+pub enum Error {
+    /// A host pattern that is not a DNS name or `*.suffix`.
+    Host(String),
+    /// A CIDR that does not parse.
+    Cidr(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Host(s) => write!(
+                f,
+                "bad host pattern {s:?}: want a DNS name (letters, digits, '-', '.') or *.suffix"
+            ),
+            Error::Cidr(s) => write!(
+                f,
+                "bad CIDR {s:?}: want ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fd00::/8"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// What the proxy did with a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Decision {
+    /// The allow list admits it.
+    Allowed,
+    /// Refused (the reason says why and which field would allow it).
+    Denied,
+    /// Audit mode: admitted although the list would refuse it (the reason says why).
+    Audited,
+}
+
+impl Decision {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::Audited => "audited",
+        }
+    }
+}
+
+/// One connection, as the request's audit event records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Connection {
+    /// `CONNECT`, or the method of a plain-HTTP request.
+    pub method: String,
+    /// The destination as the client named it (`host:port`), at most 270 characters.
+    pub destination: String,
+    /// The address connected to, when one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<std::net::SocketAddr>,
+    /// The decision.
+    pub decision: Decision,
+    /// Why it was denied (or would have been, in audit mode), or why connecting failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes from the command to the destination.
+    pub bytes_up: u64,
+    /// Bytes from the destination to the command.
+    pub bytes_down: u64,
+    /// From accept to close.
+    pub duration_ms: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -926,5 +998,21 @@ mod tests {
                 .expect("c")
                 .contains("8.8.8.8".parse().expect("ip"))
         );
+    }
+
+    /// The metric label of a decision is the name the audit event serialises it as.
+    #[test]
+    fn decision_labels_are_the_serialised_names() {
+        for (d, name) in [
+            (Decision::Allowed, "allowed"),
+            (Decision::Denied, "denied"),
+            (Decision::Audited, "audited"),
+        ] {
+            assert_eq!(d.as_str(), name);
+            assert_eq!(
+                serde_json::to_string(&d).expect("json"),
+                format!("\"{name}\"")
+            );
+        }
     }
 }
