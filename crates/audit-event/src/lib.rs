@@ -4,14 +4,10 @@
 
 #![forbid(unsafe_code)]
 
-use jail_wire::record;
 use serde::{Deserialize, Serialize};
 use vocab::egress::Connection;
 
-/// The typed values an event holds, for its readers.
-pub use record::{
-    CommandRecord, LandlockDenial, Limit, Phase, SeccompAction, SeccompEvent, TreeCacheUse,
-};
+use vocab::record::{CommandRecord, LandlockDenial, Limit, SeccompEvent, TreeCacheUse};
 
 /// Schema identifier of an audit event.
 pub const SCHEMA: &str = "cmp-warden.audit/v1";

@@ -138,7 +138,15 @@ fn dependencies_point_one_way() {
     );
     forbid(
         "audit-event",
-        &["egress", "supervisor", "jail", "server", "tokio"],
+        &[
+            "egress",
+            "jail-wire",
+            "seccomp",
+            "supervisor",
+            "jail",
+            "server",
+            "tokio",
+        ],
         "the audit event is data: its connection records are the vocabulary's",
     );
     forbid(

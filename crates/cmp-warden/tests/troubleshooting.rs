@@ -21,7 +21,7 @@ use common::examples::*;
 use common::*;
 use serde_json::Value;
 use server::audit::AuditEvent;
-use supervisor::Limit;
+use vocab::record::Limit;
 
 const NEEDS_ROOT: &str =
     "troubleshooting tests need root (CI runs as root): leased UIDs need CAP_SETUID";

@@ -446,7 +446,7 @@ pub enum Reply {
         report: Report,
         /// What ran (audit).
         #[serde(default)]
-        record: crate::record::RunRecord,
+        record: vocab::record::RunRecord,
     },
     /// Failure, with the message the client sees.
     Err {
@@ -458,7 +458,7 @@ pub enum Reply {
         report: Option<Report>,
         /// What ran before the failure (audit).
         #[serde(default)]
-        record: crate::record::RunRecord,
+        record: vocab::record::RunRecord,
     },
 }
 
@@ -473,7 +473,7 @@ pub const STDERR_LINE_MAX: usize = 4096;
 #[serde(rename_all = "camelCase")]
 pub struct StderrLine {
     /// The command's phase.
-    pub phase: crate::record::Phase,
+    pub phase: vocab::record::Phase,
     /// The line (empty with `more_not_logged`).
     pub line: String,
     /// The command's live-line budget is spent: later lines are not logged (the error and the

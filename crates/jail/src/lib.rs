@@ -36,10 +36,10 @@ use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::{
     Degraded, FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame,
 };
-use jail_wire::record::Limit;
 use jail_wire::spec::{ErrorKind, Task};
 use layout::{HOME_DIR, REPO_DIR, TMP_DIR};
 use request::{Failure, Request, extract, run_operation};
+use vocab::record::Limit;
 
 /// Send the reply as one `R` frame; the supervisor answers the client as soon as it has it.
 fn reply(r: &Reply) -> i32 {
@@ -354,7 +354,7 @@ fn run_confined(
                 && record
                     .seccomp_audit
                     .iter()
-                    .any(|d| d.action == jail_wire::record::SeccompAction::Denied)
+                    .any(|d| d.action == vocab::record::SeccompAction::Denied)
             {
                 record.limit = Some(Limit::Seccomp);
             }

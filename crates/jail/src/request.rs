@@ -14,8 +14,8 @@ use plugin::{glob, params, split_output_within};
 use super::run::{CmdError, CmdSpec, run_recorded};
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::{STDERR_LINE, StderrLine};
-use jail_wire::record::{Limit, Phase};
 use jail_wire::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
+use vocab::record::{Limit, Phase};
 
 /// One request as the jail runs it: its task, where its tree is, its clock and its record.
 #[derive(Debug)]
@@ -159,7 +159,7 @@ pub(crate) fn extract(req: &Request, input: impl Read) -> Result<(), Failure> {
     rustix::process::umask(jail_umask);
     let summary = extracted?;
     jail_wire::record::update(&req.record, |r| {
-        r.archive = Some(jail_wire::record::ArchiveRecord {
+        r.archive = Some(vocab::record::ArchiveRecord {
             entries: summary.entries,
             file_bytes: summary.file_bytes,
             started_unix_nanos,
@@ -287,7 +287,7 @@ fn command_with_stdin(
         (None, Some((c, text))) => (Some(c), TimeLimit::Command { text }),
         (r, _) => (r, req.task.deadline_limit.clone()),
     };
-    let mut rec = jail_wire::record::CommandRecord {
+    let mut rec = vocab::record::CommandRecord {
         phase,
         argv: argv.to_vec(),
         started_unix_nanos: jail_wire::record::unix_nanos(),

@@ -27,40 +27,7 @@ use policy::{NetworkMode, SeccompMode};
 use seccompiler::BpfProgram;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-
-/// What the seccomp listener did with a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SeccompAction {
-    /// Denied (enforce mode).
-    Denied,
-    /// Allowed, but enforce mode would have denied it (audit mode).
-    Audited,
-}
-
-impl SeccompAction {
-    /// The name used in audit events and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SeccompAction::Denied => "denied",
-            SeccompAction::Audited => "audited",
-        }
-    }
-}
-
-/// A system call the seccomp profile denied (enforce mode) or would have denied (audit mode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SeccompEvent {
-    /// System call name (or `nr:<n>` if unknown to this build).
-    pub syscall: String,
-    /// `denied` or `audited` (allowed in audit mode).
-    pub action: SeccompAction,
-    /// How many times.
-    pub count: u64,
-    /// The first command (argv[0]) seen making it.
-    pub comm: String,
-}
+use vocab::record::{SeccompAction, SeccompEvent};
 
 /// Why a profile cannot be compiled or installed.
 #[derive(Debug, Clone, thiserror::Error)]

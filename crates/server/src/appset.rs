@@ -20,9 +20,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use policy::generator::{GeneratorConfig, Source};
 use supervisor::{
-    CancelToken, ErrorKind, GENERATOR_REQUEST, Limit, Operation, Outcome, Plan, Runner, TimeLimit,
+    CancelToken, ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Plan, Runner, TimeLimit,
 };
 use tokio::sync::{Semaphore, mpsc, watch};
+use vocab::record::Limit;
 
 use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::auth::BearerToken;

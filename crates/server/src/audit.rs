@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use supervisor::record::RunRecord;
+use vocab::record::RunRecord;
 
 pub use audit_event::{ArchiveInfo, AuditEvent, PolicyRef, ReloadEvent, SCHEMA};
 
@@ -161,7 +161,7 @@ pub struct Seen {
     /// The archive as received.
     pub archive: ArchiveInfo,
     /// A limit only the caller knows of (its own deadline, an oversized stream).
-    pub limit: Option<supervisor::Limit>,
+    pub limit: Option<vocab::record::Limit>,
 }
 
 /// The policy `plan` was made from.
@@ -287,18 +287,18 @@ mod tests {
     /// written. A change here is a schema change (bump `SCHEMA`).
     #[test]
     fn the_event_format_is_pinned() {
-        use supervisor::record::{CommandRecord, Limit, SeccompAction, SeccompEvent};
+        use vocab::record::{CommandRecord, Limit, SeccompAction, SeccompEvent};
         let record = RunRecord {
             uid: Some(20001),
             gid: Some(20001),
             cgroup: Some("j20001-7-3".into()),
-            archive: Some(supervisor::record::ArchiveRecord {
+            archive: Some(vocab::record::ArchiveRecord {
                 entries: 4,
                 file_bytes: 321,
                 ..Default::default()
             }),
             commands: vec![CommandRecord {
-                phase: supervisor::record::Phase::Generate,
+                phase: vocab::record::Phase::Generate,
                 argv: vec!["sh".into(), "-c".into(), "yes".into()],
                 exit_code: None,
                 signal: Some("SIGKILL".into()),
@@ -329,7 +329,7 @@ mod tests {
                 duration_ms: 35,
             }],
             egress_unrecorded: 3,
-            landlock_denials: vec![supervisor::record::LandlockDenial {
+            landlock_denials: vec![vocab::record::LandlockDenial {
                 blockers: "fs.read_file".into(),
                 object: "/opt/secret".into(),
                 allowed_by: Some("spec.filesystem.readOnly".into()),

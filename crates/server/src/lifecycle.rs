@@ -9,10 +9,9 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use supervisor::{
-    CancelToken, Executed, Limit, Operation, Plan, RequestError, RequestSpec, Runner,
-};
+use supervisor::{CancelToken, Executed, Operation, Plan, RequestError, RequestSpec, Runner};
 use tokio::sync::oneshot;
+use vocab::record::Limit;
 
 use crate::audit::{AuditSink, Seen};
 use crate::metrics::{Finished, Metrics};
@@ -58,7 +57,7 @@ pub(crate) struct Ending<'a> {
     /// The plan it ran under (the default's before one was chosen).
     pub plan: &'a Plan,
     /// What its run recorded (empty when it was refused before a run).
-    pub record: supervisor::record::RunRecord,
+    pub record: vocab::record::RunRecord,
     /// Manifest or parameter bytes returned.
     pub bytes_out: u64,
     /// Refused before it authenticated: audited within the refusal budget only.
@@ -105,7 +104,7 @@ pub(crate) fn account(metrics: &Metrics, audit: &AuditSink, end: Ending<'_>) {
         tree_cache: event
             .tree_cache
             .filter(|_| end.op != Operation::Generator)
-            .map(supervisor::record::TreeCacheUse::as_str),
+            .map(vocab::record::TreeCacheUse::as_str),
         busy: limit == Some(Limit::Concurrency),
     });
     if end.refused {

@@ -419,8 +419,10 @@ impl Text {
 }
 
 /// The `sandbox_kills_total` reason for an audit event's `limit`, if that limit ended commands.
-pub fn kill_reason(limit: Option<supervisor::Limit>) -> Option<&'static str> {
-    limit.filter(|l| l.kills()).map(supervisor::Limit::as_str)
+pub fn kill_reason(limit: Option<vocab::record::Limit>) -> Option<&'static str> {
+    limit
+        .filter(|l| l.kills())
+        .map(vocab::record::Limit::as_str)
 }
 
 /// Connections the metrics listener serves at once.
@@ -595,8 +597,8 @@ mod tests {
     /// names, labels and values. A change here breaks dashboards and alerts.
     #[test]
     fn the_exposition_format_is_pinned() {
-        use supervisor::Limit;
-        use supervisor::record::SeccompAction;
+        use vocab::record::Limit;
+        use vocab::record::SeccompAction;
         let m = Arc::new(Metrics::default());
         m.finished(&Finished {
             rpc: supervisor::Operation::Generate.rpc_name(),

@@ -16,11 +16,12 @@ use proto::plugin::{
 use proto::repository::ParameterAnnouncement;
 use sha2::{Digest, Sha256};
 use supervisor::{
-    CancelReason, CancelToken, Executed, Limit, Operation, Outcome, Plan, Runner, TimeLimit,
+    CancelReason, CancelToken, Executed, Operation, Outcome, Plan, Runner, TimeLimit,
 };
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
+use vocab::record::Limit;
 
 use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::conns::PeerInfo;

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use otlp::{Kind, Parent, Span, SpanId, SpanStatus, TraceId, Value};
 use supervisor::Operation;
-use supervisor::record::RunRecord;
+use vocab::record::RunRecord;
 
 /// The gRPC service every CMP span names (as the OpenTelemetry gRPC instrumentation does).
 const SERVICE: &str = "plugin.ConfigManagementPluginService";

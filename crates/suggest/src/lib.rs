@@ -7,10 +7,11 @@
 use std::path::PathBuf;
 use vocab::egress;
 
-use audit_event::{AuditEvent, SeccompAction};
+use audit_event::AuditEvent;
 use policy::{NetworkMode, Policy, SeccompMode};
 use serde_json::Value;
 use vocab::egress::Decision;
+use vocab::record::SeccompAction;
 
 /// Why a proposal could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rustix::net::{self, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, netlink};
 
-use jail_wire::record::LandlockDenial;
+use vocab::record::LandlockDenial;
 
 const AUDIT_GET: u16 = 1000;
 const AUDIT_SET: u16 = 1001;

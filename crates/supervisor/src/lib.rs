@@ -41,7 +41,6 @@ pub use current::{Current, PlanSource};
 pub use factory::{FACTORY_ARG, factory_main};
 pub use jail_sys::cancel::{CancelReason, CancelToken};
 pub use jail_wire::protocol::KILL_GRACE;
-pub use jail_wire::record::{Limit, RunRecord};
 pub use jail_wire::spec::{
     ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, Task, TimeLimit, bounded,
     parse_generated,

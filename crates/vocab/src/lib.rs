@@ -4,8 +4,11 @@
 //!
 //! - `egress`: the allow list (host patterns, CIDRs, ports), how a destination is decided
 //!   against it, and each connection's record.
+//! - `record`: what a request did (`RunRecord`): its commands, archive, identity, the limit
+//!   that ended it and what the sandbox refused; the audit event carries it.
 //!
 //! Architecture invariant: depends on std and serde only (the architecture test checks it).
 #![forbid(unsafe_code)]
 
 pub mod egress;
+pub mod record;

@@ -12,11 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-#[allow(unused_imports)]
-pub use supervisor::record::{Limit, Phase, SeccompAction, TreeCacheUse};
 /// The audit event's vocabulary, for tests that read events through the type.
 #[allow(unused_imports)]
 pub use vocab::egress::Decision;
+#[allow(unused_imports)]
+pub use vocab::record::{Limit, Phase, SeccompAction, TreeCacheUse};
 
 pub struct Server {
     pub child: Option<Child>,

@@ -5,10 +5,11 @@ use super::{Inner, internal};
 use crate::RequestSpec;
 use crate::cache::{Borrow, FillFailed, FillTicket, Lookup};
 use crate::plan::Plan;
-use jail_wire::record::{Limit, Recorder};
+use jail_wire::record::Recorder;
 use jail_wire::spec::{ErrorKind, RequestError};
 use std::io::Read;
 use std::time::{Duration, Instant};
+use vocab::record::Limit;
 
 /// What a jail's request works on: the archive, to extract as it arrives, or a tree from the
 /// cache with what is left of the archive's stream to receive and verify (nothing after a
@@ -52,7 +53,7 @@ impl Inner {
         spec: &RequestSpec,
         input: Box<dyn Read + Send>,
     ) -> Result<Feed, RequestError> {
-        use jail_wire::record::TreeCacheUse;
+        use vocab::record::TreeCacheUse;
         let Some(cache) = self.cache.get() else {
             return Ok(Feed::Archive(input));
         };
@@ -129,7 +130,7 @@ impl Inner {
         deadline: Option<Instant>,
         record: &Recorder,
     ) -> Result<Borrow, FillFailed> {
-        use jail_wire::record::TreeCacheUse;
+        use vocab::record::TreeCacheUse;
         let cache = self
             .cache
             .get()
@@ -190,7 +191,7 @@ pub(super) fn fall_back_to_extraction(
         c.not_lent();
     }
     jail_wire::record::update(record, |r| {
-        r.tree_cache = Some(jail_wire::record::TreeCacheUse::Uncached);
+        r.tree_cache = Some(vocab::record::TreeCacheUse::Uncached);
         r.archive = None;
     });
 }
@@ -198,7 +199,7 @@ pub(super) fn fall_back_to_extraction(
 /// The tree in the request's record: from the cache or filled by it, as its extraction (the
 /// fill's time, from `filled_since`; a hit extracted nothing).
 pub(super) fn note_tree(record: &Recorder, b: &Borrow, filled_since: Option<Instant>) {
-    use jail_wire::record::TreeCacheUse;
+    use vocab::record::TreeCacheUse;
     let now = jail_wire::record::unix_nanos();
     let took = filled_since.map_or(0, |t| t.elapsed().as_micros() as u64);
     jail_wire::record::update(record, |r| {
@@ -207,7 +208,7 @@ pub(super) fn note_tree(record: &Recorder, b: &Borrow, filled_since: Option<Inst
         } else {
             TreeCacheUse::Hit
         });
-        r.archive = Some(jail_wire::record::ArchiveRecord {
+        r.archive = Some(vocab::record::ArchiveRecord {
             entries: b.entries,
             file_bytes: b.file_bytes,
             started_unix_nanos: now.saturating_sub(took.saturating_mul(1000)),

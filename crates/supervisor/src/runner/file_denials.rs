@@ -10,7 +10,7 @@
 
 use std::path::{Component, Path};
 
-use jail_wire::record::LandlockDenial;
+use vocab::record::LandlockDenial;
 
 /// What a denial inferred from a command's message is called (`blockers`): not the kernel's
 /// name for an access, since the message does not say which one was refused.

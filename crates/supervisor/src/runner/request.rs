@@ -241,7 +241,7 @@ impl Run<'_> {
             Err(FillFailed::NotStarted(e)) => {
                 tracing::warn!(error = %e.message, "tree cache: the fill could not start; this request extracts in its own jail");
                 jail_wire::record::update(self.record, |r| {
-                    r.tree_cache = Some(jail_wire::record::TreeCacheUse::Uncached);
+                    r.tree_cache = Some(vocab::record::TreeCacheUse::Uncached);
                     r.archive = None;
                 });
                 stream.forward = true;

@@ -6,8 +6,9 @@ use crate::plan::Plan;
 use cgroups::CgroupStats;
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::Reply;
-use jail_wire::record::{Limit, Recorder};
+use jail_wire::record::Recorder;
 use jail_wire::spec::{ErrorKind, RequestError};
+use vocab::record::Limit;
 
 /// The address of a direct TCP connect Go reports as refused (`dial tcp ADDR: connect:
 /// permission denied`, as Landlock's refusal reads).
@@ -68,7 +69,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     for e in rec
         .seccomp_audit
         .iter()
-        .filter(|e| e.action == jail_wire::record::SeccompAction::Denied)
+        .filter(|e| e.action == vocab::record::SeccompAction::Denied)
         .take(3)
     {
         refused.push(if e.syscall == "socket" && network == policy::NetworkMode::None {
@@ -86,7 +87,7 @@ pub(super) fn explain_denials(reply: Reply, record: &Recorder, plan: &Plan) -> R
     // Tools probe many paths they can do without (locale files, cgroup limits, Go's hugepage
     // size): when the command's own message names some refused paths, those alone are the
     // cause; the rest stay in the audit event's `landlockDenials`.
-    let named = |d: &&jail_wire::record::LandlockDenial| {
+    let named = |d: &&vocab::record::LandlockDenial| {
         !d.object.is_empty() && message.contains(d.object.as_str())
     };
     let mut landlock: Vec<_> = rec.landlock_denials.iter().collect();
