@@ -561,19 +561,22 @@ impl supervisor::Runner for Counting {
         spec: &supervisor::RequestSpec,
         mut input: Box<dyn std::io::Read + Send>,
         _cancel: &supervisor::CancelToken,
-    ) -> Result<supervisor::Executed, supervisor::RequestError> {
+    ) -> Result<supervisor::Executed, vocab::request::RequestError> {
         self.executed
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut sink = Vec::new();
-        std::io::Read::read_to_end(&mut input, &mut sink)
-            .map_err(|e| supervisor::RequestError::internal(format!("reading the archive: {e}")))?;
+        std::io::Read::read_to_end(&mut input, &mut sink).map_err(|e| {
+            vocab::request::RequestError::internal(format!("reading the archive: {e}"))
+        })?;
         Ok(match spec.op() {
-            supervisor::Operation::Match => supervisor::Outcome::Match {
+            vocab::request::Operation::Match => vocab::request::Outcome::Match {
                 supported: true,
                 discovery_enabled: true,
             },
-            supervisor::Operation::Parameters => supervisor::Outcome::Parameters(Vec::new()),
-            _ => supervisor::Outcome::Manifests(vec![r#"{"kind":"ConfigMap"}"#.to_owned()]),
+            vocab::request::Operation::Parameters => {
+                vocab::request::Outcome::Parameters(Vec::new())
+            }
+            _ => vocab::request::Outcome::Manifests(vec![r#"{"kind":"ConfigMap"}"#.to_owned()]),
         }
         .into())
     }

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use supervisor::{CancelToken, Operation, Owner, StartOptions, Supervisor};
+use supervisor::{CancelToken, Owner, StartOptions, Supervisor};
+use vocab::request::Operation;
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();
@@ -292,7 +293,7 @@ fn main() {
             work.path().join(format!("r{i}")),
             ".",
             &[("PATH".into(), "/usr/bin:/bin".into())],
-            (None, supervisor::TimeLimit::Client),
+            (None, vocab::request::TimeLimit::Client),
         );
         let t = Instant::now();
         let r = runner.execute(
@@ -385,7 +386,7 @@ fn main() {
                         work.path().join(format!("l{j}")),
                         ".",
                         &[("PATH".into(), "/usr/bin:/bin".into())],
-                        (None, supervisor::TimeLimit::Client),
+                        (None, vocab::request::TimeLimit::Client),
                     );
                     let out = r.execute(
                         &spec,

@@ -27,7 +27,8 @@ pub const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// 6.15+): the jail asks for it, the supervisor's doctor compares the kernel's with it. Newer
 /// kernels' extra rights are never requested implicitly.
 pub const TESTED_LANDLOCK_ABI: landlock::ABI = landlock::ABI::V7;
-use crate::spec::{ErrorKind, Outcome, Task};
+use crate::spec::Task;
+use vocab::request::{ErrorKind, Outcome};
 
 /// Largest frame accepted (the header carries the plugin config; data frames are ≤ 64 KiB).
 pub const MAX_FRAME: usize = 16 << 20;

@@ -29,7 +29,7 @@ use rustix::process::{Resource, Rlimit};
 
 use super::request::Failure;
 use jail_wire::protocol::{FillLimits, FillReply, FrameReader, write_frame};
-use jail_wire::spec::ErrorKind;
+use vocab::request::ErrorKind;
 
 /// The staging directory's descriptor in the filler.
 pub const STAGING_FD: i32 = 3;

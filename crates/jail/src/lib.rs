@@ -36,10 +36,11 @@ use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::{
     Degraded, FrameReader, Header, Prepare, Reply, SelfTestOutcome, read_json_frame,
 };
-use jail_wire::spec::{ErrorKind, Task};
+use jail_wire::spec::Task;
 use layout::{HOME_DIR, REPO_DIR, TMP_DIR};
 use request::{Failure, Request, extract, run_operation};
 use vocab::record::Limit;
+use vocab::request::ErrorKind;
 
 /// Send the reply as one `R` frame; the supervisor answers the client as soon as it has it.
 fn reply(r: &Reply) -> i32 {

@@ -14,8 +14,9 @@ use plugin::{glob, params, split_output_within};
 use super::run::{CmdError, CmdSpec, run_recorded};
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::{STDERR_LINE, StderrLine};
-use jail_wire::spec::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Task, TimeLimit};
+use jail_wire::spec::Task;
 use vocab::record::{Limit, Phase};
+use vocab::request::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, TimeLimit};
 
 /// One request as the jail runs it: its task, where its tree is, its clock and its record.
 #[derive(Debug)]
@@ -188,7 +189,7 @@ pub(crate) fn run_operation(req: &Request, cancel: &CancelToken) -> Result<Outco
     if let Some(prefix) = prefix
         && !app.is_dir()
     {
-        let rel = jail_wire::spec::bounded(&req.task.app_rel_path, 256);
+        let rel = vocab::request::bounded(&req.task.app_rel_path, 256);
         return Err(Failure::Command {
             prefix,
             source: CmdError::Start(format!(

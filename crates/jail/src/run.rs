@@ -7,12 +7,12 @@
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 
-use jail_wire::spec::TimeLimit;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vocab::record::{CommandRecord, Limit};
+use vocab::request::TimeLimit;
 
 use rustix::process::{Pid, Signal, WaitIdOptions, kill_process_group};
 

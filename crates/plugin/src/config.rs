@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use vocab::request::ParameterAnnouncement;
+
 use crate::json::{Json, go_format_g};
 use crate::yaml::{self, Node};
 
@@ -51,29 +53,6 @@ impl Discover {
             || !self.find.glob.is_empty()
             || !self.find.command.command.is_empty()
     }
-}
-
-/// `repository.ParameterAnnouncement`, as in plugin.yaml and dynamic-command output.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ParameterAnnouncement {
-    /// name
-    pub name: String,
-    /// title
-    pub title: String,
-    /// tooltip
-    pub tooltip: String,
-    /// required
-    pub required: bool,
-    /// itemType
-    pub item_type: String,
-    /// collectionType
-    pub collection_type: String,
-    /// string default
-    pub string: String,
-    /// array default
-    pub array: Vec<String>,
-    /// map default
-    pub map: BTreeMap<String, String>,
 }
 
 /// `spec.parameters`.

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::ParameterAnnouncement;
 use crate::goyaml::Value;
+use vocab::request::ParameterAnnouncement;
 
 /// A syntax error: Go's message and `Offset` (bytes read when it was found).
 #[derive(Debug, Clone, PartialEq, Eq)]

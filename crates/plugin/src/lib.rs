@@ -21,4 +21,4 @@ pub use split::{
     SplitError, split_manifests, split_manifests_within, split_output, split_output_within,
 };
 
-pub use config::{Command, ConfigError, Discover, Loaded, ParameterAnnouncement, PluginConfig};
+pub use config::{Command, ConfigError, Discover, Loaded, PluginConfig};

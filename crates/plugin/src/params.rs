@@ -1,6 +1,6 @@
 //! Parameters announcements: a dynamic command's JSON output then the static list.
 
-use crate::config::ParameterAnnouncement;
+use vocab::request::ParameterAnnouncement;
 
 /// Why dynamic parameter output was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -19,11 +19,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use policy::generator::{GeneratorConfig, Source};
-use supervisor::{
-    CancelToken, ErrorKind, GENERATOR_REQUEST, Operation, Outcome, Plan, Runner, TimeLimit,
-};
+use supervisor::{CancelToken, Plan, Runner};
 use tokio::sync::{Semaphore, mpsc, watch};
 use vocab::record::Limit;
+use vocab::request::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, TimeLimit};
 
 use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::auth::BearerToken;
@@ -101,8 +100,8 @@ impl Runner for NoCommands {
         _spec: &supervisor::RequestSpec,
         _input: Box<dyn std::io::Read + Send>,
         _cancel: &CancelToken,
-    ) -> Result<supervisor::Executed, supervisor::RequestError> {
-        Err(supervisor::RequestError::internal(
+    ) -> Result<supervisor::Executed, vocab::request::RequestError> {
+        Err(vocab::request::RequestError::internal(
             "this generator has no command source",
         ))
     }

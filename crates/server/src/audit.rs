@@ -175,7 +175,7 @@ pub fn policy_ref(plan: &supervisor::Plan) -> PolicyRef {
 /// The event of a finished request: what the caller saw, how it ended (`Err`: the status
 /// returned to the client), and the runner's `record`.
 pub fn finished(
-    op: supervisor::Operation,
+    op: vocab::request::Operation,
     seen: Seen,
     result: Result<(), &tonic::Status>,
     elapsed: std::time::Duration,
@@ -339,7 +339,7 @@ mod tests {
         };
         let status = tonic::Status::resource_exhausted("stdout exceeds 1024 bytes");
         let mut e = finished(
-            supervisor::Operation::Generate,
+            vocab::request::Operation::Generate,
             Seen {
                 request_id: "r-1".into(),
                 trace_id: None,

@@ -9,9 +9,10 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use supervisor::{CancelToken, Executed, Operation, Plan, RequestError, RequestSpec, Runner};
+use supervisor::{CancelToken, Executed, Plan, RequestSpec, Runner};
 use tokio::sync::oneshot;
 use vocab::record::Limit;
+use vocab::request::{Operation, RequestError};
 
 use crate::audit::{AuditSink, Seen};
 use crate::metrics::{Finished, Metrics};

@@ -601,7 +601,7 @@ mod tests {
         use vocab::record::SeccompAction;
         let m = Arc::new(Metrics::default());
         m.finished(&Finished {
-            rpc: supervisor::Operation::Generate.rpc_name(),
+            rpc: vocab::request::Operation::Generate.rpc_name(),
             code: "OK",
             policy: "default",
             duration: Duration::from_millis(40),
@@ -610,7 +610,7 @@ mod tests {
             ..Default::default()
         });
         m.finished(&Finished {
-            rpc: supervisor::Operation::Match.rpc_name(),
+            rpc: vocab::request::Operation::Match.rpc_name(),
             code: "ResourceExhausted",
             policy: "team-a",
             duration: Duration::from_secs(2),
@@ -625,7 +625,7 @@ mod tests {
             ..Default::default()
         });
         m.finished(&Finished {
-            rpc: supervisor::Operation::Parameters.rpc_name(),
+            rpc: vocab::request::Operation::Parameters.rpc_name(),
             code: "InvalidArgument",
             policy: "default",
             duration: Duration::from_millis(1),
@@ -635,7 +635,7 @@ mod tests {
             ..Default::default()
         });
         m.finished(&Finished {
-            rpc: supervisor::Operation::Generate.rpc_name(),
+            rpc: vocab::request::Operation::Generate.rpc_name(),
             code: "ResourceExhausted",
             policy: "default",
             duration: Duration::from_millis(1),

@@ -15,13 +15,12 @@ use proto::plugin::{
 };
 use proto::repository::ParameterAnnouncement;
 use sha2::{Digest, Sha256};
-use supervisor::{
-    CancelReason, CancelToken, Executed, Operation, Outcome, Plan, Runner, TimeLimit,
-};
+use supervisor::{CancelReason, CancelToken, Executed, Plan, Runner};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 use vocab::record::Limit;
+use vocab::request::{Operation, Outcome, TimeLimit};
 
 use crate::audit::{ArchiveInfo, AuditSink, Seen};
 use crate::conns::PeerInfo;
@@ -314,11 +313,11 @@ impl CmpService {
         // Named in the audit event only once it selected without ambiguity.
         ctx.project = selected
             .project
-            .map(|p| supervisor::bounded(&p, 256).into_owned());
+            .map(|p| vocab::request::bounded(&p, 256).into_owned());
         // The application as Argo CD names it, where the repo-server says (the metadata's
         // `appName` is the last directory of its path).
         if let Some(a) = selected.application {
-            ctx.app = supervisor::bounded(&a, 256).into_owned();
+            ctx.app = vocab::request::bounded(&a, 256).into_owned();
             tracing::Span::current().record("app", ctx.app.as_str());
         }
         let (deadline, limit) = plan.deadline_from(started, client_deadline);
@@ -447,15 +446,15 @@ impl CmpService {
         let Some(app_stream_request::Request::Metadata(meta)) = first.request else {
             return Err(StreamError::NoMetadata.to_status());
         };
-        ctx.app = supervisor::bounded(&meta.app_name, 256).into_owned();
+        ctx.app = vocab::request::bounded(&meta.app_name, 256).into_owned();
         tracing::Span::current().record("app", ctx.app.as_str());
-        ctx.app_rel_path = supervisor::bounded(&meta.app_rel_path, 1024).into_owned();
+        ctx.app_rel_path = vocab::request::bounded(&meta.app_rel_path, 1024).into_owned();
         // The audit event names the variables, not a flood of them.
         ctx.env_names = meta
             .env
             .iter()
             .take(256)
-            .map(|e| supervisor::bounded(&e.name, 128).into_owned())
+            .map(|e| vocab::request::bounded(&e.name, 128).into_owned())
             .collect();
         // (A flood of entries cost a worker thread seconds when composition was quadratic.)
         plugin::env::check_request(meta.env.iter().map(|e| (e.name.as_str(), e.value.as_str())))
@@ -887,7 +886,7 @@ impl Read for ChannelReader {
     }
 }
 
-fn announcement(a: plugin::ParameterAnnouncement) -> ParameterAnnouncement {
+fn announcement(a: vocab::request::ParameterAnnouncement) -> ParameterAnnouncement {
     ParameterAnnouncement {
         name: a.name,
         title: a.title,

@@ -7,9 +7,9 @@
 //! wrong token → Unauthenticated; a refused unix peer → PermissionDenied; a plaintext client on
 //! the TLS port → Unavailable.
 
-use supervisor::ErrorKind;
-use supervisor::RequestError;
 use tonic::{Code, Status};
+use vocab::request::ErrorKind;
+use vocab::request::RequestError;
 
 /// The longest pause in a stream whose request holds a sandbox slot (`--stream-idle-timeout`
 /// still bounds it when shorter): Argo CD's repo-server streams a ready archive without pauses,

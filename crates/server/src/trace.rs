@@ -6,8 +6,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use otlp::{Kind, Parent, Span, SpanId, SpanStatus, TraceId, Value};
-use supervisor::Operation;
 use vocab::record::RunRecord;
+use vocab::request::Operation;
 
 /// The gRPC service every CMP span names (as the OpenTelemetry gRPC instrumentation does).
 const SERVICE: &str = "plugin.ConfigManagementPluginService";

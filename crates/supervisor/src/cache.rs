@@ -30,7 +30,7 @@ use crate::keeper::{KEEPER_ARG, KeeperArgs};
 use jail_wire::protocol::{
     ENTRY_OVERHEAD, FillLimits, FillReply, KeeperCmd, KeeperReply, recv_msg, send_msg,
 };
-use jail_wire::spec::{ErrorKind, RequestError};
+use vocab::request::{ErrorKind, RequestError};
 
 /// How long the keeper may take to answer a command (a lend maps a namespace: milliseconds).
 const KEEPER_ANSWER: Duration = Duration::from_secs(10);

@@ -36,15 +36,14 @@ pub use jail_wire::{record, redact, spec};
 
 use std::io::Read;
 
+use vocab::request::{Outcome, RequestError};
+
 pub use cache::CacheStats;
 pub use current::{Current, PlanSource};
 pub use factory::{FACTORY_ARG, factory_main};
 pub use jail_sys::cancel::{CancelReason, CancelToken};
 pub use jail_wire::protocol::KILL_GRACE;
-pub use jail_wire::spec::{
-    ErrorKind, GENERATOR_REQUEST, Operation, Outcome, RequestError, Task, TimeLimit, bounded,
-    parse_generated,
-};
+pub use jail_wire::spec::{Task, parse_generated};
 pub use keeper::{KEEPER_ARG, keeper_main};
 pub use plan::{Overrides, Plan, Plans, PolicyIndex, RequestSpec, Selected, wanted_namespaces};
 pub use privilege::{PrivilegeModel, Privileges};

@@ -11,9 +11,10 @@ use policy::{Identity, NetworkMode, Policy, PolicySet, Protection, Select};
 
 use cgroups::CgroupLimits;
 use jail_wire::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
-use jail_wire::spec::{Operation, Task, TimeLimit};
+use jail_wire::spec::Task;
 use seccomp_filter::{CompiledFilter, SeccompError};
 use std::sync::Arc;
+use vocab::request::{Operation, TimeLimit};
 
 /// RLIMIT_NPROC above the cgroup's pids limit (the jail's own threads and the reclaim helper).
 const NPROC_HEADROOM: u64 = 16;

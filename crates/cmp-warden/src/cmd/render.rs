@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use plugin::PluginConfig;
-use supervisor::{CancelToken, Operation, Outcome, RequestSpec};
+use supervisor::{CancelToken, RequestSpec};
+use vocab::request::{Operation, Outcome};
 
 /// `render` flags.
 #[derive(Debug, Args)]
@@ -88,7 +89,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
     let plan = supervisor.plan();
     let runner = supervisor.runner();
     let account = |s: &RequestSpec,
-                   r: &Result<Outcome, supervisor::RequestError>,
+                   r: &Result<Outcome, vocab::request::RequestError>,
                    took: std::time::Duration| {
         let Some(sink) = &audit else { return };
         let status = r.as_ref().err().map(server::status::to_status);

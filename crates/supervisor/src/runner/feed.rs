@@ -6,10 +6,10 @@ use crate::RequestSpec;
 use crate::cache::{Borrow, FillFailed, FillTicket, Lookup};
 use crate::plan::Plan;
 use jail_wire::record::Recorder;
-use jail_wire::spec::{ErrorKind, RequestError};
 use std::io::Read;
 use std::time::{Duration, Instant};
 use vocab::record::Limit;
+use vocab::request::{ErrorKind, RequestError};
 
 /// What a jail's request works on: the archive, to extract as it arrives, or a tree from the
 /// cache with what is left of the archive's stream to receive and verify (nothing after a

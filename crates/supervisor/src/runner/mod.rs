@@ -25,7 +25,7 @@ use cgroups::{Layout, RequestCgroup};
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::{Creds, Degraded, Header, Reply, Report, SelfTestOutcome};
 use jail_wire::record::Recorder;
-use jail_wire::spec::RequestError;
+use vocab::request::RequestError;
 
 /// How long reclaim waits for a UID's last processes to disappear before quarantining it.
 const UID_DRAIN: Duration = Duration::from_secs(3);

@@ -2,10 +2,10 @@
 //! supervisor-wide reply memory until the response is written.
 
 use super::{internal, lock};
-use jail_wire::spec::{ErrorKind, RequestError};
 use std::io::Read;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use vocab::request::{ErrorKind, RequestError};
 
 /// Read the jail's `R` frame: `Ok(None)` if it closed stdout without one.
 pub(super) fn read_reply(

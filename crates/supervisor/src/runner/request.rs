@@ -17,13 +17,13 @@ use jail_wire::protocol::KILL_GRACE;
 use jail_wire::protocol::LandlockStatus;
 use jail_wire::protocol::{Creds, Header, Reply, write_frame};
 use jail_wire::record::Recorder;
-use jail_wire::spec::RequestError;
 use reply::{RawReply, ReplyPermit};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use vocab::request::RequestError;
 
 /// Who a taken jail is, for the audit record: its identity, its cgroup and its name.
 #[derive(Clone)]

@@ -7,11 +7,11 @@ use crate::plan::Plan;
 use cgroups::RequestCgroup;
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::{Creds, Prepare, write_frame};
-use jail_wire::spec::{ErrorKind, RequestError};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use vocab::request::{ErrorKind, RequestError};
 
 impl Inner {
     /// Start a jail: lease a UID, create its cgroup, start our binary and send it the

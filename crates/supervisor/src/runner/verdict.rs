@@ -7,8 +7,8 @@ use cgroups::CgroupStats;
 use jail_sys::cancel::CancelToken;
 use jail_wire::protocol::Reply;
 use jail_wire::record::Recorder;
-use jail_wire::spec::{ErrorKind, RequestError};
 use vocab::record::Limit;
+use vocab::request::{ErrorKind, RequestError};
 
 /// The address of a direct TCP connect Go reports as refused (`dial tcp ADDR: connect:
 /// permission denied`, as Landlock's refusal reads).
