@@ -107,25 +107,29 @@ pub struct Identity {
     pub app: Option<String>,
 }
 
+/// A selecting variable (named) given twice with different values: the request is refused,
+/// since commands would see the last and selection cannot guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is given twice, with different values")]
+pub struct GivenTwice(pub &'static str);
+
 impl Identity {
     /// The identity in a request's environment entries. A selecting variable given twice with
     /// different values is refused: commands see the last, and selection must see what they
     /// see without guessing.
     pub fn from_env<'a>(
         env: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> Result<Identity, String> {
+    ) -> Result<Identity, GivenTwice> {
         let mut id = Identity::default();
         for (k, v) in env {
-            let slot = match k {
-                PROJECT_VAR => &mut id.project,
-                NAMESPACE_VAR => &mut id.namespace,
-                APP_VAR => &mut id.app,
+            let (var, slot) = match k {
+                PROJECT_VAR => (PROJECT_VAR, &mut id.project),
+                NAMESPACE_VAR => (NAMESPACE_VAR, &mut id.namespace),
+                APP_VAR => (APP_VAR, &mut id.app),
                 _ => continue,
             };
             match slot {
-                Some(prev) if prev != v => {
-                    return Err(format!("{k} is given twice, with different values"));
-                }
+                Some(prev) if prev != v => return Err(GivenTwice(var)),
                 _ => *slot = Some(v.to_owned()),
             }
         }
@@ -312,7 +316,10 @@ mod tests {
 
     #[test]
     fn a_selecting_variable_given_twice_differently_is_refused() {
-        assert!(Identity::from_env([(PROJECT_VAR, "a"), (PROJECT_VAR, "b")]).is_err());
+        assert_eq!(
+            Identity::from_env([(PROJECT_VAR, "a"), (PROJECT_VAR, "b")]),
+            Err(GivenTwice(PROJECT_VAR))
+        );
         assert!(Identity::from_env([(PROJECT_VAR, "a"), (PROJECT_VAR, "a")]).is_ok());
         // Only Argo CD's own names select.
         let i = Identity::from_env([

@@ -192,7 +192,7 @@ pub enum StreamError {
     #[error(
         "error getting stream metadata: {0}; the policy is chosen by it (spec.select), so it must be given once"
     )]
-    Selection(String),
+    Selection(policy::select::GivenTwice),
 }
 
 /// The longest `appRelPath` accepted (Linux's PATH_MAX).

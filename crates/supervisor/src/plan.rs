@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use plugin::PluginConfig;
+use policy::select::GivenTwice;
 use policy::{Identity, NetworkMode, Policy, PolicySet, Protection, Select};
 
 use cgroups::CgroupLimits;
@@ -415,7 +416,7 @@ impl Plans {
     pub fn select<'a>(
         &self,
         env: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> Result<Selected<'_>, String> {
+    ) -> Result<Selected<'_>, GivenTwice> {
         let id = Identity::from_env(env);
         if self.plans.len() == 1 {
             // Nothing to choose between: an ambiguous project only goes unnamed.
