@@ -468,7 +468,7 @@ pub fn grpc_stream(data: &[u8]) {
         let runner = Arc::new(Counting::default());
         let svc = server::service::CmpService::new(
             server::service::ServiceConfig {
-                config: Arc::new(server::reload::Current::new(server::reload::ConfigSet {
+                config: Arc::new(supervisor::Current::new(server::reload::ConfigSet {
                     plans: Arc::new(plans),
                     plugin: Arc::new(loaded.config),
                 })),

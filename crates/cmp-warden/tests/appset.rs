@@ -127,7 +127,7 @@ impl Gen {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
-    fn audit_events(&self) -> Vec<server::audit::AuditEvent> {
+    fn audit_events(&self) -> Vec<audit_event::AuditEvent> {
         common::audit_events_in(&self.logs())
     }
 

@@ -504,3 +504,101 @@ fn a_circle_is_found_and_a_line_is_not() {
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
     );
 }
+
+/// The library names of the workspace's crates (`[lib] name`).
+fn lib_names() -> BTreeSet<String> {
+    let m = metadata();
+    m["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "lib"))
+        })
+        .filter_map(|t| t["name"].as_str().map(|n| n.replace('-', "_")))
+        .collect()
+}
+
+/// A type is named from the crate that defines it: no crate re-exports another crate's items
+/// (an alias hides which room a name lives in), but for the supervisor's last few, which the
+/// server reaches the jail's rooms through until their vocabulary moves, and the benchmark
+/// build's harness.
+#[test]
+fn no_crate_re_exports_another_crates_items() {
+    let allowed = [
+        (
+            "crates/supervisor/src/lib.rs",
+            "pub use jail_wire::{record, redact, spec};",
+        ),
+        (
+            "crates/supervisor/src/lib.rs",
+            "pub use jail_sys::cancel::{CancelReason, CancelToken};",
+        ),
+        (
+            "crates/supervisor/src/lib.rs",
+            "pub use jail_wire::protocol::KILL_GRACE;",
+        ),
+        (
+            "crates/supervisor/src/lib.rs",
+            "pub use jail_wire::spec::{Task, parse_generated};",
+        ),
+        (
+            "crates/supervisor/src/bench.rs",
+            "pub use jail::{CmdSpec, run};",
+        ),
+        (
+            "crates/supervisor/src/bench.rs",
+            "pub use jail_sys::reaper::{reap_orphans, spawn_tracked, untrack};",
+        ),
+    ];
+    let libs = lib_names();
+    let mut files = Vec::new();
+    sources(&root().join("crates"), &mut files);
+    let mut aliases = Vec::new();
+    for f in files {
+        let rel = f
+            .strip_prefix(root())
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .into_owned();
+        if !rel.contains("/src/") {
+            continue;
+        }
+        let krate = rel.split('/').nth(1).unwrap_or_default().replace('-', "_");
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        // A module of the crate's own may share a crate's name (`policy::policy`).
+        let own_mods: BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("pub mod ")
+                    .or(l.trim().strip_prefix("mod "))
+            })
+            .map(|m| m.trim_end_matches(';').to_owned())
+            .collect();
+        for (n, line) in non_test_uses(&text) {
+            let Some(path) = line.strip_prefix("pub use ") else {
+                continue;
+            };
+            let first: String = path
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if libs.contains(&first)
+                && !own_mods.contains(&first)
+                && !krate.ends_with(&first)
+                && !allowed.contains(&(rel.as_str(), line))
+            {
+                aliases.push(format!("{rel}:{n}: {line}"));
+            }
+        }
+    }
+    assert!(
+        aliases.is_empty(),
+        "re-exports of another crate's items (name them from where they live):\n{}",
+        aliases.join("\n")
+    );
+}

@@ -1213,7 +1213,7 @@ fn every_rpc_and_every_stream_refused_before_a_sandbox_is_audited_once() {
     assert_eq!(v["manifests"].as_array().map(Vec::len), Some(1), "{v}");
 
     let ev = s.audited(5);
-    let by_app: BTreeMap<&str, &server::audit::AuditEvent> =
+    let by_app: BTreeMap<&str, &audit_event::AuditEvent> =
         ev.iter().map(|e| (e.app.as_str(), e)).collect();
     assert_eq!(ev.len(), 5, "one event per request: {ev:#?}");
     assert_eq!(by_app.len(), 5, "{ev:#?}");

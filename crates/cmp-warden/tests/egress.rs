@@ -246,7 +246,7 @@ fn a_vault_style_plugin_gets_its_configuration_token_and_secrets() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let ev = server::audit::AuditEvent::from_line(events.last().expect("event")).expect("event");
+    let ev = audit_event::AuditEvent::from_line(events.last().expect("event")).expect("event");
     assert!(ev.withheld_env.iter().any(|n| n == "VAULT_ADDR"), "{ev}");
     assert!(
         !ev.to_string()

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+use audit_event::AuditEvent;
 use common::examples::*;
 use common::*;
-use server::audit::AuditEvent;
 
 /// What a test measured, in CI's log: written past the harness's capture (as faults.rs does).
 macro_rules! say {

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use audit_event::ReloadEvent;
 use common::*;
-use server::audit::ReloadEvent;
 
 const NEEDS_ROOT: &str = "reload tests need root (CI runs as root): leased UIDs need CAP_SETUID";
 

@@ -17,10 +17,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use audit_event::AuditEvent;
 use common::examples::*;
 use common::*;
 use serde_json::Value;
-use server::audit::AuditEvent;
 use vocab::record::Limit;
 
 const NEEDS_ROOT: &str =

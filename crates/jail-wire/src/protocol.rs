@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use policy::Namespace;
 use seccomp_filter::CompiledFilter;
 
 /// Time between SIGTERM and SIGKILL (Argo CD's value): the jail's grace for a command, and
@@ -186,8 +187,6 @@ impl LandlockStatus {
         }
     }
 }
-
-pub use policy::Namespace;
 
 /// Which protection a jail applied less of than asked (not required by the policy, so the jail
 /// went on).

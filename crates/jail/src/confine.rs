@@ -36,9 +36,10 @@ use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::layout::{ConfineError, fail, make_subdirs};
 use jail_wire::protocol::{
-    Creds, Degraded, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Namespace, Reduced, Report,
-    Sandbox, TESTED_LANDLOCK_ABI,
+    Creds, Degraded, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Reduced, Report, Sandbox,
+    TESTED_LANDLOCK_ABI,
 };
+use policy::Namespace;
 
 /// A failed hand-over: the supervisor gone (its end closed) or something to report.
 fn handing_over(step: &'static str, what: &str, e: rustix::io::Errno) -> ConfineError {

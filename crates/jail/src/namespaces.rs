@@ -25,7 +25,8 @@ use rustix::thread::UnshareFlags;
 
 use super::layout::{ConfineError, TMP_DIR, fail, make_subdirs};
 use jail_sys::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
-use jail_wire::protocol::{Creds, DiskLimit, Namespace, NamespaceReport, NsNote};
+use jail_wire::protocol::{Creds, DiskLimit, NamespaceReport, NsNote};
+use policy::Namespace;
 
 /// Where the request tree lives after [`enter`], and on which side of the PID fork we are.
 #[derive(Debug)]

@@ -6,16 +6,16 @@ use vocab::egress;
 
 use serde::{Deserialize, Serialize};
 
+use crate::choices::Namespace;
+pub use crate::choices::{
+    LandlockFeature, LandlockRequirement, NetworkMode, Protection, SeccompMode,
+};
 use crate::error::invalid;
 pub use crate::error::{API_VERSION, PolicyError};
 use crate::quantity::parse_quantity;
 pub(crate) use crate::raw::RawQty;
 use crate::raw::{
     RawArchive, RawCache, RawEnv, RawFs, RawLandlock, RawLimits, RawNetwork, RawPolicy, RawUidRange,
-};
-use crate::vocab::Namespace;
-pub use crate::vocab::{
-    LandlockFeature, LandlockRequirement, NetworkMode, Protection, SeccompMode,
 };
 use plugin::locate;
 

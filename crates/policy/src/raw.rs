@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::vocab::{LandlockFeature, Namespace, NetworkMode, Protection, SeccompMode};
+use crate::choices::{LandlockFeature, Namespace, NetworkMode, Protection, SeccompMode};
 
 /// A number or a Kubernetes-style quantity string in the file.
 #[derive(Debug, Clone, Deserialize)]

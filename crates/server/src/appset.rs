@@ -24,10 +24,11 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use vocab::record::Limit;
 use vocab::request::{ErrorKind, GENERATOR_REQUEST, Operation, Outcome, TimeLimit};
 
-use crate::audit::{ArchiveInfo, AuditSink, Seen};
+use crate::audit::{AuditSink, Seen};
 use crate::auth::BearerToken;
 use crate::listener::{Conn, spawn_tcp_acceptor};
 use crate::metrics::Metrics;
+use audit_event::ArchiveInfo;
 
 /// The one path the controller calls.
 pub const PATH: &str = "/api/v1/getparams.execute";

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use vocab::record::RunRecord;
 
-pub use audit_event::{ArchiveInfo, AuditEvent, PolicyRef, ReloadEvent, SCHEMA};
+use audit_event::{ArchiveInfo, AuditEvent, PolicyRef, ReloadEvent, SCHEMA};
 
 /// Where events go.
 #[derive(Debug, Clone)]

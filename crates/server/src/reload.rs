@@ -33,7 +33,7 @@ const BURST: Duration = Duration::from_secs(5);
 /// A check that takes longer than this is reported (the files are on a slow or stuck mount).
 const SLOW_CHECK: Duration = Duration::from_secs(5);
 
-pub use supervisor::Current;
+use supervisor::Current;
 
 /// The set in force: every policy's plan and the `plugin.yaml` they run, replaced as one. A
 /// request reads it once, when its header arrives, and runs under that one generation of

@@ -22,10 +22,11 @@ use tracing::Instrument;
 use vocab::record::Limit;
 use vocab::request::{Operation, Outcome, TimeLimit};
 
-use crate::audit::{ArchiveInfo, AuditSink, Seen};
+use crate::audit::{AuditSink, Seen};
 use crate::conns::PeerInfo;
 use crate::metrics::Metrics;
 use crate::status::{StreamError, to_status};
+use audit_event::ArchiveInfo;
 
 /// Bytes handed to the extractor at once.
 const BATCH: usize = 64 * 1024;
@@ -41,7 +42,7 @@ pub struct ServiceConfig {
     /// clock, environment), which policy a request's Argo CD variables select, and the
     /// plugin (`plugin.yaml`). A request reads it once, when it begins, and runs under that
     /// generation to its end.
-    pub config: Arc<crate::reload::Current<crate::reload::ConfigSet>>,
+    pub config: Arc<supervisor::Current<crate::reload::ConfigSet>>,
     /// `<workdir>/_cmp_server`: per-request trees are created here.
     pub work_dir: PathBuf,
     /// Where audit events go.

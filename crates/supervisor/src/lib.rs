@@ -55,14 +55,6 @@ pub use start::{
     missing_required, privileges_now, start_without_jails,
 };
 pub use uid::{proc_uid, processes_in_range};
-// Other rooms' types the server and the binary read in what the supervisor returns; they move
-// to the vocabulary crate, and these lines go with them.
-pub use cgroups::{CgroupLimits, Layout, Readback};
-pub use jail_wire::protocol::{
-    Degraded, LandlockStatus, Namespace, NamespaceReport, NsNote, Reduced, Report, SelfTestOutcome,
-    TESTED_LANDLOCK_ABI,
-};
-pub use seccomp_filter::SeccompError;
 
 #[doc(hidden)]
 pub mod bench;

@@ -11,7 +11,8 @@ use crate::current::PlanSource;
 use crate::plan::{Overrides, Plan, Plans};
 use crate::privilege::Privileges;
 use cgroups::{CgroupLimits, Layout, Readback};
-use jail_wire::protocol::{Degraded, LandlockStatus, Namespace, Report};
+use jail_wire::protocol::{Degraded, LandlockStatus, Report};
+use policy::Namespace;
 
 use crate::runner::{Confined, ConfinedConfig};
 use crate::uid::UidPool;

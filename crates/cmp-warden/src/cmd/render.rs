@@ -106,7 +106,7 @@ fn render(a: RenderArgs, log_args: Vec<String>) -> anyhow::Result<()> {
                 trace_id: None,
                 app_rel_path: a.app_rel_path.clone(),
                 env_names: a.env.iter().map(|(k, _)| k.clone()).collect(),
-                archive: server::audit::ArchiveInfo {
+                archive: audit_event::ArchiveInfo {
                     sha256: Some(sha.clone()),
                     bytes: buf.len() as u64,
                     ..Default::default()

@@ -321,7 +321,7 @@ fn prepare(a: ServeArgs, log_args: Vec<String>) -> anyhow::Result<Prepared> {
     let runner = supervisor.runner();
     let describe = runner.describe();
     let supervisor = Arc::new(supervisor);
-    let config = Arc::new(server::reload::Current::new(server::reload::ConfigSet {
+    let config = Arc::new(supervisor::Current::new(server::reload::ConfigSet {
         plans: supervisor.plans().current(),
         plugin: Arc::new(config),
     }));

@@ -36,12 +36,12 @@ pub fn bin() -> &'static str {
 /// The requests' audit events among log lines, read through the server's own type (a line
 /// marked `"log":"audit"` that reads neither as one nor as a reload's event fails the test: a
 /// renamed field shows here).
-pub fn audit_events_in(logs: &str) -> Vec<server::audit::AuditEvent> {
+pub fn audit_events_in(logs: &str) -> Vec<audit_event::AuditEvent> {
     logs.lines()
         .filter(|l| l.contains("\"log\":\"audit\""))
-        .filter(|l| server::audit::ReloadEvent::from_line(l).is_none())
+        .filter(|l| audit_event::ReloadEvent::from_line(l).is_none())
         .map(|l| {
-            server::audit::AuditEvent::from_line(l)
+            audit_event::AuditEvent::from_line(l)
                 .unwrap_or_else(|| panic!("an audit line this build cannot read: {l}"))
         })
         .collect()
@@ -237,14 +237,14 @@ impl Server {
     }
 
     /// The audit events in the server's log so far.
-    pub fn audit_events(&self) -> Vec<server::audit::AuditEvent> {
+    pub fn audit_events(&self) -> Vec<audit_event::AuditEvent> {
         audit_events_in(&self.logs())
     }
 
     /// The audit events once at least `n` are logged (up to 15 s): a refused request's event
     /// is written once its jail is reclaimed, after the client has its error.
     #[allow(dead_code)] // not every test binary uses it
-    pub fn audited(&self, n: usize) -> Vec<server::audit::AuditEvent> {
+    pub fn audited(&self, n: usize) -> Vec<audit_event::AuditEvent> {
         self.wait_logged("\"log\":\"audit\"", n);
         self.audit_events()
     }
@@ -252,7 +252,7 @@ impl Server {
     /// The last audit event, once one is logged (a request a client gave up on is logged after
     /// its jail is reclaimed), read through the server's own type.
     #[allow(dead_code)]
-    pub fn last_audit_event(&self) -> server::audit::AuditEvent {
+    pub fn last_audit_event(&self) -> audit_event::AuditEvent {
         self.audited(1).pop().expect("an audit event")
     }
 

@@ -2,10 +2,13 @@
 //! about one protection. The policy is read through its [`Plan`], the one translation.
 
 use super::{Check, DoctorReport, SCHEMA, Status, gaps, yes};
+use cgroups::Layout;
+use jail_wire::protocol::{LandlockStatus, Report};
+use policy::Namespace;
 use policy::{LandlockFeature, NetworkMode, Protection, SeccompMode};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use supervisor::{DenialLog, LandlockStatus, Layout, Namespace, Privileges, Report};
+use supervisor::{DenialLog, Privileges};
 use supervisor::{Enforcement, Plan};
 
 /// What one check needs: the policy's plan, what start-up found (if it got that far) and the
@@ -419,7 +422,7 @@ pub(super) fn landlock_check(f: &Found<'_>) -> Check {
                 format!(
                     "kernel ABI {} (this build asks for ABI {}); features in effect: {}{}; enforced rights: {}{}",
                     r.landlock_abi.map_or("none".into(), |a| a.to_string()),
-                    supervisor::TESTED_LANDLOCK_ABI as i32,
+                    jail_wire::protocol::TESTED_LANDLOCK_ABI as i32,
                     if in_effect.is_empty() {
                         "none".to_owned()
                     } else {
@@ -549,7 +552,7 @@ pub(super) fn seccomp_check(f: &Found<'_>) -> Check {
                 .and_then(|r| {
                     r.degraded
                         .iter()
-                        .find(|d| d.what == supervisor::Reduced::Seccomp)
+                        .find(|d| d.what == jail_wire::protocol::Reduced::Seccomp)
                 })
                 .map_or_else(
                     || f.why_not(Protection::Seccomp),

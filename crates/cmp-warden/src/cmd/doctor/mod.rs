@@ -456,9 +456,12 @@ fn memory_oom_group(root: &Path, proc_self_cgroup: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use cgroups::Layout;
     use checks::limits_check;
+    use jail_wire::protocol::{LandlockStatus, Report};
     use policy::LandlockFeature;
-    use supervisor::{DenialLog, LandlockStatus, Layout, Namespace, Privileges, Report};
+    use policy::Namespace;
+    use supervisor::{DenialLog, Privileges};
 
     #[test]
     fn memory_oom_group_is_read_from_the_servers_own_v2_cgroup() {
@@ -479,7 +482,7 @@ mod tests {
 
     use std::path::PathBuf;
 
-    use supervisor::NamespaceReport;
+    use jail_wire::protocol::NamespaceReport;
 
     use super::*;
 
@@ -502,7 +505,7 @@ mod tests {
                 controllers: vec![("memory".into(), PathBuf::from("/sys/fs/cgroup/memory/x"))],
             }),
             cgroup_controllers: vec!["memory".into()],
-            cgroup_probe: Some(supervisor::Readback {
+            cgroup_probe: Some(cgroups::Readback {
                 version: 1,
                 memory_max: Some(1 << 30),
                 swap_max: Some(0),
@@ -511,7 +514,7 @@ mod tests {
                 cpu_max: None,
                 ran: true,
             }),
-            cgroup_limits: supervisor::CgroupLimits {
+            cgroup_limits: cgroups::CgroupLimits {
                 memory_bytes: 1 << 30,
                 pids: 512,
                 cpu_millis: 2000,
@@ -558,7 +561,10 @@ mod tests {
                     private_proc: true,
                     private_tmp: true,
                     disk_bytes: Some(2 << 30),
-                    notes: vec![supervisor::NsNote::of(Namespace::Uts, "sethostname: EPERM")],
+                    notes: vec![jail_wire::protocol::NsNote::of(
+                        Namespace::Uts,
+                        "sethostname: EPERM",
+                    )],
                 },
                 request_dir: PathBuf::from("/w/j"),
                 rlimits: vec![("NOFILE".into(), 4096), ("AS".into(), u64::MAX)],
