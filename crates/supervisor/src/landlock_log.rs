@@ -41,8 +41,6 @@ const PER_UID: usize = 16;
 const DOMAINS: usize = 4096;
 /// Access records waiting for their domain record.
 const PENDING: usize = 1024;
-/// How long a request's records must stop arriving before they are taken as complete.
-const SETTLE: Duration = Duration::from_millis(50);
 
 /// A subscription that is open but whose reader has not started (start-up opens it while the
 /// process is single-threaded and still holds `CAP_AUDIT_READ`; the thread comes later).
@@ -124,27 +122,23 @@ impl LandlockLog {
         lock(&self.shared.state).by_uid.remove(&uid);
     }
 
-    /// What Landlock denied to `uid`'s jail, waiting at most `wait`: the kernel's audit thread
-    /// delivers a request's records asynchronously and in bursts (under load the last may come
-    /// well after the first), so once some are here they are taken only after [`SETTLE`]
-    /// without a new one, or at `wait`.
+    /// What Landlock denied to `uid`'s jail, waiting at most `wait` for a first record (the
+    /// kernel delivers them asynchronously, a few milliseconds after the denial).
     pub fn take(&self, uid: u32, wait: Duration) -> Vec<LandlockDenial> {
         let deadline = Instant::now() + wait;
         let mut st = lock(&self.shared.state);
-        let (mut seen, mut quiet_at) = (0, deadline);
         loop {
-            let now = Instant::now();
-            let have = st.by_uid.get(&uid).map_or(0, Vec::len);
-            if have > seen {
-                (seen, quiet_at) = (have, (now + SETTLE).min(deadline));
+            if let Some(d) = st.by_uid.remove(&uid) {
+                return d;
             }
-            if now >= deadline || (seen > 0 && now >= quiet_at) {
-                return st.by_uid.remove(&uid).unwrap_or_default();
+            let now = Instant::now();
+            if now >= deadline {
+                return Vec::new();
             }
             st = self
                 .shared
                 .arrived
-                .wait_timeout(st, quiet_at.min(deadline) - now)
+                .wait_timeout(st, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
@@ -413,40 +407,6 @@ mod tests {
             absorb(&mut st, *ty, t, &(30000..=30099));
         }
         st
-    }
-
-    /// A request's records in two bursts: both are taken, not the first alone (CI under load
-    /// saw the plugin.yaml refusal come after the work root's); with none, `take` gives up at
-    /// its bound (mutant: take at the first burst -> 1 record).
-    #[test]
-    fn records_arriving_in_bursts_are_taken_together() {
-        let log = LandlockLog {
-            shared: Arc::new(Shared::default()),
-        };
-        let denial = |object: &str| LandlockDenial {
-            blockers: "fs.read_file".into(),
-            object: object.into(),
-            allowed_by: None,
-        };
-        let shared = log.shared.clone();
-        let feeder = std::thread::spawn(move || {
-            for (i, object) in ["/a", "/b"].into_iter().enumerate() {
-                if i > 0 {
-                    std::thread::sleep(SETTLE / 2);
-                }
-                lock(&shared.state)
-                    .by_uid
-                    .entry(30001)
-                    .or_default()
-                    .push(denial(object));
-                shared.arrived.notify_all();
-            }
-        });
-        let got = log.take(30001, Duration::from_secs(30));
-        feeder.join().expect("feeder");
-        let objects: Vec<_> = got.iter().map(|d| d.object.as_str()).collect();
-        assert_eq!(objects, ["/a", "/b"]);
-        assert!(log.take(30002, Duration::from_millis(1)).is_empty());
     }
 
     #[test]

@@ -786,21 +786,34 @@ pub const INTERNAL: i64 = 13;
 /// Turns the host's kernel audit on for a test and restores what it was (even on a panic), so
 /// that Landlock's denial records reach the server.
 #[allow(dead_code)]
-pub struct AuditOn(bool);
+pub struct AuditOn(());
+
+/// The tests holding kernel audit on, and whether it was on before the first: the last to let
+/// go puts back what the first found (each restoring its own reading would leave it on when two
+/// overlap, and the test binaries after them would run with audit on).
+static AUDIT_HOLDERS: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
 
 #[allow(dead_code)]
 impl AuditOn {
     pub fn enable() -> std::io::Result<AuditOn> {
         use supervisor::landlock_log;
-        let was = landlock_log::audit_enabled()?;
-        landlock_log::set_audit_enabled(true)?;
-        Ok(AuditOn(was))
+        let mut h = AUDIT_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        if h.0 == 0 {
+            h.1 = landlock_log::audit_enabled()?;
+            landlock_log::set_audit_enabled(true)?;
+        }
+        h.0 += 1;
+        Ok(AuditOn(()))
     }
 }
 
 impl Drop for AuditOn {
     fn drop(&mut self) {
-        let _ = supervisor::landlock_log::set_audit_enabled(self.0);
+        let mut h = AUDIT_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        h.0 -= 1;
+        if h.0 == 0 {
+            let _ = supervisor::landlock_log::set_audit_enabled(h.1);
+        }
     }
 }
 

@@ -33,9 +33,9 @@ const UID_DRAIN: Duration = Duration::from_secs(3);
 /// commands' TERM→KILL grace included) before its UID is killed from outside.
 const JAIL_CLEANUP: Duration = Duration::from_secs(60);
 
-/// How long a failed request waits at most for Landlock's denial records (delivered by the
-/// kernel's audit thread, in bursts); only failed requests wait, and only when the log is read.
-const LANDLOCK_LOG_WAIT: Duration = Duration::from_millis(250);
+/// How long a failed request waits for Landlock's first denial record (delivered by the
+/// kernel's audit thread); only failed requests wait, and only when the log is read.
+const LANDLOCK_LOG_WAIT: Duration = Duration::from_millis(50);
 
 /// Configuration of the confined runner.
 #[derive(Debug)]
