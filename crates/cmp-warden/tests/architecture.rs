@@ -303,6 +303,25 @@ fn a_policy_is_read_only_by_its_translation_and_the_policy_commands() {
     );
 }
 
+/// Every library and binary source file (`crates/*/src/**.rs`): its repository-relative path
+/// and its text.
+fn library_sources() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    sources(&root().join("crates"), &mut files);
+    files
+        .into_iter()
+        .filter_map(|f| {
+            let rel = f
+                .strip_prefix(root())
+                .unwrap_or(&f)
+                .to_string_lossy()
+                .into_owned();
+            rel.contains("/src/")
+                .then(|| (rel, std::fs::read_to_string(&f).unwrap_or_default()))
+        })
+        .collect()
+}
+
 /// The `use` lines of `text` outside `#[cfg(test)]` modules, with their line numbers: a line
 /// opening a module right after `#[cfg(test)]` starts a test module, which ends at the first
 /// line closing a brace at the module line's own indentation.
@@ -341,19 +360,8 @@ fn non_test_uses(text: &str) -> Vec<(usize, &str)> {
 /// imports say which rooms it enters. (Integration tests keep their `use common::*` prelude.)
 #[test]
 fn no_glob_imports_outside_test_modules() {
-    let mut files = Vec::new();
-    sources(&root().join("crates"), &mut files);
     let mut globs = Vec::new();
-    for f in files {
-        let rel = f
-            .strip_prefix(root())
-            .unwrap_or(&f)
-            .to_string_lossy()
-            .into_owned();
-        if !rel.contains("/src/") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&f).unwrap_or_default();
+    for (rel, text) in library_sources() {
         for (n, line) in non_test_uses(&text) {
             if line.contains("::*") || line.contains("{*") || line.contains(", *") {
                 globs.push(format!("{rel}:{n}: {line}"));
@@ -555,20 +563,9 @@ fn no_crate_re_exports_another_crates_items() {
         ),
     ];
     let libs = lib_names();
-    let mut files = Vec::new();
-    sources(&root().join("crates"), &mut files);
     let mut aliases = Vec::new();
-    for f in files {
-        let rel = f
-            .strip_prefix(root())
-            .unwrap_or(&f)
-            .to_string_lossy()
-            .into_owned();
-        if !rel.contains("/src/") {
-            continue;
-        }
+    for (rel, text) in library_sources() {
         let krate = rel.split('/').nth(1).unwrap_or_default().replace('-', "_");
-        let text = std::fs::read_to_string(&f).unwrap_or_default();
         // A module of the crate's own may share a crate's name (`policy::policy`).
         let own_mods: BTreeSet<String> = text
             .lines()
