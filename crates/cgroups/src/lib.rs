@@ -201,23 +201,11 @@ pub fn sweep(layout: &Layout, another_instance: impl Fn(&str) -> bool) -> usize 
 /// holds a process then (another live instance sharing the UID range, and so the directory)
 /// keeps them, said in the log: the next start-up's sweep finds them.
 pub fn remove_instance_if_unused(layout: &Layout, wait: std::time::Duration) {
-    let in_use = || {
-        layout.instance_dirs().into_iter().any(|d| {
-            std::fs::read_dir(d)
-                .map(|rd| {
-                    rd.flatten().any(|e| {
-                        std::fs::read_to_string(e.path().join("cgroup.procs"))
-                            .is_ok_and(|p| !p.trim().is_empty())
-                    })
-                })
-                .unwrap_or(false)
-        })
-    };
     let deadline = std::time::Instant::now() + wait;
-    while in_use() && std::time::Instant::now() < deadline {
+    while holds_processes(layout) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    if in_use() {
+    if holds_processes(layout) {
         tracing::warn!(
             dirs = %layout.instance_dirs().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
             waited_ms = wait.as_millis() as u64,
@@ -225,14 +213,32 @@ pub fn remove_instance_if_unused(layout: &Layout, wait: std::time::Duration) {
         );
         return;
     }
-    remove_instance(layout);
+    if let Err(e) = remove_instance(layout) {
+        tracing::warn!(error = %e, "cgroup directory not removed");
+    }
+}
+
+/// Whether a request cgroup in this instance's directories holds a process.
+fn holds_processes(layout: &Layout) -> bool {
+    layout.instance_dirs().into_iter().any(|d| {
+        std::fs::read_dir(d)
+            .map(|rd| {
+                rd.flatten().any(|e| {
+                    std::fs::read_to_string(e.path().join("cgroup.procs"))
+                        .is_ok_and(|p| !p.trim().is_empty())
+                })
+            })
+            .unwrap_or(false)
+    })
 }
 
 /// Remove this instance's own directories (a one-shot `render` or `doctor` on the way out;
 /// they must be empty of request cgroups). A v2 leaf is kept: this process is still in it.
 /// A request cgroup just removed may still be going in the kernel (EBUSY for its parent a
-/// moment longer): retried briefly, then named.
-pub fn remove_instance(layout: &Layout) {
+/// moment longer): retried briefly, then the first directory that stayed is the error. One
+/// already gone is no error.
+pub fn remove_instance(layout: &Layout) -> Result<(), CgroupError> {
+    let mut first_err = None;
     for dir in layout.instance_dirs() {
         let mut last = None;
         for _ in 0..200 {
@@ -250,9 +256,10 @@ pub fn remove_instance(layout: &Layout) {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         if let Some(e) = last {
-            tracing::warn!(dir = %dir.display(), error = %e, "cgroup directory not removed");
+            first_err.get_or_insert(files::io_err("removing", dir)(e));
         }
     }
+    first_err.map_or(Ok(()), Err)
 }
 
 /// What the tests of every version share: the limits, and a fake v2 cgroupfs.

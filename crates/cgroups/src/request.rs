@@ -248,8 +248,7 @@ impl RequestCgroup {
     /// go at once, must not be left behind when the server is killed during that wait.
     pub fn remove(&self) -> Result<(), CgroupError> {
         let mut first_err = None;
-        let (memory, rest): (Vec<_>, Vec<_>) = self.dirs.iter().partition(|(c, _)| c == "memory");
-        for (_, d) in rest.into_iter().chain(memory) {
+        for d in self.removal_order() {
             match std::fs::remove_dir(d) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -259,6 +258,15 @@ impl RequestCgroup {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// The directories in the order `remove` takes them: memory last.
+    fn removal_order(&self) -> Vec<&Path> {
+        let (memory, rest): (Vec<_>, Vec<_>) = self.dirs.iter().partition(|(c, _)| c == "memory");
+        rest.into_iter()
+            .chain(memory)
+            .map(|(_, d)| d.as_path())
+            .collect()
     }
 }
 
@@ -350,5 +358,109 @@ fn remove_patiently(cg: &RequestCgroup) {
     }
     if let Some(e) = last {
         tracing::error!(error = %e, "request cgroup not removed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cg(v2: bool, dirs: &[(&str, PathBuf)]) -> RequestCgroup {
+        RequestCgroup {
+            v2,
+            dirs: dirs
+                .iter()
+                .map(|(c, d)| ((*c).to_owned(), d.clone()))
+                .collect(),
+            controllers: dirs.iter().map(|(c, _)| (*c).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn v1_memory_directory_is_removed_last() {
+        let (m, p, c) = (
+            PathBuf::from("/m"),
+            PathBuf::from("/p"),
+            PathBuf::from("/c"),
+        );
+        let cg = cg(
+            false,
+            &[
+                ("memory", m.clone()),
+                ("pids", p.clone()),
+                ("cpu", c.clone()),
+            ],
+        );
+        assert_eq!(cg.removal_order(), [&p, &c, &m]);
+    }
+
+    /// Every directory is taken; one already gone is no error; one that cannot go (here: not
+    /// empty) is the error, named, and the others still go.
+    #[test]
+    fn remove_takes_each_directory_and_names_the_one_that_stays() {
+        let t = tempfile::tempdir().expect("tmp");
+        let d = |n: &str| t.path().join(n);
+        for n in ["memory", "pids"] {
+            std::fs::create_dir(d(n)).expect("mkdir");
+        }
+        let gone = cg(
+            false,
+            &[
+                ("memory", d("memory")),
+                ("pids", d("pids")),
+                ("cpu", d("cpu")),
+            ],
+        );
+        gone.remove().expect("an absent directory is no error");
+        assert!(!d("memory").exists() && !d("pids").exists());
+        gone.remove().expect("removed twice: no error");
+
+        for n in ["memory", "pids"] {
+            std::fs::create_dir(d(n)).expect("mkdir");
+        }
+        std::fs::write(d("pids").join("held"), "").expect("w");
+        let busy = cg(false, &[("memory", d("memory")), ("pids", d("pids"))]);
+        let err = busy
+            .remove()
+            .expect_err("a directory that stays is an error");
+        assert!(
+            matches!(&err, CgroupError::Io { what: "removing", path, .. } if *path == d("pids").display().to_string()),
+            "{err:?}"
+        );
+        assert!(!d("memory").exists(), "the others still go");
+    }
+
+    /// Whether a process ran: v1 decides from memory's peak alone (a v1 `cpu.stat` has no
+    /// `usage_usec`); a v2 cgroup without the memory controller from the core `cpu.stat`.
+    #[test]
+    fn ran_is_v1_memorys_peak_and_v2s_cpu_stat() {
+        let t = tempfile::tempdir().expect("tmp");
+        std::fs::write(t.path().join("cpu.stat"), "usage_usec 5\n").expect("w");
+        assert!(!cg(false, &[("cpu", t.path().into())]).read_back().ran);
+        assert!(cg(true, &[("cpu", t.path().into())]).read_back().ran);
+        std::fs::write(t.path().join("cpu.stat"), "usage_usec 0\n").expect("w");
+        assert!(!cg(true, &[("cpu", t.path().into())]).read_back().ran);
+    }
+
+    /// `remove_later` hands the removal to the remover's thread and returns at once, the thread
+    /// retries while the directory cannot go (for seconds, backing off), and `flush` returns
+    /// once everything handed over before it is done.
+    #[test]
+    fn the_remover_retries_in_the_background_and_flush_waits_for_it() {
+        let t = tempfile::tempdir().expect("tmp");
+        let dir = t.path().join("r1");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("held"), "").expect("w");
+        let remover = Remover::new();
+        remover.remove_later(cg(true, &[("unified", dir.clone())]));
+        assert!(dir.exists(), "cannot go yet");
+        // The directory stays refused for longer than retries without backing off would last.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        std::fs::remove_file(dir.join("held")).expect("rm");
+        remover.flush();
+        assert!(
+            !dir.exists(),
+            "removed by the remover before flush returned"
+        );
     }
 }

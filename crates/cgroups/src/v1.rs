@@ -67,7 +67,6 @@ impl Hierarchy for Legacy<'_> {
 
     fn create(&self, name: &str, limits: &CgroupLimits) -> Result<RequestCgroup, CgroupError> {
         let controllers = self.controllers;
-        let quota = limits.cpu_millis.saturating_mul(CPU_PERIOD_US) / 1000;
         let mut cg = RequestCgroup {
             v2: false,
             dirs: Vec::new(),
@@ -81,40 +80,43 @@ impl Hierarchy for Legacy<'_> {
             }
             cg.dirs.push((ctl.clone(), dir.clone()));
             cg.controllers.push(ctl.clone());
-            let set = || -> Result<(), CgroupError> {
-                match ctl.as_str() {
-                    "memory" => {
-                        write(
-                            &dir.join("memory.limit_in_bytes"),
-                            &limits.memory_bytes.to_string(),
-                        )?;
-                        // memory+swap equal to memory: no swap for the request.
-                        let memsw = dir.join("memory.memsw.limit_in_bytes");
-                        if memsw.exists() {
-                            write(&memsw, &limits.memory_bytes.to_string())?;
-                        }
-                        Ok(())
-                    }
-                    "pids" => write(&dir.join("pids.max"), &limits.pids.to_string()),
-                    "cpu" => {
-                        // Each write walks every CPU cgroup of the host in the kernel
-                        // (`tg_set_cfs_bandwidth`): the period only when it is not already
-                        // the kernel's default, which a new cgroup has.
-                        let period = dir.join("cpu.cfs_period_us");
-                        if read_u64(&period) != CPU_PERIOD_US {
-                            write(&period, &CPU_PERIOD_US.to_string())?;
-                        }
-                        write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())
-                    }
-                    _ => Ok(()),
-                }
-            };
-            if let Err(e) = set() {
+            if let Err(e) = set_limits(ctl, &dir, limits) {
                 let _ = cg.remove();
                 return Err(e);
             }
         }
         Ok(cg)
+    }
+}
+
+/// Set controller `ctl`'s limits in the request's directory `dir` of its hierarchy.
+fn set_limits(ctl: &str, dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError> {
+    match ctl {
+        "memory" => {
+            write(
+                &dir.join("memory.limit_in_bytes"),
+                &limits.memory_bytes.to_string(),
+            )?;
+            // memory+swap equal to memory: no swap for the request.
+            let memsw = dir.join("memory.memsw.limit_in_bytes");
+            if memsw.exists() {
+                write(&memsw, &limits.memory_bytes.to_string())?;
+            }
+            Ok(())
+        }
+        "pids" => write(&dir.join("pids.max"), &limits.pids.to_string()),
+        "cpu" => {
+            // Each write walks every CPU cgroup of the host in the kernel
+            // (`tg_set_cfs_bandwidth`): the period only when it is not already the kernel's
+            // default, which a new cgroup has.
+            let period = dir.join("cpu.cfs_period_us");
+            if read_u64(&period) != CPU_PERIOD_US {
+                write(&period, &CPU_PERIOD_US.to_string())?;
+            }
+            let quota = limits.cpu_millis.saturating_mul(CPU_PERIOD_US) / 1000;
+            write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -167,7 +169,14 @@ mod tests {
             panic!("expected v1 here: {layout:?}");
         };
         assert!(controllers.iter().any(|(c, _)| c == "memory"));
-        prepare(&layout, Tenants::OnlySelf).expect("prepare");
+        assert_eq!(
+            prepare(&layout, Tenants::OnlySelf).expect("prepare"),
+            controllers
+                .iter()
+                .map(|(c, _)| c.clone())
+                .collect::<Vec<_>>(),
+            "every mounted controller is a request's"
+        );
         let name = format!("unit-{}", std::process::id());
         let cg = create(&layout, &name, &LIMITS).expect("create");
         let mem = cg.dir("memory").expect("memory dir");
@@ -177,6 +186,20 @@ mod tests {
                 .trim(),
             "1073741824"
         );
+        // What the kernel holds, read back as the audit event reports it; nothing ran yet.
+        let before = cg.read_back();
+        assert_eq!(before.memory_max, Some(LIMITS.memory_bytes));
+        if cg.has("pids") {
+            assert_eq!(before.pids_max, Some(LIMITS.pids));
+        }
+        if cg.has("cpu") {
+            let quota = LIMITS.cpu_millis * CPU_PERIOD_US / 1000;
+            assert_eq!(before.cpu_max, Some((quota, CPU_PERIOD_US)));
+        }
+        if mem.join("memory.memsw.limit_in_bytes").exists() {
+            assert_eq!(before.swap_max, Some(0), "no swap");
+        }
+        assert!(!before.ran, "no process ran yet");
         // The CPU limit: the kernel's default period (not written again), the quota for it.
         if let Some(cpu) = cg.dir("cpu") {
             let r = |f: &str| std::fs::read_to_string(cpu.join(f)).expect("r");
@@ -201,8 +224,71 @@ mod tests {
         assert!(st.success());
         assert!(cg.is_empty());
         assert!(cg.stats().peak_memory_bytes > 0);
+        assert!(cg.read_back().ran, "a process ran");
+        assert!(cg.read_back().mismatches(&LIMITS).is_empty());
         cg.remove().expect("remove");
         assert!(!mem.exists());
-        remove_instance(&layout);
+        remove_instance(&layout).expect("remove the instance");
+    }
+
+    /// Each controller's directory is the server's own cgroup in that hierarchy (they differ
+    /// per hierarchy: here pids is elsewhere), under our directory and the instance's.
+    #[test]
+    fn each_hierarchy_has_the_servers_own_path() {
+        let t = tempfile::tempdir().expect("tmp");
+        for ctl in ["memory", "pids", "cpu"] {
+            std::fs::create_dir(t.path().join(ctl)).expect("mkdir");
+            std::fs::write(t.path().join(ctl).join("cgroup.procs"), "").expect("w");
+        }
+        let own = "12:pids:/system.slice/argocd.service\n9:memory:/pod1\n4:cpu,cpuacct:/pod1/c\n1:name=systemd:/x\n";
+        let layout = detect(t.path(), own, None, "i1").expect("detect");
+        let at = |ctl: &str, path: &str| {
+            (
+                ctl.to_owned(),
+                t.path().join(ctl).join(path).join("cmp-warden/i1"),
+            )
+        };
+        assert_eq!(
+            layout,
+            Layout::V1 {
+                controllers: vec![
+                    at("memory", "pod1"),
+                    at("pids", "system.slice/argocd.service"),
+                    at("cpu", "pod1/c")
+                ]
+            }
+        );
+    }
+
+    /// The limits as written: no swap where memsw is there, the task limit, and the CFS quota
+    /// for the kernel's default period, which is written only when not already in force.
+    #[test]
+    fn each_controllers_limits_are_written() {
+        let t = tempfile::tempdir().expect("tmp");
+        let d = t.path();
+        let r = |f: &str| std::fs::read_to_string(d.join(f)).expect("r");
+        for f in [
+            "memory.limit_in_bytes",
+            "memory.memsw.limit_in_bytes",
+            "pids.max",
+            "cpu.cfs_quota_us",
+        ] {
+            std::fs::write(d.join(f), "-1").expect("w");
+        }
+        std::fs::write(d.join("cpu.cfs_period_us"), "50000").expect("w");
+        for ctl in ["memory", "pids", "cpu"] {
+            super::set_limits(ctl, d, &LIMITS).expect("set");
+        }
+        assert_eq!(r("memory.limit_in_bytes"), LIMITS.memory_bytes.to_string());
+        assert_eq!(
+            r("memory.memsw.limit_in_bytes"),
+            LIMITS.memory_bytes.to_string()
+        );
+        assert_eq!(r("pids.max"), LIMITS.pids.to_string());
+        assert_eq!(r("cpu.cfs_period_us"), CPU_PERIOD_US.to_string());
+        assert_eq!(
+            r("cpu.cfs_quota_us"),
+            (LIMITS.cpu_millis * CPU_PERIOD_US / 1000).to_string()
+        );
     }
 }

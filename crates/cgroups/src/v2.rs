@@ -288,7 +288,9 @@ pub(crate) fn kill(d: &Path) -> Result<(), CgroupError> {
 mod tests {
     use super::*;
     use crate::testing::{LIMITS, create_with_kernel_files, fake_v2, join};
-    use crate::{detect, prepare, remove_instance, remove_instance_if_unused, sweep};
+    use crate::{
+        detect, holds_processes, prepare, remove_instance, remove_instance_if_unused, sweep,
+    };
 
     #[test]
     fn v2_detect_prepare_create_stats_kill_remove_on_a_fake_cgroupfs() {
@@ -411,8 +413,8 @@ mod tests {
         };
         remove_instance_if_unused(&layout, std::time::Duration::from_millis(50));
         assert!(!unused.exists(), "unused: removed");
-        remove_instance(&layout);
-        assert!(!unused.exists(), "already gone: no error, nothing made");
+        remove_instance(&layout).expect("already gone: no error");
+        assert!(!unused.exists(), "already gone: nothing made");
 
         let busy = t.path().join("cmp-warden-30000");
         std::fs::create_dir_all(busy.join("j30001-7-0")).expect("mkdir");
@@ -586,5 +588,173 @@ mod tests {
         assert!(cg.is_empty());
         cg.remove().expect("rmdir");
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn an_existing_directory_is_made_again_without_error_a_missing_parent_is_one() {
+        let t = tempfile::tempdir().expect("tmp");
+        let d = t.path().join("cmp-warden");
+        create_dir_existing(&d).expect("new");
+        create_dir_existing(&d).expect("existing");
+        assert!(create_dir_existing(&t.path().join("no/such")).is_err());
+    }
+
+    /// Every process of the delegated cgroup is written into the leaf (the fake keeps the last
+    /// write), or only this one; a leaf that cannot be written is the error.
+    #[test]
+    fn tenants_move_into_the_leaf() {
+        let t = tempfile::tempdir().expect("tmp");
+        let (from, leaf) = (t.path().join("ctr"), t.path().join("leaf"));
+        for d in [&from, &leaf] {
+            std::fs::create_dir(d).expect("mkdir");
+            std::fs::write(d.join("cgroup.procs"), "").expect("w");
+        }
+        std::fs::write(from.join("cgroup.procs"), "11\n12\n").expect("w");
+        move_into(&from, &leaf, Tenants::All).expect("move");
+        let moved = || std::fs::read_to_string(leaf.join("cgroup.procs")).expect("r");
+        assert_eq!(moved(), "12");
+        move_into(&from, &leaf, Tenants::OnlySelf).expect("move self");
+        assert_eq!(moved(), std::process::id().to_string());
+        assert!(move_into(&from, &t.path().join("gone"), Tenants::All).is_err());
+    }
+
+    /// The no-internal-process rule is named (with what to do) only when it is the cause:
+    /// EBUSY while the cgroup holds a process.
+    #[test]
+    fn a_refused_controller_is_explained_by_its_cause() {
+        let t = tempfile::tempdir().expect("tmp");
+        let busy = io::Error::from_raw_os_error(16); // EBUSY
+        let denied = io::Error::from_raw_os_error(13);
+        std::fs::write(t.path().join("cgroup.procs"), "7\n").expect("w");
+        let held = explain_enable(t.path(), "memory", &busy);
+        assert!(held.starts_with("enabling memory in "), "{held}");
+        assert!(
+            held.contains("holds 1 process(es)") && held.contains("CMP_WARDEN_CGROUP_ROOT"),
+            "{held}"
+        );
+        let other = explain_enable(t.path(), "memory", &denied);
+        assert!(
+            other.starts_with("enabling memory in ") && !other.contains("holds"),
+            "{other}"
+        );
+        std::fs::write(t.path().join("cgroup.procs"), "").expect("w");
+        let empty = explain_enable(t.path(), "memory", &busy);
+        assert!(
+            empty.starts_with("enabling memory in ") && !empty.contains("holds"),
+            "{empty}"
+        );
+    }
+
+    /// On the way out: a request cgroup holds a process only when its `cgroup.procs` names one.
+    #[test]
+    fn an_instance_is_in_use_while_a_request_cgroup_holds_a_process() {
+        let t = tempfile::tempdir().expect("tmp");
+        let layout = Layout::V2 {
+            base: t.path().to_path_buf(),
+        };
+        assert!(!holds_processes(&layout), "no request cgroup");
+        std::fs::create_dir(t.path().join("j1")).expect("mkdir");
+        std::fs::write(t.path().join("j1/cgroup.procs"), "\n").expect("w");
+        assert!(!holds_processes(&layout), "an empty one");
+        std::fs::write(t.path().join("j1/cgroup.procs"), "4242\n").expect("w");
+        assert!(holds_processes(&layout), "one with a process");
+    }
+
+    /// A request cgroup still going in the kernel keeps its parent a moment longer: retried
+    /// until it can go.
+    #[test]
+    fn the_instance_directory_is_retried_until_it_can_go() {
+        let t = tempfile::tempdir().expect("tmp");
+        let base = t.path().join("cmp-warden-20000");
+        std::fs::create_dir_all(base.join("j1")).expect("mkdir");
+        let going = base.join("j1");
+        let kernel = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            std::fs::remove_dir(going).expect("rm");
+        });
+        remove_instance(&Layout::V2 { base: base.clone() }).expect("removed once it could go");
+        kernel.join().expect("join");
+        assert!(!base.exists());
+        let stays = t.path().join("cmp-warden-30000");
+        std::fs::create_dir_all(stays.join("j1")).expect("mkdir");
+        assert!(
+            remove_instance(&Layout::V2 { base: stays }).is_err(),
+            "one that stays is named"
+        );
+    }
+
+    /// Real v2 (the empty hierarchy this host mounts at /sys/fs/cgroup/unified), where the
+    /// kernel decides what a fake cannot: a process that exits before it is moved (ESRCH) is
+    /// no error, and the one alive is moved.
+    #[test]
+    fn a_tenant_that_exits_before_its_move_is_no_error_for_real() {
+        let Some(root) = real_v2("moving tenants") else {
+            return;
+        };
+        let leaf = root.join(format!("cmp-warden-unit-move-{}", std::process::id()));
+        std::fs::create_dir(&leaf).expect("mkdir");
+        let mut gone = std::process::Command::new("true").spawn().expect("true");
+        let gone_pid = gone.id();
+        gone.wait().expect("wait");
+        let mut alive = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        let t = tempfile::tempdir().expect("tmp");
+        std::fs::write(
+            t.path().join("cgroup.procs"),
+            format!("{gone_pid}\n{}\n", alive.id()),
+        )
+        .expect("w");
+        let moved = move_into(t.path(), &leaf, Tenants::All);
+        let held = procs(&leaf);
+        let _ = alive.kill();
+        let _ = alive.wait();
+        let _ = std::fs::remove_dir(&leaf);
+        moved.expect("ESRCH for the exited one is no error");
+        assert_eq!(held, [alive.id().to_string()]);
+    }
+
+    /// The start-up sweep on real v2: a request cgroup a previous run left with a process in it
+    /// (one no UID sweep would find) is emptied by `cgroup.kill` and removed once the kernel
+    /// lets it go (EBUSY until the killed process is gone).
+    #[test]
+    fn the_sweep_kills_and_removes_a_left_request_cgroup_for_real() {
+        let Some(root) = real_v2("the sweep's cgroup.kill") else {
+            return;
+        };
+        let base = root.join(format!("cmp-warden-unit-sweep-{}", std::process::id()));
+        let request = base.join("j20001-1-0");
+        std::fs::create_dir_all(&request).expect("mkdir");
+        let mut left = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        std::fs::write(request.join("cgroup.procs"), left.id().to_string()).expect("join");
+        let removed = sweep(&Layout::V2 { base: base.clone() }, |_| false);
+        let status = left.wait().expect("wait");
+        let _ = std::fs::remove_dir(&request);
+        let _ = std::fs::remove_dir(&base);
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "killed by cgroup.kill"
+        );
+        assert_eq!(removed, 1, "removed once its process was gone");
+    }
+
+    /// The cgroup2 mount this host has at /sys/fs/cgroup/unified, where tests must run.
+    fn real_v2(what: &str) -> Option<&'static Path> {
+        let root = Path::new("/sys/fs/cgroup/unified");
+        if rustix::process::geteuid().is_root() && root.join("cgroup.procs").exists() {
+            return Some(root);
+        }
+        let why = format!("{what} needs root and a cgroup2 mount at /sys/fs/cgroup/unified");
+        assert!(
+            std::env::var_os("CMP_WARDEN_TESTS_MUST_RUN").is_none(),
+            "this test must run here (CMP_WARDEN_TESTS_MUST_RUN): {why}"
+        );
+        eprintln!("SKIP: {why}");
+        None
     }
 }

@@ -840,7 +840,8 @@ impl CompiledFilter {
                 .name("seccomp-notify".into())
                 .spawn(move || {
                     if let Ok(listener) = rx.recv() {
-                        serve(&listener, &f);
+                        use std::os::fd::AsFd;
+                        serve(&Listener(listener.as_fd()), &f);
                     }
                 })
                 .map_err(|e| SeccompError::Install(format!("notification thread: {e}")))?;
@@ -854,12 +855,49 @@ impl CompiledFilter {
     }
 }
 
+/// What the listener's thread asks of the kernel, behind a seam: its error paths (a caller
+/// gone, a signal, the listener closed) are tested with a scripted fake.
+trait Notifications {
+    /// The next notified call: (id, pid, nr, args).
+    fn recv(&self) -> std::io::Result<(u64, u32, i32, [u64; 6])>;
+    /// Answer call `id`: let it proceed (`None`) or fail it with the errno.
+    fn respond(&self, id: u64, errno: Option<i32>);
+    /// Make the socket call `id` asked for (`args`) on the loopback and hand it to the caller,
+    /// whose call returns it.
+    fn socket_on_loopback(&self, id: u64, args: &[u64; 6]) -> std::io::Result<()>;
+}
+
+/// The kernel's listener.
+struct Listener<'a>(std::os::fd::BorrowedFd<'a>);
+
+impl Notifications for Listener<'_> {
+    fn recv(&self) -> std::io::Result<(u64, u32, i32, [u64; 6])> {
+        jail_sys::sys::seccomp_notif_recv(self.0)
+    }
+
+    fn respond(&self, id: u64, errno: Option<i32>) {
+        let _ = jail_sys::sys::seccomp_notif_respond(self.0, id, errno);
+    }
+
+    fn socket_on_loopback(&self, id: u64, args: &[u64; 6]) -> std::io::Result<()> {
+        use std::os::fd::AsFd;
+        let (domain, ty, protocol) = (args[0] as i32, args[1] as i32, args[2] as i32);
+        let sock = jail_sys::sys::socket_on_loopback(domain, ty, protocol)?;
+        jail_sys::sys::seccomp_notif_addfd_send(
+            self.0,
+            id,
+            sock.as_fd(),
+            ty & libc::SOCK_CLOEXEC != 0,
+        )
+        .map(|_| ())
+    }
+}
+
 /// Answer each notified call until the listener is closed: record it, then deny it with its
 /// rule's errno (enforce), let it proceed (audit), or make its socket on the loopback.
-fn serve(listener: &std::os::fd::OwnedFd, f: &CompiledFilter) {
-    use std::os::fd::AsFd;
+fn serve(listener: &impl Notifications, f: &CompiledFilter) {
     loop {
-        let (id, pid, nr, args) = match jail_sys::sys::seccomp_notif_recv(listener.as_fd()) {
+        let (id, pid, nr, args) = match listener.recv() {
             Ok(n) => n,
             // ENOENT: the caller died before we read it; anything else: give up
             // (closing the listener lets waiting calls fail with ENOSYS).
@@ -872,12 +910,8 @@ fn serve(listener: &std::os::fd::OwnedFd, f: &CompiledFilter) {
             note(f, nr, pid, action, answer);
         }
         match answer {
-            Answer::Continue => {
-                let _ = jail_sys::sys::seccomp_notif_respond(listener.as_fd(), id, None);
-            }
-            Answer::Errno(e) => {
-                let _ = jail_sys::sys::seccomp_notif_respond(listener.as_fd(), id, Some(e));
-            }
+            Answer::Continue => listener.respond(id, None),
+            Answer::Errno(e) => listener.respond(id, Some(e)),
             Answer::OnLoopback => on_loopback(listener, id, &args),
         }
     }
@@ -923,25 +957,15 @@ fn note(f: &CompiledFilter, nr: i32, pid: u32, action: SeccompAction, answer: An
 /// [`Answer::OnLoopback`]: the socket the caller asked for (its own domain, type, flags and
 /// protocol), bound to the loopback device, becomes the call's result. Anything that fails
 /// fails the call (fail closed): the caller never gets a socket that is not bound.
-fn on_loopback(listener: &std::os::fd::OwnedFd, id: u64, args: &[u64; 6]) {
-    use std::os::fd::AsFd;
-    let (domain, ty, protocol) = (args[0] as i32, args[1] as i32, args[2] as i32);
-    let made = jail_sys::sys::socket_on_loopback(domain, ty, protocol).and_then(|sock| {
-        jail_sys::sys::seccomp_notif_addfd_send(
-            listener.as_fd(),
-            id,
-            sock.as_fd(),
-            ty & libc::SOCK_CLOEXEC != 0,
-        )
-    });
-    match made {
-        Ok(_) => {}
+fn on_loopback(listener: &impl Notifications, id: u64, args: &[u64; 6]) {
+    match listener.socket_on_loopback(id, args) {
+        Ok(()) => {}
         // The caller is gone (killed while it waited): nothing to answer.
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
         Err(e) => {
             let errno = e.raw_os_error().unwrap_or(libc::EACCES);
             tracing::warn!(error = %e, "network.mode allowList: a socket on the loopback could not be made; the call fails");
-            let _ = jail_sys::sys::seccomp_notif_respond(listener.as_fd(), id, Some(errno));
+            listener.respond(id, Some(errno));
         }
     }
 }
@@ -1740,5 +1764,113 @@ mod tests {
         let e =
             compile(&p, SeccompMode::Enforce, NetworkMode::None, false).expect_err("unknown call");
         assert!(e.to_string().contains("unshare_everything"), "{e}");
+    }
+
+    /// A notified call as `recv` gives it: (id, pid, nr, args).
+    type Notification = (u64, u32, i32, [u64; 6]);
+
+    /// A scripted listener: what each `recv` returns in turn (then EBADF: the listener is
+    /// closed), what each loopback socket's hand-over returns, and what the thread did.
+    struct Scripted {
+        recvs: std::sync::Mutex<std::collections::VecDeque<std::io::Result<Notification>>>,
+        handovers: std::sync::Mutex<std::collections::VecDeque<std::io::Result<()>>>,
+        /// ("respond", id, errno) and ("socket", id, 0), in order.
+        did: std::sync::Mutex<Vec<(&'static str, u64, i32)>>,
+    }
+
+    impl Notifications for Scripted {
+        fn recv(&self) -> std::io::Result<Notification> {
+            let next = self.recvs.lock().unwrap().pop_front();
+            next.unwrap_or_else(|| Err(std::io::Error::from_raw_os_error(libc::EBADF)))
+        }
+        fn respond(&self, id: u64, errno: Option<i32>) {
+            self.did
+                .lock()
+                .unwrap()
+                .push(("respond", id, errno.unwrap_or(0)));
+        }
+        fn socket_on_loopback(&self, id: u64, _args: &[u64; 6]) -> std::io::Result<()> {
+            self.did.lock().unwrap().push(("socket", id, 0));
+            self.handovers.lock().unwrap().pop_front().unwrap_or(Ok(()))
+        }
+    }
+
+    /// The listener's thread over `script` (each an errno or a socket(AF_INET) call with its
+    /// id) and the loopback hand-overs' results: what it did, once it returned. A thread that
+    /// never returns (spinning on an error it should stop at) fails within a liveness bound.
+    fn serve_script(
+        script: &[Result<u64, i32>],
+        handovers: &[Result<(), i32>],
+    ) -> Vec<(&'static str, u64, i32)> {
+        let p = SeccompProfile::default_profile().unwrap();
+        let f = compile(&p, SeccompMode::Enforce, NetworkMode::AllowList, false).unwrap();
+        let socket = syscall_number("socket", target_arch().unwrap()).unwrap() as i32;
+        let inet = [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0];
+        assert_eq!(
+            f.answer(socket, &inet),
+            (Answer::OnLoopback, None),
+            "the calls the script sends"
+        );
+        let listener = std::sync::Arc::new(Scripted {
+            recvs: std::sync::Mutex::new(
+                script
+                    .iter()
+                    .map(|r| match r {
+                        Ok(id) => Ok((*id, std::process::id(), socket, inet)),
+                        Err(errno) => Err(std::io::Error::from_raw_os_error(*errno)),
+                    })
+                    .collect(),
+            ),
+            handovers: std::sync::Mutex::new(
+                handovers
+                    .iter()
+                    .map(|r| r.map_err(std::io::Error::from_raw_os_error))
+                    .collect(),
+            ),
+            did: std::sync::Mutex::new(Vec::new()),
+        });
+        let (done, returned) = std::sync::mpsc::channel();
+        let l = std::sync::Arc::clone(&listener);
+        std::thread::spawn(move || {
+            serve(&*l, &f);
+            let _ = done.send(());
+        });
+        returned
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the listener's thread returned (liveness bound: it spins otherwise)");
+        listener.did.lock().unwrap().clone()
+    }
+
+    /// A caller that died before its notification was read (ENOENT) and a signal (EINTR) leave
+    /// the thread serving the calls after them; any other error (the listener closed) ends it.
+    #[test]
+    fn the_listener_goes_on_past_a_gone_caller_and_a_signal_and_stops_at_anything_else() {
+        assert_eq!(
+            serve_script(&[Err(libc::ENOENT), Ok(7), Err(libc::EINTR), Ok(8)], &[]),
+            [("socket", 7, 0), ("socket", 8, 0)]
+        );
+        assert_eq!(
+            serve_script(&[Ok(7), Err(libc::ENOMEM), Ok(8)], &[]),
+            [("socket", 7, 0)],
+            "stopped at ENOMEM"
+        );
+    }
+
+    /// A loopback socket whose hand-over fails fails its call with that errno; one whose caller
+    /// is gone meanwhile (ENOENT) is answered no more.
+    #[test]
+    fn a_loopback_socket_that_cannot_be_handed_over_fails_its_call_unless_the_caller_is_gone() {
+        assert_eq!(
+            serve_script(
+                &[Ok(7), Ok(8), Ok(9)],
+                &[Err(libc::EMFILE), Err(libc::ENOENT), Ok(())]
+            ),
+            [
+                ("socket", 7, 0),
+                ("respond", 7, libc::EMFILE),
+                ("socket", 8, 0),
+                ("socket", 9, 0)
+            ]
+        );
     }
 }

@@ -646,8 +646,10 @@ impl Supervisor {
             if let Err(e) = std::fs::remove_dir(&self.work_root) {
                 tracing::warn!(dir = %self.work_root.display(), error = %e, "work root not removed");
             }
-            if let Some(layout) = &self.cgroups {
-                cgroups::remove_instance(layout);
+            if let Some(layout) = &self.cgroups
+                && let Err(e) = cgroups::remove_instance(layout)
+            {
+                tracing::warn!(error = %e, "cgroup directory not removed");
             }
         } else if let Some(layout) = &self.cgroups {
             // (Bounded: within the pod's grace period, which the drain before this also
