@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use policy::Namespace;
-use seccomp_filter::CompiledFilter;
+use seccomp::CompiledFilter;
 
 /// Time between SIGTERM and SIGKILL (Argo CD's value): the jail's grace for a command, and
 /// what the supervisor adds to a deadline before it kills the jail's UID.

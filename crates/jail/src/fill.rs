@@ -88,7 +88,7 @@ fn confine(limits: FillLimits) -> Result<OwnedFd, String> {
     // 6. Landlock.
     landlock_staging_only(staging.as_fd())?;
     // 7. seccomp.
-    seccomp_filter::install_fill_filter().map_err(|e| format!("seccomp: {e}"))?;
+    seccomp::install_fill_filter().map_err(|e| format!("seccomp: {e}"))?;
     Ok(staging)
 }
 

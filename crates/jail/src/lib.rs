@@ -133,7 +133,7 @@ pub fn jail_main() -> i32 {
     let (report, dir) = match confine(&prep.sandbox, &prep.work_root, &prep.name) {
         Ok(r) => r,
         // The supervisor went away while this (spare) jail confined itself: nothing to say.
-        Err(e) if e.supervisor_gone => {
+        Err(e) if e.supervisor_gone() => {
             tracing::debug!(error = %e, "the supervisor left while this jail confined itself");
             return 0;
         }
@@ -307,7 +307,7 @@ fn run_confined(
     let cancel = CancelToken::watching(rustix::stdio::stdin());
     let result = tree.and_then(|()| run_operation(&req, &cancel));
     let mut record = jail_wire::record::snapshot(&req.record);
-    record.seccomp_audit = seccomp_filter::audited();
+    record.seccomp_audit = seccomp::audited();
     match result {
         // Commands that succeeded on a disk that filled up may have written only part of what
         // they meant to (a script that hid the failed write): not served as a success.

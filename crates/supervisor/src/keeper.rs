@@ -202,7 +202,7 @@ fn start(a: &KeeperArgs, sock: std::os::fd::BorrowedFd<'_>) -> Result<Cache, Str
     // 5.
     landlock_cache_only(&root)?;
     // 5b.
-    let denied = seccomp_filter::install_keeper_filter().map_err(|e| format!("seccomp: {e}"))?;
+    let denied = seccomp::install_keeper_filter().map_err(|e| format!("seccomp: {e}"))?;
     tracing::debug!(denied, "tree cache keeper: Landlock and seccomp in force");
     Ok(cache)
 }

@@ -13,7 +13,7 @@ use policy::{Identity, NetworkMode, Policy, PolicySet, Protection, Select};
 use cgroups::CgroupLimits;
 use jail_wire::protocol::{Creds, DiskLimit, Rlimits, Sandbox};
 use jail_wire::spec::Task;
-use seccomp_filter::{CompiledFilter, SeccompError};
+use seccomp::{CompiledFilter, SeccompError};
 use std::sync::Arc;
 use vocab::request::{Operation, TimeLimit};
 
@@ -123,7 +123,7 @@ impl Plan {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Plan {
         let env: Vec<(String, String)> = env.into_iter().collect();
-        let (seccomp, seccomp_error) = match seccomp_filter::compile(
+        let (seccomp, seccomp_error) = match seccomp::compile(
             &policy.seccomp,
             policy.seccomp_mode,
             policy.network,

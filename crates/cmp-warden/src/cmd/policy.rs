@@ -390,7 +390,7 @@ fn write(
 }
 
 /// Why `p`'s seccomp profile does not compile here (as `serve` would compile it).
-fn seccomp_error(p: &Policy) -> Option<seccomp_filter::SeccompError> {
+fn seccomp_error(p: &Policy) -> Option<seccomp::SeccompError> {
     supervisor::Plan::new(p, &supervisor::Overrides::default(), Vec::new())
         .seccomp_error()
         .cloned()

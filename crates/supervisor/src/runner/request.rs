@@ -105,7 +105,7 @@ struct Owned<'l> {
 }
 
 /// The reply as step 12 read it, with what step 13 judges it by.
-struct Read12 {
+struct ReadReply {
     raw: Option<Vec<u8>>,
     permit: Option<ReplyPermit>,
     stats: Option<CgroupStats>,
@@ -174,7 +174,7 @@ impl Inner {
 
 impl Run<'_> {
     /// Steps 5–12, each a call; what they learn of the jail goes into `findings`.
-    fn to_the_reply(&self, feed: Feed, findings: &mut Findings) -> Result<Read12, RequestError> {
+    fn to_the_reply(&self, feed: Feed, findings: &mut Findings) -> Result<ReadReply, RequestError> {
         let mut stream = Stream::of(feed, self.inner.cache.get().cloned());
         // 5.
         let jail = self.take()?;
@@ -204,7 +204,7 @@ impl Run<'_> {
             Some((raw, permit)) => (Some(raw), permit),
             None => (None, None),
         };
-        Ok(Read12 {
+        Ok(ReadReply {
             raw,
             permit,
             stats,
@@ -415,7 +415,7 @@ impl Run<'_> {
 
     /// Step 13, the verdict. No reply: how the jail itself ended says why (an allocation it
     /// could not make aborts it). Then what the sandbox refused is said.
-    fn judge(&self, read: Read12) -> Result<(Reply, ReplyShare), RequestError> {
+    fn judge(&self, read: ReadReply) -> Result<(Reply, ReplyShare), RequestError> {
         let jail_signal = if read.raw.is_none() {
             self.inner.jail_signal(self.request)
         } else {
