@@ -5,14 +5,49 @@
 use std::sync::Arc;
 
 use policy::{PolicySet, Protection};
+use seccomp::SeccompError;
+use vocab::request::RequestError;
 
 use crate::plan::{Plan, Plans};
 use crate::start::{Supervisor, log_selection, missing_required};
 
-/// Why a set was refused; the set in force stays.
+/// Why a set was refused, one variant per check; the set in force stays.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ReloadRefused(pub String);
+pub enum ReloadRefused {
+    /// The default policy changes fields start-up sets up once (each `field: old → new`).
+    #[error(
+        "the default policy changes node-wide fields, which start-up sets up once and a reload cannot: {}; restart the server to change them",
+        .0.join("; ")
+    )]
+    NodeWide(Vec<String>),
+    /// A policy's seccomp profile does not compile, and the default policy requires seccomp.
+    #[error("policy {policy:?}: {source} (spec.require has seccomp)")]
+    Seccomp {
+        /// The policy's name.
+        policy: String,
+        /// Why its profile does not compile.
+        source: SeccompError,
+    },
+    /// A policy's jail could not be confined and self-tested.
+    #[error("the sandbox probe of policy {policy:?} failed: {source}")]
+    Probe {
+        /// The policy's name.
+        policy: String,
+        /// The probe's error.
+        source: RequestError,
+    },
+    /// A policy requires protections this environment cannot enforce.
+    #[error(
+        "policy {policy:?} requires {:?}, which this environment cannot enforce",
+        .missing.iter().map(|m| m.as_str()).collect::<Vec<_>>()
+    )]
+    Missing {
+        /// The policy's name.
+        policy: String,
+        /// What it requires and the probe did not find.
+        missing: Vec<Protection>,
+    },
+}
 
 /// A set put in force: its plans and the set it replaced.
 #[derive(Debug)]
@@ -32,36 +67,30 @@ impl Supervisor {
         let new = Arc::new(Plans::new(set, &self.overrides, std::env::vars()));
         let changed = node_wide_changes(old.default_plan(), new.default_plan());
         if !changed.is_empty() {
-            return Err(ReloadRefused(format!(
-                "the default policy changes node-wide fields, which start-up sets up once and a reload cannot: {}; restart the server to change them",
-                changed.join("; ")
-            )));
+            return Err(ReloadRefused::NodeWide(changed));
         }
         let default = new.default_plan();
         for p in new.all() {
             if let Err(e) = p.seccomp()
                 && default.requires(Protection::Seccomp)
             {
-                return Err(ReloadRefused(format!(
-                    "policy {:?}: {e} (spec.require has seccomp)",
-                    p.policy_name
-                )));
+                return Err(ReloadRefused::Seccomp {
+                    policy: p.policy_name.clone(),
+                    source: e.clone(),
+                });
             }
         }
         for p in new.all() {
-            let (report, _) = self.runner.probe(p).map_err(|e| {
-                ReloadRefused(format!(
-                    "the sandbox probe of policy {:?} failed: {e}",
-                    p.policy_name
-                ))
+            let (report, _) = self.runner.probe(p).map_err(|e| ReloadRefused::Probe {
+                policy: p.policy_name.clone(),
+                source: e,
             })?;
             let missing = missing_required(&report, p);
             if !missing.is_empty() {
-                return Err(ReloadRefused(format!(
-                    "policy {:?} requires {:?}, which this environment cannot enforce",
-                    p.policy_name,
-                    missing.iter().map(|m| m.as_str()).collect::<Vec<_>>()
-                )));
+                return Err(ReloadRefused::Missing {
+                    policy: p.policy_name.clone(),
+                    missing,
+                });
             }
         }
         let old = self.plans.replace(new.clone());
