@@ -34,7 +34,7 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
-use super::layout::{ConfineError, Step, fail, make_subdirs};
+use super::layout::{ConfineError, fail, make_subdirs};
 use jail_wire::protocol::{
     Creds, Degraded, LandlockStatus, MOUNTER_SOCKET, NO_MOUNTER, Reduced, Report, Sandbox,
     TESTED_LANDLOCK_ABI,
@@ -42,8 +42,11 @@ use jail_wire::protocol::{
 use policy::Namespace;
 
 /// A failed hand-over: the supervisor gone (its end closed) or something to report.
-fn handing_over(step: Step, what: &'static str, source: rustix::io::Errno) -> ConfineError {
-    ConfineError::HandOver { step, what, source }
+fn handing_over(step: &'static str, what: &str, e: rustix::io::Errno) -> ConfineError {
+    ConfineError {
+        supervisor_gone: matches!(e, rustix::io::Errno::PIPE | rustix::io::Errno::CONNRESET),
+        ..fail(step, format!("handing the {what} over: {e}"))
+    }
 }
 
 /// Lines of /proc/thread-self/status starting with one of `keys`.
@@ -95,7 +98,7 @@ fn set_rlimit(res: Resource, want: u64) -> Result<(), ConfineError> {
             maximum: Some(v),
         },
     )
-    .map_err(|e| fail(Step::Rlimits, format!("{res:?}: {e}")))
+    .map_err(|e| fail("rlimits", format!("{res:?}: {e}")))
 }
 
 /// Apply the sandbox to the calling (only) thread and create the request directory
@@ -109,7 +112,7 @@ pub fn confine(
     let mut degraded = Vec::new();
 
     // 1. New session: its own process group, no controlling terminal.
-    rustix::process::setsid().map_err(|e| fail(Step::Setsid, e))?;
+    rustix::process::setsid().map_err(|e| fail("setsid", e))?;
 
     // 2. rlimits (a backstop; cgroups bound memory and pids where delegated).
     set_rlimit(Resource::Core, 0)?;
@@ -156,11 +159,11 @@ pub fn confine(
     let mut unique_uid = false;
     if let Some(c) = sb.creds {
         use rustix::process::{Gid, Uid};
-        rustix::thread::set_thread_groups(&[]).map_err(|e| fail(Step::Setgroups, e))?;
+        rustix::thread::set_thread_groups(&[]).map_err(|e| fail("setgroups", e))?;
         let g = Gid::from_raw(c.gid);
-        rustix::thread::set_thread_res_gid(g, g, g).map_err(|e| fail(Step::Setresgid, e))?;
+        rustix::thread::set_thread_res_gid(g, g, g).map_err(|e| fail("setresgid", e))?;
         let u = Uid::from_raw(c.uid);
-        rustix::thread::set_thread_res_uid(u, u, u).map_err(|e| fail(Step::Setresuid, e))?;
+        rustix::thread::set_thread_res_uid(u, u, u).map_err(|e| fail("setresuid", e))?;
         let want_uid = format!("Uid: {0} {0} {0} {0}", c.uid);
         let want_gid = format!("Gid: {0} {0} {0} {0}", c.gid);
         let got = status_lines(&["Uid", "Gid", "Groups"]);
@@ -168,12 +171,12 @@ pub fn confine(
             || !got.contains(&want_gid)
             || !got.contains(&"Groups:".to_owned())
         {
-            return Err(fail(Step::Credentials, format!("read back {got:?}")));
+            return Err(fail("credentials", format!("read back {got:?}")));
         }
         unique_uid = true;
     } else if required(Protection::UniqueUid) {
         return Err(fail(
-            Step::Credentials,
+            "credentials",
             "policy requires uniqueUid but no lease was given",
         ));
     } else {
@@ -214,7 +217,7 @@ pub fn confine(
     if !namespaces.failed.is_empty() {
         if required(Protection::Namespaces) {
             return Err(fail(
-                Step::Namespaces,
+                "namespaces",
                 format!(
                     "required but not available: {:?}",
                     namespaces.failed_lines()
@@ -239,7 +242,7 @@ pub fn confine(
                 None => "the jail has no network namespace of its own here (doctor's namespace.net; a container runtime's default seccomp profile refuses it: deploy/'s Localhost profile allows it)".to_owned(),
             };
             return Err(fail(
-                Step::Network,
+                "network",
                 format!(
                     "spec.network.loopback needs the jail's own network namespace with its loopback up, and {why}; without it commands' inet sockets would reach the pod's network. Remove spec.network.loopback, or give the jail a network namespace"
                 ),
@@ -276,19 +279,19 @@ pub fn confine(
             Some(m) => hand_over(MOUNTER_SOCKET, Some(m.as_fd())),
             None => hand_over(NO_MOUNTER, None),
         }
-        .map_err(|e| handing_over(Step::TreeCache, "mounter", e))?;
+        .map_err(|e| handing_over("tree cache", "mounter", e))?;
     }
     drop(mounter);
 
     // 8. Not dumpable: commands of the same UID cannot reach our fds, memory or environ.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .map_err(|e| fail(Step::Dumpable, e))?;
+        .map_err(|e| fail("dumpable", e))?;
 
     // 9. no_new_privs: setuid binaries and file capabilities grant nothing from here on.
-    rustix::thread::set_no_new_privs(true).map_err(|e| fail(Step::NoNewPrivs, e))?;
+    rustix::thread::set_no_new_privs(true).map_err(|e| fail("no_new_privs", e))?;
     let no_new_privs = rustix::thread::no_new_privs().unwrap_or(false);
     if !no_new_privs {
-        return Err(fail(Step::NoNewPrivs, "did not read back as set"));
+        return Err(fail("no_new_privs", "did not read back as set"));
     }
 
     // 10. Landlock (never left out but by a benchmark build's layer pass).
@@ -337,12 +340,12 @@ pub fn confine(
     match &sb.seccomp {
         Some(f) => match f.install_and_serve() {
             Ok(n) => seccomp_filters = n,
-            Err(e) if required(Protection::Seccomp) => return Err(fail(Step::Seccomp, e)),
+            Err(e) if required(Protection::Seccomp) => return Err(fail("seccomp", e)),
             Err(e) => degraded.push(Degraded::new(Reduced::Seccomp, e.to_string())),
         },
         None if required(Protection::Seccomp) => {
             return Err(fail(
-                Step::Seccomp,
+                "seccomp",
                 "policy requires seccomp but no filter was given",
             ));
         }
@@ -404,7 +407,7 @@ fn loopback_fence(sb: &Sandbox, filtered: bool, tcp_fence: bool) -> Result<bool,
     match held {
         Ok(()) => Ok(true),
         Err(why) if tcp_fence || filtered => Err(fail(
-            Step::Network,
+            "network",
             format!(
                 "spec.network.mode allowList: inet sockets must be bound to the loopback device (seccomp user notification, Linux 5.14), and here {why}; without the jail's own network namespace nothing else keeps commands from the proxy's port on other hosts. Give the jail a network namespace (deploy/'s Localhost seccomp profile, or spec.namespaces with net) or use mode none"
             ),
@@ -452,7 +455,7 @@ fn egress_listener(
     if sb.network != NetworkMode::AllowList {
         return Ok(None);
     }
-    let step = Step::Network;
+    let step = "network";
     let own_namespace = ns.has(Namespace::Net);
     if !own_namespace && !landlock_tcp_available() {
         return Err(fail(
@@ -537,7 +540,7 @@ fn hand_over(tag: u8, fd: Option<std::os::fd::BorrowedFd<'_>>) -> rustix::io::Re
 }
 
 fn make_request_dir(work_root: &Path, name: &str, subdirs: bool) -> Result<OwnedFd, ConfineError> {
-    let step = Step::RequestDirectory;
+    let step = "request directory";
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(fail(step, format!("bad name {name:?}")));
     }
@@ -565,12 +568,12 @@ fn make_request_dir(work_root: &Path, name: &str, subdirs: bool) -> Result<Owned
 
 /// Empty the bounding set when CAP_SETPCAP is held (a no-op otherwise; reported by the caller).
 pub(crate) fn clear_bounding_set() -> Result<(), ConfineError> {
-    let caps = rustix::thread::capabilities(None).map_err(|e| fail(Step::Capget, e))?;
+    let caps = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
     if caps.effective.contains(CapabilitySet::SETPCAP) {
         for n in 0..=last_cap() {
             let c = CapabilitySet::from_bits_retain(1u64 << n);
             rustix::thread::remove_capability_from_bounding_set(c)
-                .map_err(|e| fail(Step::BoundingSet, format!("cap {n}: {e}")))?;
+                .map_err(|e| fail("bounding set", format!("cap {n}: {e}")))?;
         }
     }
     Ok(())
@@ -580,17 +583,17 @@ pub(crate) fn clear_bounding_set() -> Result<(), ConfineError> {
 pub(crate) fn clear_capabilities() -> Result<(), ConfineError> {
     match rustix::thread::clear_ambient_capability_set() {
         Ok(()) | Err(rustix::io::Errno::INVAL) => {}
-        Err(e) => return Err(fail(Step::AmbientCapabilities, e)),
+        Err(e) => return Err(fail("ambient capabilities", e)),
     }
     let empty = CapabilitySets {
         effective: CapabilitySet::empty(),
         permitted: CapabilitySet::empty(),
         inheritable: CapabilitySet::empty(),
     };
-    rustix::thread::set_capabilities(None, empty).map_err(|e| fail(Step::Capset, e))?;
-    let now = rustix::thread::capabilities(None).map_err(|e| fail(Step::Capget, e))?;
+    rustix::thread::set_capabilities(None, empty).map_err(|e| fail("capset", e))?;
+    let now = rustix::thread::capabilities(None).map_err(|e| fail("capget", e))?;
     if now != empty {
-        return Err(fail(Step::Capabilities, format!("still held: {now:?}")));
+        return Err(fail("capabilities", format!("still held: {now:?}")));
     }
     Ok(())
 }
@@ -621,7 +624,7 @@ fn check_landlock_requirement(
     let have = abi.unwrap_or(0);
     if have < i32::from(req.min_abi) {
         return Err(fail(
-            Step::Landlock,
+            "landlock",
             format!(
                 "the policy requires Landlock ABI {} (spec.landlock.minAbi), this kernel offers ABI {have}",
                 req.min_abi
@@ -636,7 +639,7 @@ fn check_landlock_requirement(
         .collect();
     if !missing.is_empty() {
         return Err(fail(
-            Step::Landlock,
+            "landlock",
             format!(
                 "the policy requires {missing:?} (spec.landlock.features), not in effect on this kernel (Landlock ABI {have})"
             ),
@@ -644,7 +647,7 @@ fn check_landlock_requirement(
     }
     if have >= TESTED_LANDLOCK_ABI as i32 && status != LandlockStatus::Full {
         return Err(fail(
-            Step::Landlock,
+            "landlock",
             format!(
                 "this kernel offers Landlock ABI {have}, but the ruleset is only {}",
                 status.as_str()
@@ -693,7 +696,7 @@ fn landlock(
     egress_port: Option<u16>,
     tcp_fence: bool,
 ) -> Result<LandlockResult, ConfineError> {
-    let ll = |e: landlock::RulesetError| fail(Step::Landlock, e);
+    let ll = |e: landlock::RulesetError| fail("landlock", e);
     let abi = TESTED_LANDLOCK_ABI;
     // Fail closed on the filesystem rights of ABI 1 when required; everything newer (refer,
     // truncate, ioctl on devices, TCP, scoping) is added best-effort and reported.
@@ -734,7 +737,7 @@ fn landlock(
         .map_err(ll)?;
     if private_tmp {
         // /tmp is the request's own tmpfs (or its tree's tmp/) in its mount namespace.
-        let tmp = PathFd::new("/tmp").map_err(|e| fail(Step::Landlock, e))?;
+        let tmp = PathFd::new("/tmp").map_err(|e| fail("landlock", e))?;
         created = created
             .add_rule(PathBeneath::new(tmp, AccessFs::from_all(abi)))
             .map_err(ll)?;
@@ -779,7 +782,7 @@ fn landlock(
     };
     if required && s == LandlockStatus::None {
         return Err(fail(
-            Step::Landlock,
+            "landlock",
             "required (spec.require) but not enforced by this kernel",
         ));
     }

@@ -133,7 +133,7 @@ pub fn jail_main() -> i32 {
     let (report, dir) = match confine(&prep.sandbox, &prep.work_root, &prep.name) {
         Ok(r) => r,
         // The supervisor went away while this (spare) jail confined itself: nothing to say.
-        Err(e) if e.supervisor_gone() => {
+        Err(e) if e.supervisor_gone => {
             tracing::debug!(error = %e, "the supervisor left while this jail confined itself");
             return 0;
         }

@@ -23,7 +23,7 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
 
-use super::layout::{ConfineError, Step, TMP_DIR, fail, make_subdirs};
+use super::layout::{ConfineError, TMP_DIR, fail, make_subdirs};
 use jail_sys::sys::{Forked, fork_single_threaded, loopback_up, unshare_namespaces};
 use jail_wire::protocol::{Creds, DiskLimit, NamespaceReport, NsNote};
 use policy::Namespace;
@@ -46,7 +46,7 @@ fn errno(e: impl std::fmt::Display) -> String {
 
 fn write_proc(file: &str, text: &str) -> Result<(), ConfineError> {
     std::fs::write(format!("/proc/self/{file}"), text)
-        .map_err(|e| fail(Step::UserNamespace, format!("/proc/self/{file}: {e}")))
+        .map_err(|e| fail("user namespace", format!("/proc/self/{file}: {e}")))
 }
 
 /// Create the namespaces in `want` (after the UID switch, before the capability clean-up,
@@ -73,7 +73,7 @@ pub fn enter(
     // untrusted runs yet and no other process of this UID exists, so be dumpable while the maps
     // are written (the caller sets it back before going on).
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable)
-        .map_err(|e| fail(Step::UserNamespace, e))?;
+        .map_err(|e| fail("user namespace", e))?;
     if let Err(e) = unshare_namespaces(UnshareFlags::NEWUSER) {
         report.failed.push(NsNote::of(Namespace::User, errno(e)));
         for (on, n) in [
@@ -203,7 +203,7 @@ fn private_tree(
     disk: DiskLimit,
     report: &mut NamespaceReport,
 ) -> Result<Option<OwnedFd>, ConfineError> {
-    let step = Step::MountNamespace;
+    let step = "mount namespace";
     // Nothing we mount may propagate back to the host. Refused (a container runtime's seccomp
     // profile may deny mount): nothing is mounted, the tree stays where it is, and the disk
     // limit is reported missing.
@@ -234,14 +234,14 @@ fn private_tree(
             MountFlags::NOSUID | MountFlags::NODEV,
             Some(opts.as_c_str()),
         )
-        .map_err(|e| format!("tmpfs on {}: {e}", at.display()))
+        .map_err(|e| fail(step, format!("tmpfs on {}: {e}", at.display())))
     };
     // The first mount decides: refused → degrade as above; later failures are real errors.
     let target = if under_tmp.is_some() { tmp } else { base };
-    if let Err(why) = mount_tmpfs(target) {
+    if let Err(e) = mount_tmpfs(target) {
         report.notes.push(NsNote::of(
             Namespace::Mount,
-            format!("no private tmpfs: {why}"),
+            format!("no private tmpfs: {}", e.why),
         ));
         return Ok(None);
     }
@@ -367,7 +367,7 @@ fn open_dir(p: &Path) -> Result<OwnedFd, ConfineError> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| fail(Step::MountNamespace, format!("{}: {e}", p.display())))
+    .map_err(|e| fail("mount namespace", format!("{}: {e}", p.display())))
 }
 
 fn openat_dir(at: &OwnedFd, name: &std::ffi::OsStr) -> Result<OwnedFd, ConfineError> {
@@ -377,7 +377,7 @@ fn openat_dir(at: &OwnedFd, name: &std::ffi::OsStr) -> Result<OwnedFd, ConfineEr
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| fail(Step::MountNamespace, format!("{}: {e}", name.display())))
+    .map_err(|e| fail("mount namespace", format!("{}: {e}", name.display())))
 }
 
 /// After `unshare(CLONE_NEWPID)`: fork; the child is PID 1 of the new namespace and returns;
@@ -385,7 +385,7 @@ fn openat_dir(at: &OwnedFd, name: &std::ffi::OsStr) -> Result<OwnedFd, ConfineEr
 /// request directory's path) the parent is first the mounter: the child gets the socket to it
 /// (for the supervisor).
 fn become_init(tree: Option<PathBuf>) -> Result<Option<OwnedFd>, ConfineError> {
-    let step = Step::PidNamespace;
+    let step = "pid namespace";
     // The child learns of the parent's death through this pipe as well as PDEATHSIG (which
     // cannot cover a parent that died before the child set it).
     let (alive_r, alive_w) =
@@ -477,12 +477,7 @@ fn wait_for_init(child: i32) -> i32 {
 pub fn canonical_base(work_root: &Path, name: &str) -> Result<PathBuf, ConfineError> {
     std::fs::canonicalize(work_root)
         .map(|r| r.join(name))
-        .map_err(|e| {
-            fail(
-                Step::RequestDirectory,
-                format!("{}: {e}", work_root.display()),
-            )
-        })
+        .map_err(|e| fail("request directory", format!("{}: {e}", work_root.display())))
 }
 
 /// Whether `fd` lies on the request's own tmpfs `tree` (same device).
