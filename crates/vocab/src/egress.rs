@@ -763,6 +763,25 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_name_has_its_pinned_addresses_and_no_other_name_has_any() {
+        let vault: Vec<IpAddr> = vec!["10.0.0.5".parse().unwrap(), "::1".parse().unwrap()];
+        let charts: Vec<IpAddr> = vec!["10.0.0.6".parse().unwrap()];
+        let list = AllowList {
+            rules: Vec::new(),
+            audit: false,
+            hosts: vec![
+                ("vault.example".to_owned(), vault.clone()),
+                ("charts.example".to_owned(), charts.clone()),
+            ],
+            search_domains: false,
+        };
+        assert_eq!(list.fixed_addresses("vault.example"), Some(vault.as_slice()));
+        assert_eq!(list.fixed_addresses("charts.example"), Some(charts.as_slice()));
+        assert_eq!(list.fixed_addresses("evil.example"), None);
+        assert_eq!(AllowList::default().fixed_addresses("vault.example"), None);
+    }
+
+    #[test]
     fn names_match_exactly_or_by_suffix_and_always_with_a_port() {
         let list = AllowList {
             rules: vec![
