@@ -775,8 +775,14 @@ mod tests {
             ],
             search_domains: false,
         };
-        assert_eq!(list.fixed_addresses("vault.example"), Some(vault.as_slice()));
-        assert_eq!(list.fixed_addresses("charts.example"), Some(charts.as_slice()));
+        assert_eq!(
+            list.fixed_addresses("vault.example"),
+            Some(vault.as_slice())
+        );
+        assert_eq!(
+            list.fixed_addresses("charts.example"),
+            Some(charts.as_slice())
+        );
         assert_eq!(list.fixed_addresses("evil.example"), None);
         assert_eq!(AllowList::default().fixed_addresses("vault.example"), None);
     }
