@@ -422,10 +422,20 @@ mod tests {
             ("a?b", "a/b", false),
             ("*", ".hidden", true),
             ("*.yaml", "kustomization.yaml", true),
+            // The last chunk after a star matches early and not to the end: the next start.
+            ("*c", "acbc", true),
+            ("a*c", "abcbc", true),
+            // A star inside a class is a literal; one after a class starts the next chunk.
+            ("a[*]b", "a*b", true),
+            ("a[*]b", "axb", false),
+            ("[a]*b", "axxb", true),
+            // Both ends of a range bound it.
+            ("ab[b-d]", "abe", false),
+            ("ab[b-d]", "aba", false),
         ] {
             assert_eq!(go_match(p, n), Ok(want), "{p} {n}");
         }
-        for p in ["[", "[]", "[^]", "a[", "a\\", "[x-]", "*x["] {
+        for p in ["[", "[]", "[^]", "a[", "a\\", "[x-]", "*x[", "[-a]", "[]a]"] {
             assert_eq!(go_match(p, "x"), Err(BadPattern), "{p}");
         }
     }
@@ -447,6 +457,15 @@ mod tests {
         let app = root.join("app");
         assert_eq!(go_glob(root, &app, "kustomization.yaml").unwrap().len(), 1);
         assert_eq!(go_glob(root, &app, "*.y*ml").unwrap().len(), 1);
+        // A pattern whose directory part has meta characters: each matching directory globbed.
+        assert_eq!(
+            go_glob(root, &app, "*/plugin.yaml").unwrap(),
+            vec![app.join("sub/plugin.yaml")]
+        );
+        assert_eq!(
+            go_glob(root, &app, "s*/*/plugin.yaml").unwrap(),
+            vec![app.join("sub/deeper/plugin.yaml")]
+        );
         assert!(go_glob(root, &app, "missing").unwrap().is_empty());
         assert_eq!(go_glob(root, &app, "["), Err(BadPattern));
         assert!(go_glob(root, &app, "../../*").unwrap().is_empty());
@@ -458,5 +477,51 @@ mod tests {
             Err(ZglobError::NotExist)
         );
         assert!(zglob(root, &app, "**/nothing.yaml").unwrap().is_empty());
+    }
+
+    #[test]
+    fn zglob_classes_braces_and_their_literal_characters() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let app = root.join("app");
+        for f in [
+            "a.json",
+            "b.json",
+            "x,y.json",
+            "q}.txt",
+            "[x.txt",
+            "b\\.txt",
+            "sub/plugin.yaml",
+            "sub/deeper/plugin.yaml",
+        ] {
+            let p = app.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        }
+        let names = |pattern: &str| -> Vec<String> {
+            zglob(root, &app, pattern)
+                .unwrap()
+                .iter()
+                .map(|p| p.strip_prefix(&app).unwrap().display().to_string())
+                .collect()
+        };
+        // A class is copied through to its closing bracket (a pattern with no `*` or `{` is an
+        // existence check).
+        assert_eq!(names("*[a].json"), ["a.json"]);
+        assert_eq!(names("[ab]*.json"), ["a.json", "b.json"]);
+        // A backslash inside a class is a literal backslash.
+        assert_eq!(names("b*[\\].txt"), ["b\\.txt"]);
+        // An unclosed bracket is a literal one.
+        assert_eq!(names("*[x.txt"), ["[x.txt"]);
+        // A comma or closing brace outside braces is literal.
+        assert_eq!(names("*,y.json"), ["x,y.json"]);
+        assert_eq!(names("*}.txt"), ["q}.txt"]);
+        assert_eq!(names("{a,b}.json"), ["a.json", "b.json"]);
+        // Only `**/` crosses directories; a star before another character and a slash does not.
+        assert_eq!(names("s*b/plugin.yaml"), ["sub/plugin.yaml"]);
+        assert_eq!(
+            names("s**/plugin.yaml"),
+            ["sub/deeper/plugin.yaml", "sub/plugin.yaml"]
+        );
     }
 }
