@@ -42,7 +42,15 @@ const MODES: &str = r#"  generate:
           slow) sleep 1.5 ;;
           slow3) echo started >&2; sleep 3 ;;
           amplify) exec /usr/bin/python3 -c 'import sys; sys.stdout.write("a: &x " + "y" * (512 << 10) + "\nb: [" + ", ".join(["*x"] * 200) + "]\n")' ;;
-          large) exec /usr/bin/python3 -c 'import os, sys, time; time.sleep(max(0.0, float(os.environ.get("ARGOCD_ENV_AT", "0")) - time.time())); sys.stdout.write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  v: \x27" + "\"q\"" * 700000 + "\x27\n")' ;;
+          large) exec /usr/bin/python3 -c '
+        import os, sys, time
+        # A barrier: print once every party has started (a file each in the shared directory).
+        b = os.environ["ARGOCD_ENV_BARRIER"]
+        open(os.path.join(b, os.urandom(8).hex()), "w").close()
+        while len(os.listdir(b)) < int(os.environ["ARGOCD_ENV_PARTIES"]):
+            time.sleep(0.01)
+        sys.stdout.write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  v: \x27" + "\"q\"" * 700000 + "\x27\n")
+        ' ;;
         esac
         cat cm.yaml
 "#;
@@ -622,12 +630,24 @@ fn concurrent_large_replies_wait_their_turn_and_all_arrive() {
     // time: they take turns, and every one arrives whole.
     let pol = tempfile::tempdir().expect("tmp");
     let pol_file = pol.path().join("policy.yaml");
-    // The default output budget (each command prints ~2 MB), the other limits small.
-    let limits: Vec<(&str, &str)> = LIMITS
+    // The default output budget (each command prints ~2 MB) and wall clock (the four wait for
+    // each other), the other limits small; a directory every jail may write: their barrier.
+    let barrier = tempfile::tempdir_in("/var/tmp").expect("tmp");
+    std::fs::set_permissions(
+        barrier.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .expect("chmod");
+    let rw = format!(
+        "readWrite: [/dev/null, /dev/zero, /dev/full, {}]",
+        barrier.path().display()
+    );
+    let mut limits: Vec<(&str, &str)> = LIMITS
         .iter()
         .copied()
-        .filter(|(from, _)| !from.starts_with("outputBytes"))
+        .filter(|(from, _)| !from.starts_with("outputBytes") && !from.starts_with("wallSeconds"))
         .collect();
+    limits.push(("readWrite: [/dev/null, /dev/zero, /dev/full]", &rw));
     let (first, count) = write_policy(&pol_file, &limits);
     let s = Server::start_env(
         &plugin(MODES),
@@ -642,13 +662,8 @@ fn concurrent_large_replies_wait_their_turn_and_all_arrive() {
         _pol: pol,
     };
     let before = peak_rss_kib(&b.s);
-    // All four print at the same instant (the jails share the clock), so their replies
-    // overlap whatever the machine's pace.
-    let at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs_f64()
-        + 4.0;
+    // All four print once all four run (whatever the machine's pace), so their replies overlap.
+    let barrier_env = format!("ARGOCD_ENV_BARRIER={}", barrier.path().display());
     let large: Vec<_> = (0..4)
         .map(|_| {
             generate_in_background(
@@ -658,9 +673,11 @@ fn concurrent_large_replies_wait_their_turn_and_all_arrive() {
                     "-env",
                     "ARGOCD_ENV_MODE=large",
                     "-env",
-                    &format!("ARGOCD_ENV_AT={at:.3}"),
+                    &barrier_env,
+                    "-env",
+                    "ARGOCD_ENV_PARTIES=4",
                     "-timeout",
-                    "60s",
+                    "120s",
                 ],
             )
         })

@@ -125,15 +125,25 @@ impl LandlockLog {
     /// What Landlock denied to `uid`'s jail, waiting at most `wait` for a first record (the
     /// kernel delivers them asynchronously, a few milliseconds after the denial).
     pub fn take(&self, uid: u32, wait: Duration) -> Vec<LandlockDenial> {
+        self.take_when(uid, wait, |d| !d.is_empty())
+    }
+
+    /// What Landlock denied to `uid`'s jail, once those recorded so far satisfy `enough`, or
+    /// at most `wait` from now (then whatever has arrived). The records come in the kernel's
+    /// order but late: a tool's start-up probes may be here while the denial that failed it,
+    /// just before it exited, is still on its way.
+    pub fn take_when(
+        &self,
+        uid: u32,
+        wait: Duration,
+        enough: impl Fn(&[LandlockDenial]) -> bool,
+    ) -> Vec<LandlockDenial> {
         let deadline = Instant::now() + wait;
         let mut st = lock(&self.shared.state);
         loop {
-            if let Some(d) = st.by_uid.remove(&uid) {
-                return d;
-            }
             let now = Instant::now();
-            if now >= deadline {
-                return Vec::new();
+            if now >= deadline || st.by_uid.get(&uid).is_some_and(|d| enough(d)) {
+                return st.by_uid.remove(&uid).unwrap_or_default();
             }
             st = self
                 .shared
@@ -432,6 +442,58 @@ mod tests {
         assert!(d[0].allowed_by.as_deref().unwrap().contains("readOnly"));
         assert_eq!(d[1].object, "10.0.0.1:443");
         assert!(d[1].allowed_by.as_deref().unwrap().contains("allowList"));
+    }
+
+    /// A tool's start-up probe is recorded first; the denial its error names arrives later (the
+    /// kernel's delivery lags under load). Waiting for the named one gets both; taking at the
+    /// first record (mutant: `take_when` returns once any denial is there) would say only the
+    /// probe, and the explanation would miss the cause.
+    #[test]
+    fn a_failed_command_waits_for_the_denial_its_error_names() {
+        fn feed(shared: &Shared, ty: u16, text: &str) {
+            let mut st = lock(&shared.state);
+            if absorb(&mut st, ty, text, &(30000..=30099)) {
+                shared.arrived.notify_all();
+            }
+        }
+        let log = LandlockLog {
+            shared: Arc::new(Shared::default()),
+        };
+        feed(
+            &log.shared,
+            1424,
+            "audit(1.1:1): domain=77 status=allocated mode=enforcing pid=9 uid=30007 comm=\"helm\"",
+        );
+        feed(
+            &log.shared,
+            1423,
+            "audit(1.1:2): domain=77 blockers=fs.read_file path=\"/sys/kernel/mm/transparent_hugepage/hpage_pmd_size\"",
+        );
+        let shared = log.shared.clone();
+        // The kernel's lateness, not a stand-in for an event: the record is sent after it.
+        let kernel = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            feed(
+                &shared,
+                1423,
+                "audit(1.2:3): domain=77 blockers=fs.read_file path=\"/var/tmp/common.yaml\"",
+            );
+        });
+        let message = "open /var/tmp/common.yaml: permission denied";
+        let got = log.take_when(30007, Duration::from_secs(20), |ds| {
+            ds.iter().any(|d| message.contains(d.object.as_str()))
+        });
+        kernel.join().expect("feeder");
+        let objects: Vec<_> = got.iter().map(|d| d.object.as_str()).collect();
+        assert_eq!(
+            objects,
+            [
+                "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size",
+                "/var/tmp/common.yaml"
+            ]
+        );
+        // Taken: the next request of the UID starts with nothing.
+        assert!(log.take(30007, Duration::ZERO).is_empty());
     }
 
     #[test]

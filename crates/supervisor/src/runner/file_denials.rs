@@ -26,6 +26,12 @@ const MAX_NAMED: usize = 3;
 /// Phrases of a refused access, as libc's `strerror`, Go and Python print them.
 const REFUSED: &[&str] = &["permission denied", "operation not permitted"];
 
+/// Whether a message calls some access refused ("permission denied", …), in any case.
+pub fn says_refused(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    REFUSED.iter().any(|p| lower.contains(p))
+}
+
 /// The paths a failed command's error (Argo CD's `` `argv` failed <cause>: <stderr> ``) names
 /// in its stderr as refused that none of `rules` covers and that are not beneath any of `own`,
 /// as denials (in the order named, without repeats). The argv is not read: the command line

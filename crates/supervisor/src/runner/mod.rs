@@ -36,6 +36,9 @@ const JAIL_CLEANUP: Duration = Duration::from_secs(60);
 /// How long a failed request waits for Landlock's first denial record (delivered by the
 /// kernel's audit thread); only failed requests wait, and only when the log is read.
 const LANDLOCK_LOG_WAIT: Duration = Duration::from_millis(50);
+/// How long a failed request whose error calls an access refused waits for a record of
+/// something its error names; past it, what has arrived is said.
+const LANDLOCK_LOG_WAIT_NAMED: Duration = Duration::from_secs(1);
 
 /// Configuration of the confined runner.
 #[derive(Debug)]

@@ -6,7 +6,10 @@ use super::feed::{
 use super::reply::ReplyShare;
 use super::reply::read_reply;
 use super::verdict::{explain_denials, verdict};
-use super::{Inner, Jail, LANDLOCK_LOG_WAIT, feed, file_denials, internal, lock, reply};
+use super::{
+    Inner, Jail, LANDLOCK_LOG_WAIT, LANDLOCK_LOG_WAIT_NAMED, feed, file_denials, internal, lock,
+    reply,
+};
 use crate::cache::{FillFailed, FillTicket};
 use crate::plan::Plan;
 use crate::reclaim::ReclaimArgs;
@@ -456,6 +459,17 @@ impl Run<'_> {
         reply: &Reply,
     ) {
         let mut denied = match (denial_log, reply) {
+            // An error that calls an access refused waits longer, for a record of something
+            // it names: the records come late and in order, so a tool's start-up probes can
+            // be here while the denial that failed it is not.
+            (Some((log, uid)), Reply::Err { message, .. })
+                if file_denials::says_refused(message) =>
+            {
+                log.take_when(uid, LANDLOCK_LOG_WAIT_NAMED, |ds| {
+                    ds.iter()
+                        .any(|d| !d.object.is_empty() && message.contains(d.object.as_str()))
+                })
+            }
             (Some((log, uid)), Reply::Err { .. }) => log.take(uid, LANDLOCK_LOG_WAIT),
             (Some((log, uid)), Reply::Ok { .. }) => log.take(uid, Duration::ZERO),
             (None, _) => Vec::new(),
