@@ -238,11 +238,8 @@ fn abs_path(p: &str, field: &'static str) -> Result<PathBuf, PolicyError> {
     if !path.is_absolute() {
         return Err(invalid(field, format!("{p:?} is not absolute")));
     }
-    if path
-        .components()
-        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-        || p.contains("//")
-    {
+    // By the text: `Path::components` drops a `.` inside a path, so `/opt/./x` would pass.
+    if p.split('/').any(|c| matches!(c, "." | "..")) || p.contains("//") {
         return Err(invalid(field, format!("{p:?} is not a normalised path")));
     }
     Ok(path.to_path_buf())
@@ -1472,6 +1469,92 @@ mod tests {
         ]
         .map(|k| (k.to_owned(), "value".to_owned()));
         assert_eq!(p.withheld_env(env), ["AVP_TYPE", "HELM_CACHE_HOME"]);
+    }
+
+    /// What is left out of the withheld list is each kind of noise by its own shape; a name
+    /// merely resembling one (a `_PORT_` that is no service link, a prefix without its
+    /// underscore) is still named, and `NAME_*` passes by prefix, a plain name only whole.
+    #[test]
+    fn each_kind_of_noise_is_left_out_by_its_own_shape() {
+        let p = with("pass: [PATH, LANG, LC_ALL, TZ]", "pass: [PATH, VAULT_*]").expect("policy");
+        let env = [
+            // Noise: the shell's, the server's own, Kubernetes service links.
+            "SHLVL",
+            "ARGOCD_CMP_SERVER_LISTEN",
+            "CMP_WARDEN_POLICY",
+            "ARGOCD_PLUGINSOCKFILEPATH",
+            "ARGOCD_EXEC_TIMEOUT",
+            "WEB_SERVICE_PORT_HTTP",
+            "WEB_PORT_443_TCP_ADDR",
+            "DNS_PORT_53_UDP_PROTO",
+            "DNS_PORT",
+            // Named.
+            "MY_PORT_NUMBER",
+            "ARGOCD_CMPX",
+            "CMP_WARDENX",
+            "PATHX",
+            "VAULTX",
+        ]
+        .map(|k| (k.to_owned(), "value".to_owned()));
+        assert_eq!(
+            p.withheld_env(env),
+            [
+                "ARGOCD_CMPX",
+                "CMP_WARDENX",
+                "MY_PORT_NUMBER",
+                "PATHX",
+                "VAULTX"
+            ]
+        );
+        assert!(p.passes("VAULT_TOKEN") && p.passes("PATH"));
+        assert!(!p.passes("VAULT") && !p.passes("PATH_X") && !p.passes("XPATH"));
+    }
+
+    #[test]
+    fn any_namespace_is_some_and_none_is_none() {
+        let none = Namespaces::default();
+        assert!(!none.any());
+        let each = [
+            Namespaces {
+                mount: true,
+                ..none
+            },
+            Namespaces { pid: true, ..none },
+            Namespaces { net: true, ..none },
+            Namespaces { ipc: true, ..none },
+            Namespaces { uts: true, ..none },
+            Namespaces {
+                cgroup: true,
+                ..none
+            },
+        ];
+        for n in each {
+            assert!(n.any(), "{n:?}");
+        }
+    }
+
+    #[test]
+    fn policy_files_are_yaml_in_any_case_and_not_hidden() {
+        for name in ["a.yaml", "a.yml", "A.YAML", "b.Yml"] {
+            assert!(is_policy_file_name(name), "{name}");
+        }
+        for name in [".a.yaml", ".a.yml", "a.json", "a.yaml.bak", "yaml"] {
+            assert!(!is_policy_file_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn policy_paths_are_absolute_and_normalised() {
+        assert!(is_policy_path("/opt/tools"));
+        for p in [
+            "opt/tools",
+            "/opt/./tools",
+            "/opt/../etc",
+            "/opt//tools",
+            "./x",
+        ] {
+            assert!(!is_policy_path(p), "{p}");
+        }
     }
 }
 
