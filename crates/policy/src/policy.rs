@@ -1640,6 +1640,94 @@ mod set_tests {
         assert!(is_policy_file_name("a.YmL") && !is_policy_file_name("a.yaml.bak"));
     }
 
+    /// A directory of this test process's own, removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            let d = std::env::temp_dir().join(format!("cmpw-policy-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Scratch(d)
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A policy file that is a symbolic link out of the directory is skipped and named (a
+    /// policy is read from the reviewed directory alone); a link inside it is read (a
+    /// ConfigMap's files are links into `..data`).
+    #[test]
+    fn a_link_out_of_the_directory_is_skipped_and_one_inside_is_read() {
+        let dir = Scratch::new("link");
+        let outside = Scratch::new("link-outside");
+        std::fs::create_dir_all(dir.path().join("seccomp")).unwrap();
+        std::fs::write(
+            dir.path().join("seccomp/default.json"),
+            crate::seccomp::DEFAULT_SECCOMP_JSON,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("default.yaml"), DEFAULT_POLICY_YAML).unwrap();
+        std::fs::create_dir_all(dir.path().join("..data")).unwrap();
+        std::fs::write(
+            dir.path().join("..data/team-a.yaml"),
+            selected("team-a", "{projects: [team-a]}", &[]),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("..data/team-a.yaml", dir.path().join("team-a.yaml")).unwrap();
+        let foreign = outside.path().join("team-b.yaml");
+        std::fs::write(&foreign, selected("team-b", "{projects: [team-b]}", &[])).unwrap();
+        std::os::unix::fs::symlink(&foreign, dir.path().join("team-b.yaml")).unwrap();
+        let set = PolicySet::load(dir.path()).expect("set");
+        let names: Vec<&str> = set.policies().iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["default", "team-a"]);
+        assert_eq!(
+            set.skipped(),
+            ["team-b.yaml: a symbolic link out of the directory (policies are read from it alone)"]
+        );
+    }
+
+    /// A directory holds at most MAX_POLICIES policy files: that many load, one more is
+    /// refused by name.
+    #[test]
+    fn a_directory_holds_at_most_max_policies() {
+        let dir = Scratch::new("max");
+        std::fs::create_dir_all(dir.path().join("seccomp")).unwrap();
+        std::fs::write(
+            dir.path().join("seccomp/default.json"),
+            crate::seccomp::DEFAULT_SECCOMP_JSON,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("default.yaml"), DEFAULT_POLICY_YAML).unwrap();
+        for i in 1..MAX_POLICIES {
+            let name = format!("p{i:03}");
+            let text = selected(&name, &format!("{{projects: [{name}]}}"), &[]);
+            std::fs::write(dir.path().join(format!("{name}.yaml")), text).unwrap();
+        }
+        let set = PolicySet::load(dir.path()).expect("MAX_POLICIES files");
+        assert_eq!(set.policies().len(), MAX_POLICIES);
+        let text = selected("extra", "{projects: [extra]}", &[]);
+        std::fs::write(dir.path().join("extra.yaml"), text).unwrap();
+        let err = PolicySet::load(dir.path())
+            .expect_err("one more")
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "{} policy files, more than the {MAX_POLICIES} a directory may hold",
+                MAX_POLICIES + 1
+            )),
+            "{err}"
+        );
+    }
+
     fn project(p: &str) -> Identity {
         Identity::from_env([(PROJECT_VAR, p)]).unwrap()
     }
