@@ -1641,7 +1641,7 @@ mod set_tests {
     }
 
     /// A directory of this test process's own, removed when dropped.
-    struct Scratch(std::path::PathBuf);
+    struct Scratch(PathBuf);
 
     impl Scratch {
         fn new(tag: &str) -> Scratch {
