@@ -1510,6 +1510,126 @@ mod tests {
         assert!(!p.passes("VAULT") && !p.passes("PATH_X") && !p.passes("XPATH"));
     }
 
+    /// `spec.uidRange`'s bounds, each at its edge: 1000 is the first non-system ID, the range
+    /// may end at 2^31-1 and not one past it.
+    #[test]
+    fn uid_ranges_at_their_edges() {
+        let r = |first, count| check_uid_range(&RawUidRange { first, count });
+        assert!(r(999, 1).is_err());
+        assert_eq!(r(1000, 1).expect("first non-system ID"), (1000, 1));
+        let top = u32::MAX >> 1;
+        assert!(r(100_000, top - 100_000).is_ok(), "ends at 2^31-1");
+        assert!(r(100_000, top - 100_000 + 1).is_err(), "one past 2^31-1");
+        assert!(r(top - 10, 5).is_ok());
+        assert!(r(65534, 1).is_err() && r(65535, 1).is_ok() && r(65000, 534).is_ok());
+    }
+
+    /// `spec.cache`: its defaults (on, 512 MiB, UID 65535, 8 KiB archives), the UID above a
+    /// range that holds 65535, and each refused UID at its edge.
+    #[test]
+    fn the_cache_defaults_and_its_uid_edges() {
+        let c = check_cache(None, 20000, 100).expect("defaults");
+        assert_eq!(
+            (c.enabled, c.bytes, c.uid, c.min_archive_bytes),
+            (true, 512 << 20, 65535, 8192)
+        );
+        assert_eq!(check_cache(None, 60000, 10000).expect("above").uid, 70000);
+        let with_uid = |uid| {
+            check_cache(
+                Some(&RawCache {
+                    uid: Some(uid),
+                    ..RawCache::default()
+                }),
+                20000,
+                100,
+            )
+        };
+        assert!(with_uid(0).is_err(), "0");
+        assert!(with_uid(999).is_err() && with_uid(1000).is_ok());
+        assert!(with_uid(20099).is_err() && with_uid(20100).is_ok());
+        assert!(
+            with_uid(65519).is_err()
+                && with_uid(65534).is_err()
+                && with_uid(65518).is_ok()
+                && with_uid(65535).is_ok()
+        );
+        let top = u32::MAX >> 1;
+        assert!(with_uid(top - 16).is_ok() && with_uid(top - 15).is_err());
+        let small = RawCache {
+            bytes: Some(RawQty::Num((1 << 20) - 1)),
+            ..RawCache::default()
+        };
+        assert!(check_cache(Some(&small), 20000, 100).is_err());
+        let one_mib = RawCache {
+            bytes: Some(RawQty::Num(1 << 20)),
+            ..RawCache::default()
+        };
+        assert_eq!(
+            check_cache(Some(&one_mib), 20000, 100)
+                .expect("1 MiB")
+                .bytes,
+            1 << 20
+        );
+    }
+
+    /// `spec.landlock`: only with landlock required, an ABI from 1 to 7, each feature once.
+    #[test]
+    fn landlock_requirements_are_checked() {
+        let none = check_landlock(None, &[]).expect("none");
+        assert_eq!((none.min_abi, none.features.len()), (1, 0));
+        let req = [Protection::Landlock];
+        let abi = |min_abi| RawLandlock {
+            min_abi: Some(min_abi),
+            features: Vec::new(),
+        };
+        assert!(check_landlock(Some(&abi(3)), &[]).is_err(), "not required");
+        assert!(check_landlock(Some(&abi(0)), &req).is_err());
+        assert!(check_landlock(Some(&abi(8)), &req).is_err());
+        assert_eq!(check_landlock(Some(&abi(1)), &req).expect("1").min_abi, 1);
+        assert_eq!(check_landlock(Some(&abi(7)), &req).expect("7").min_abi, 7);
+        let twice = RawLandlock {
+            min_abi: None,
+            features: vec![LandlockFeature::Refer, LandlockFeature::Refer],
+        };
+        assert!(check_landlock(Some(&twice), &req).is_err());
+        let two = RawLandlock {
+            min_abi: None,
+            features: vec![LandlockFeature::Refer, LandlockFeature::Filesystem],
+        };
+        assert_eq!(
+            check_landlock(Some(&two), &req).expect("two").features,
+            [LandlockFeature::Filesystem, LandlockFeature::Refer]
+        );
+    }
+
+    /// A variable is named by a message only as a word of its own.
+    #[test]
+    fn a_variable_is_named_only_as_a_word_of_its_own() {
+        for text in [
+            "VAULT_TOKEN",
+            "VAULT_TOKEN is not set",
+            "missing (VAULT_TOKEN)",
+            "MY_VAULT_TOKEN_FILE, and VAULT_TOKEN",
+        ] {
+            assert!(names_var(text, "VAULT_TOKEN"), "{text}");
+        }
+        for text in [
+            "MY_VAULT_TOKEN_FILE",
+            "XVAULT_TOKEN",
+            "VAULT_TOKEN1",
+            "X_VAULT_TOKEN",
+            "",
+        ] {
+            assert!(!names_var(text, "VAULT_TOKEN"), "{text}");
+        }
+        for n in ["A_1", "A_*", "PATH", "_X"] {
+            assert!(is_env_name(n), "{n}");
+        }
+        for n in ["", "*", "A-B", "A*B", "A B", "A.*"] {
+            assert!(!is_env_name(n), "{n}");
+        }
+    }
+
     #[test]
     fn any_namespace_is_some_and_none_is_none() {
         let none = Namespaces::default();
