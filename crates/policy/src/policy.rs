@@ -1630,6 +1630,28 @@ mod tests {
         }
     }
 
+    /// Each allowList-only field alone, under mode none, is refused by name.
+    #[test]
+    fn each_allow_list_field_needs_mode_allow_list() {
+        for extra in [
+            "allow: [{host: a.example, ports: [1]}]",
+            "audit: true",
+            "maxConnections: 3",
+            "hosts: {a.example: [10.1.2.3]}",
+            "searchDomains: true",
+        ] {
+            let net = format!("network: {{mode: none, {extra}}}");
+            let err = with("network: {mode: none}", &net)
+                .expect_err(&net)
+                .to_string();
+            assert!(
+                err.contains("apply only to mode: allowList"),
+                "{net}: {err}"
+            );
+        }
+        assert!(with("network: {mode: none}", "network: {mode: none}").is_ok());
+    }
+
     #[test]
     fn any_namespace_is_some_and_none_is_none() {
         let none = Namespaces::default();
