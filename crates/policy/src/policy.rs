@@ -1652,6 +1652,48 @@ mod tests {
         assert!(with("network: {mode: none}", "network: {mode: none}").is_ok());
     }
 
+    /// Each byte limit's floor holds at its edge, and the defaults of the two optional ones
+    /// (dataBytes: the memory limit; addressSpaceBytes: 64 GiB).
+    #[test]
+    fn byte_limits_hold_at_their_floors() {
+        let limits = |edit: (&str, u64)| {
+            let mut fields = vec![
+                ("wallSeconds", 1u64),
+                ("memoryBytes", 16 << 20),
+                ("pids", 8),
+                ("cpuMillis", 10),
+                ("outputBytes", 1024),
+                ("openFiles", 64),
+                ("fileSizeBytes", 1 << 20),
+                ("diskBytes", 1 << 20),
+            ];
+            match fields.iter_mut().find(|(k, _)| *k == edit.0) {
+                Some(f) => f.1 = edit.1,
+                None => fields.push(edit),
+            }
+            let text: Vec<String> = fields.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let raw: RawLimits = from_yaml(&format!("{{{}}}", text.join(", ")), "").expect("yaml");
+            check_limits(&raw)
+        };
+        let at_floor = limits(("memoryBytes", 16 << 20)).expect("floors");
+        assert_eq!(at_floor.data_bytes, 16 << 20);
+        assert_eq!(at_floor.address_space_bytes, 64 << 30);
+        for (field, floor) in [
+            ("memoryBytes", 16u64 << 20),
+            ("fileSizeBytes", 1 << 20),
+            ("diskBytes", 1 << 20),
+            ("dataBytes", 16 << 20),
+            ("addressSpaceBytes", 256 << 20),
+        ] {
+            assert!(limits((field, floor)).is_ok(), "{field} at {floor}");
+            let err = limits((field, floor - 1)).expect_err(field).to_string();
+            assert!(
+                err.contains(&format!("must be at least {floor}")),
+                "{field}: {err}"
+            );
+        }
+    }
+
     #[test]
     fn any_namespace_is_some_and_none_is_none() {
         let none = Namespaces::default();
@@ -1835,6 +1877,22 @@ mod set_tests {
             set.skipped(),
             ["team-b.yaml: a symbolic link out of the directory (policies are read from it alone)"]
         );
+    }
+
+    /// Each policy of a set names the file it was read from; no file past the last.
+    #[test]
+    fn each_policy_names_its_file() {
+        let set = set(&[
+            ("default.yaml", DEFAULT_POLICY_YAML.to_owned()),
+            (
+                "team-a.yaml",
+                selected("team-a", "{projects: [team-a]}", &[]),
+            ),
+        ])
+        .expect("set");
+        assert_eq!(set.source(0), Some("default.yaml"));
+        assert_eq!(set.source(1), Some("team-a.yaml"));
+        assert_eq!(set.source(2), None);
     }
 
     /// A directory holds at most MAX_POLICIES policy files: that many load, one more is
