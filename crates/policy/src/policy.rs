@@ -1694,6 +1694,25 @@ mod tests {
         }
     }
 
+    /// A file of exactly MAX_FILE_BYTES is read whole; one byte more is refused by its size.
+    #[test]
+    fn files_are_read_whole_up_to_their_bound() {
+        let dir = std::env::temp_dir().join(format!("cmpw-policy-bound-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("p.yaml");
+        std::fs::write(&f, "x".repeat(MAX_FILE_BYTES as usize)).unwrap();
+        let read = read_bounded(&f).map(|t| t.len());
+        std::fs::write(&f, "x".repeat(MAX_FILE_BYTES as usize + 1)).unwrap();
+        let over = read_bounded(&f).map(|t| t.len());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(read.expect("at the bound"), MAX_FILE_BYTES as usize);
+        let err = over.expect_err("past the bound").to_string();
+        assert!(
+            err.contains(&format!("{} bytes, more than the", MAX_FILE_BYTES + 1)),
+            "{err}"
+        );
+    }
+
     #[test]
     fn any_namespace_is_some_and_none_is_none() {
         let none = Namespaces::default();
