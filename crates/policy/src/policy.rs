@@ -1713,6 +1713,55 @@ mod tests {
         );
     }
 
+    /// Namespaces required need one listed; listed without the requirement, or none without
+    /// it, is fine. A pinned host is an exact name with an address. A profile path is
+    /// relative, without `..`, and the embedded policy has only the default profile.
+    #[test]
+    fn namespaces_hosts_and_profile_paths_are_checked() {
+        let req = "require: [uniqueUid, noNewPrivs, landlock, seccomp]";
+        let ns = "namespaces: [mount, pid, net, ipc, uts, cgroup]";
+        let both = |r: &str, n: &str| {
+            Policy::parse(
+                &DEFAULT_POLICY_YAML.replacen(req, r, 1).replacen(ns, n, 1),
+                None,
+            )
+        };
+        let required = "require: [uniqueUid, noNewPrivs, landlock, seccomp, namespaces]";
+        assert!(both(required, "namespaces: []").is_err());
+        assert!(both(required, ns).is_ok());
+        assert!(both(req, "namespaces: []").is_ok());
+        let net = "network: {mode: none}";
+        for hosts in ["{a.example: []}", "{'*.a.example': [10.1.2.3]}"] {
+            let n = format!(
+                "network: {{mode: allowList, allow: [{{host: a.example, ports: [443]}}], hosts: {hosts}}}"
+            );
+            let err = with(net, &n).expect_err(hosts).to_string();
+            assert!(
+                err.contains("an exact name with at least one address"),
+                "{err}"
+            );
+        }
+        let profile = "profile: seccomp/default.json";
+        for p in [
+            "profile: ''",
+            "profile: /etc/seccomp.json",
+            "profile: ../seccomp/x.json",
+        ] {
+            let err = with(profile, p).expect_err(p).to_string();
+            assert!(
+                err.contains("must be a relative path without '..'"),
+                "{p}: {err}"
+            );
+        }
+        let err = with(profile, "profile: seccomp/other.json")
+            .expect_err("embedded")
+            .to_string();
+        assert!(
+            err.contains("the embedded policy can only use seccomp/default.json"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn any_namespace_is_some_and_none_is_none() {
         let none = Namespaces::default();
