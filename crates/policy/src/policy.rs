@@ -1762,6 +1762,24 @@ mod tests {
         );
     }
 
+    /// Under allowList, the allow list's own warnings (a cidr covering loopback without
+    /// `internal: true`) are the policy's.
+    #[test]
+    fn an_allow_lists_warnings_are_the_policys() {
+        assert!(
+            Policy::default_policy()
+                .expect("default")
+                .warnings()
+                .is_empty()
+        );
+        let p = with(
+            "network: {mode: none}",
+            "network: {mode: allowList, allow: [{cidr: 127.0.0.0/8, ports: [80]}]}",
+        )
+        .expect("policy");
+        assert!(!p.warnings().is_empty(), "{:?}", p.warnings());
+    }
+
     #[test]
     fn any_namespace_is_some_and_none_is_none() {
         let none = Namespaces::default();
