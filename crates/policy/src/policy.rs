@@ -1449,9 +1449,19 @@ mod tests {
         assert!(err.contains("applies to mode none or allowList"), "{err}");
     }
 
+    /// The default policy passing `PATH` and `VAULT_*`.
+    fn passing_path_and_vault() -> Policy {
+        with("pass: [PATH, LANG, LC_ALL, TZ]", "pass: [PATH, VAULT_*]").expect("policy")
+    }
+
+    /// What `passing_path_and_vault` withholds of a server environment with these names.
+    fn withheld(names: &[&str]) -> Vec<String> {
+        passing_path_and_vault()
+            .withheld_env(names.iter().map(|k| ((*k).to_owned(), "value".to_owned())))
+    }
+
     #[test]
     fn withheld_variables_are_named_without_the_noise() {
-        let p = with("pass: [PATH, LANG, LC_ALL, TZ]", "pass: [PATH, VAULT_*]").expect("policy");
         let env = [
             "PATH",
             "VAULT_ADDR",
@@ -1461,9 +1471,8 @@ mod tests {
             "KUBERNETES_PORT_443_TCP",
             "ARGOCD_REPO_SERVER_PORT",
             "HELM_CACHE_HOME",
-        ]
-        .map(|k| (k.to_owned(), "value".to_owned()));
-        assert_eq!(p.withheld_env(env), ["AVP_TYPE", "HELM_CACHE_HOME"]);
+        ];
+        assert_eq!(withheld(&env), ["AVP_TYPE", "HELM_CACHE_HOME"]);
     }
 
     /// What is left out of the withheld list is each kind of noise by its own shape; a name
@@ -1471,7 +1480,6 @@ mod tests {
     /// underscore) is still named, and `NAME_*` passes by prefix, a plain name only whole.
     #[test]
     fn each_kind_of_noise_is_left_out_by_its_own_shape() {
-        let p = with("pass: [PATH, LANG, LC_ALL, TZ]", "pass: [PATH, VAULT_*]").expect("policy");
         let env = [
             // Noise: the shell's, the server's own, Kubernetes service links.
             "SHLVL",
@@ -1489,10 +1497,9 @@ mod tests {
             "CMP_WARDENX",
             "PATHX",
             "VAULTX",
-        ]
-        .map(|k| (k.to_owned(), "value".to_owned()));
+        ];
         assert_eq!(
-            p.withheld_env(env),
+            withheld(&env),
             [
                 "ARGOCD_CMPX",
                 "CMP_WARDENX",
@@ -1501,6 +1508,7 @@ mod tests {
                 "VAULTX"
             ]
         );
+        let p = passing_path_and_vault();
         assert!(p.passes("VAULT_TOKEN") && p.passes("PATH"));
         assert!(!p.passes("VAULT") && !p.passes("PATH_X") && !p.passes("XPATH"));
     }
