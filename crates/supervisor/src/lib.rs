@@ -51,8 +51,8 @@ pub use reclaim::{RECLAIM_ARG, reclaim_main};
 pub use reload::{ReloadRefused, Reloaded};
 pub use runner::ReplyShare;
 pub use start::{
-    Bind, DenialLog, Enforcement, Owner, StartError, StartOptions, Step, Supervisor,
-    missing_required, privileges_now, start_without_jails,
+    Bind, DenialLog, Enforcement, Owner, StartError, StartOptions, Supervisor, missing_required,
+    privileges_now, start_without_jails,
 };
 pub use uid::{proc_uid, processes_in_range};
 

@@ -15,7 +15,7 @@ use jail_wire::protocol::{Degraded, LandlockStatus, Report};
 use policy::Namespace;
 
 use crate::runner::{Confined, ConfinedConfig};
-use crate::uid::UidPool;
+use crate::uid::{UidError, UidPool};
 use crate::{landlock_log, privilege, uid};
 
 /// Who the supervisor is for: the long-lived server owns its UID range and cgroup directory
@@ -99,49 +99,117 @@ impl std::fmt::Debug for StartOptions<'_> {
     }
 }
 
-/// The start-up step that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// 0. A benchmark build's switches (`bench::OFF_ENV`; refused by every other build).
-    Bench,
-    /// 1. Not dumpable, subreaper.
-    Dumpable,
-    /// 2. Each policy's translation: its seccomp profile.
-    Seccomp,
-    /// 3. Privilege model and unique UIDs.
-    UniqueUid,
-    /// 4. The work root.
-    WorkRoot,
-    /// 5. The UID pool.
-    UidPool,
-    /// 6. Per-request cgroups.
-    Cgroups,
-    /// 8. The start-up sweep.
-    Sweep,
-    /// 9. The caller's listeners.
-    Bind,
-    /// 10. The capability drop.
-    Capabilities,
-    /// 11. The probe and the fail-closed verdict.
-    Probe,
-}
-
-/// Why start-up stopped: the step, and what to change (the message names the policy field or
-/// the flag).
+/// Why start-up stopped: one variant per step and cause, numbered as [`Supervisor::start`]'s
+/// steps are. Each message says what was refused and the policy field or flag that changes it.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct StartError {
-    /// Where.
-    pub step: Step,
-    /// What, and how to change it.
-    pub message: String,
-}
-
-fn stop(step: Step, message: impl Into<String>) -> StartError {
-    StartError {
-        step,
-        message: message.into(),
-    }
+pub enum StartError {
+    /// 0. `CMP_WARDEN_BENCH_OFF` set where it is refused, or naming no layer.
+    #[error("{0}")]
+    Bench(String),
+    /// 1. `prctl(PR_SET_DUMPABLE, 0)`.
+    #[error("prctl(PR_SET_DUMPABLE, 0): {0}")]
+    NotDumpable(rustix::io::Errno),
+    /// 1. `prctl(PR_SET_CHILD_SUBREAPER)`.
+    #[error("prctl(PR_SET_CHILD_SUBREAPER): {0}")]
+    Subreaper(rustix::io::Errno),
+    /// 2. A policy requiring seccomp whose profile does not compile here (`policy`: a policy
+    ///    of the directory other than the default one).
+    #[error("{}{source}", policy.as_ref().map(|p| format!("policy {p:?}: ")).unwrap_or_default())]
+    Seccomp {
+        /// The policy, when not the default one.
+        policy: Option<String>,
+        /// Why the profile does not compile.
+        source: seccomp::SeccompError,
+    },
+    /// 3. `uniqueUid` required, and the server cannot give each request a UID of its own.
+    #[error(
+        "policy {policy:?} requires uniqueUid, but {why}. Run as root with only SETUID, SETGID and SETPCAP (docs: privilege models), or remove uniqueUid from spec.require to accept a shared UID"
+    )]
+    UniqueUid {
+        /// The default policy.
+        policy: String,
+        /// What the privilege model lacks.
+        why: String,
+    },
+    /// 4. The work root cannot be created.
+    #[error("creating work dir {}: {source}", path.display())]
+    WorkRootCreate {
+        /// The work root.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// 4. The work root's absolute path, or an ancestor's metadata, cannot be read.
+    #[error("{}{source}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
+    WorkRootRead {
+        /// The directory read, when known.
+        path: Option<PathBuf>,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// 4. An ancestor of the work root is not searchable by others: the leased UIDs could not
+    ///    reach their directories.
+    #[error(
+        "the work dir {} is not reachable by the sandbox UIDs: {} has mode {mode:o} (others need search permission, o+x); use a directory such as /tmp or an emptyDir",
+        work_root.display(),
+        dir.display()
+    )]
+    WorkRootUnreachable {
+        /// The work root.
+        work_root: PathBuf,
+        /// The ancestor without `o+x`.
+        dir: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// 5. The UID pool (its range overlaps the image's accounts, or is empty).
+    #[error("{0}")]
+    UidPool(#[from] UidError),
+    /// 6. Cgroups required and unusable here.
+    #[error("policy {policy:?} requires cgroups: {source}")]
+    Cgroups {
+        /// The default policy.
+        policy: String,
+        /// Why not.
+        source: cgroups::CgroupError,
+    },
+    /// 8. The start-up sweep of a previous run's processes and directories.
+    #[error("start-up sweep: {0}")]
+    Sweep(String),
+    /// 8. The work root's mode (1733, or 700 in the shared-UID model).
+    #[error("{}: {source}", path.display())]
+    WorkRootMode {
+        /// The work root.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// 9. The caller's listeners (the alternate form: the error's whole chain).
+    #[error("{0:#}")]
+    Bind(Box<dyn std::error::Error + Send + Sync>),
+    /// 10. The capability drop.
+    #[error("dropping the supervisor's capabilities: {0}")]
+    Capabilities(std::io::Error),
+    /// 11. The probe jail failed (`policy`: a policy of the directory other than the default).
+    #[error("sandbox probe {}failed: {source}", policy.as_ref().map(|p| format!("of policy {p:?} ")).unwrap_or_default())]
+    Probe {
+        /// The policy, when not the default one.
+        policy: Option<String>,
+        /// What failed.
+        source: vocab::request::RequestError,
+    },
+    /// 11. A required protection the probe jail could not enforce.
+    #[error(
+        "policy {policy:?} requires {missing:?}, which this environment cannot enforce (probe: {probe:?})"
+    )]
+    Unenforceable {
+        /// The policy.
+        policy: String,
+        /// The required protections missing.
+        missing: Vec<&'static str>,
+        /// What the probe could enforce.
+        probe: Box<Report>,
+    },
 }
 
 /// What start-up found and enforces: logged once as `sandbox enforced`, and the source of
@@ -332,7 +400,7 @@ impl Supervisor {
 
         // 0. Protections a benchmark build was asked to leave out (none in any other build,
         //    which refuses to start when asked).
-        let off = crate::bench::init().map_err(|e| stop(Step::Bench, e))?;
+        let off = crate::bench::init().map_err(StartError::Bench)?;
         if off != crate::bench::Off::default() {
             tracing::warn!(off = ?off.names(), "BENCHMARK BUILD: these protections are switched off for every request ({})", crate::bench::OFF_ENV);
         }
@@ -343,13 +411,9 @@ impl Supervisor {
         //    descendant, so the server can tell it from the repo-server even when they share a
         //    UID (the peer check), and its zombie is ours to reap.
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-            .map_err(|e| stop(Step::Dumpable, format!("prctl(PR_SET_DUMPABLE, 0): {e}")))?;
-        rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(|e| {
-            stop(
-                Step::Dumpable,
-                format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"),
-            )
-        })?;
+            .map_err(StartError::NotDumpable)?;
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            .map_err(StartError::Subreaper)?;
 
         // 2. Each policy's one translation, and its seccomp filter compiled for this
         //    architecture.
@@ -387,7 +451,10 @@ impl Supervisor {
         }
         if let Err(e) = plan.seccomp() {
             if plan.requires(Protection::Seccomp) {
-                return Err(stop(Step::Seccomp, e.to_string()));
+                return Err(StartError::Seccomp {
+                    policy: None,
+                    source: e.clone(),
+                });
             }
             tracing::warn!(error = %e, "SECCOMP DISABLED: the profile does not compile here and the policy does not require it");
             unavailable.push((Protection::Seccomp, e.to_string()));
@@ -395,10 +462,10 @@ impl Supervisor {
         for p in plans.all().iter().skip(1) {
             if let Err(e) = p.seccomp() {
                 if plan.requires(Protection::Seccomp) {
-                    return Err(stop(
-                        Step::Seccomp,
-                        format!("policy {:?}: {e}", p.policy_name),
-                    ));
+                    return Err(StartError::Seccomp {
+                        policy: Some(p.policy_name.clone()),
+                        source: e.clone(),
+                    });
                 }
                 tracing::warn!(policy = %p.policy_name, error = %e, "SECCOMP DISABLED for this policy's requests: its profile does not compile here and spec.require (the default policy's) does not require it");
             }
@@ -410,11 +477,9 @@ impl Supervisor {
         let unique_uid = unique_uids(&plan, &privileges, &mut unavailable)?;
 
         // 4. The work root, reachable by the leased UIDs.
-        std::fs::create_dir_all(&work_root).map_err(|e| {
-            stop(
-                Step::WorkRoot,
-                format!("creating work dir {}: {e}", work_root.display()),
-            )
+        std::fs::create_dir_all(&work_root).map_err(|source| StartError::WorkRootCreate {
+            path: work_root.clone(),
+            source,
         })?;
         if unique_uid {
             check_searchable(&work_root)?;
@@ -467,11 +532,14 @@ impl Supervisor {
             &work_root,
             std::os::unix::fs::PermissionsExt::from_mode(mode),
         )
-        .map_err(|e| stop(Step::WorkRoot, format!("{}: {e}", work_root.display())))?;
+        .map_err(|source| StartError::WorkRootMode {
+            path: work_root.clone(),
+            source,
+        })?;
 
         // 9. The caller's listeners (a socket's owner and low ports need privileges).
         if let Some(bind) = bind {
-            bind().map_err(|e| stop(Step::Bind, format!("{e:#}")))?;
+            bind().map_err(StartError::Bind)?;
         }
 
         // 9b. Landlock's denial records: the audit log's read-only group needs CAP_AUDIT_READ
@@ -489,44 +557,35 @@ impl Supervisor {
         // 10. Keep only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, in every set including
         //     bounding; read back from the kernel.
         if drop_capabilities && privileges.holds_any() {
-            privilege::drop_supervisor_capabilities().map_err(|e| {
-                stop(
-                    Step::Capabilities,
-                    format!("dropping the supervisor's capabilities: {e}"),
-                )
-            })?;
+            privilege::drop_supervisor_capabilities().map_err(StartError::Capabilities)?;
         }
         let capabilities_kept = privilege::effective_now();
 
         // 11. Probe: a jail confines itself and runs the extractor self-test; a required
         //     protection it lacks, or a write outside its directory, stops start-up.
         //     Every selected policy's jail is probed too: its own file rules and filter.
-        let (probe, cgroup_probe) = runner
-            .probe(&plan)
-            .map_err(|e| stop(Step::Probe, format!("sandbox probe failed: {e}")))?;
+        let (probe, cgroup_probe) = runner.probe(&plan).map_err(|source| StartError::Probe {
+            policy: None,
+            source,
+        })?;
         for (i, p) in plans.all().iter().enumerate() {
             let selected;
             let probe = if i == 0 {
                 &probe
             } else {
-                selected = runner.probe(p).map_err(|e| {
-                    stop(
-                        Step::Probe,
-                        format!("sandbox probe of policy {:?} failed: {e}", p.policy_name),
-                    )
+                selected = runner.probe(p).map_err(|source| StartError::Probe {
+                    policy: Some(p.policy_name.clone()),
+                    source,
                 })?;
                 &selected.0
             };
             let missing = missing_required(probe, p);
             if !missing.is_empty() {
-                return Err(stop(
-                    Step::Probe,
-                    format!(
-                        "policy {:?} requires {:?}, which this environment cannot enforce (probe: {probe:?})",
-                        p.policy_name,
-                        missing.iter().map(|p| p.as_str()).collect::<Vec<_>>()
-                    ),
-                ));
+                return Err(StartError::Unenforceable {
+                    policy: p.policy_name.clone(),
+                    missing: missing.iter().map(|p| p.as_str()).collect(),
+                    probe: Box::new(probe.clone()),
+                });
             }
         }
 
@@ -668,14 +727,9 @@ pub fn privileges_now() -> Privileges {
 /// only. Returns the capabilities kept.
 pub fn start_without_jails() -> Result<Vec<String>, StartError> {
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .map_err(|e| stop(Step::Dumpable, format!("prctl(PR_SET_DUMPABLE, 0): {e}")))?;
+        .map_err(StartError::NotDumpable)?;
     if privilege::detect().holds_any() {
-        privilege::drop_supervisor_capabilities().map_err(|e| {
-            stop(
-                Step::Capabilities,
-                format!("dropping the supervisor's capabilities: {e}"),
-            )
-        })?;
+        privilege::drop_supervisor_capabilities().map_err(StartError::Capabilities)?;
     }
     Ok(privilege::effective_now())
 }
@@ -702,13 +756,10 @@ fn unique_uids(
         )
     };
     if plan.requires(Protection::UniqueUid) {
-        return Err(stop(
-            Step::UniqueUid,
-            format!(
-                "policy {:?} requires uniqueUid, but {why}. Run as root with only SETUID, SETGID and SETPCAP (docs: privilege models), or remove uniqueUid from spec.require to accept a shared UID",
-                plan.policy_name
-            ),
-        ));
+        return Err(StartError::UniqueUid {
+            policy: plan.policy_name.clone(),
+            why,
+        });
     }
     tracing::warn!(
         reason = %why,
@@ -722,21 +773,20 @@ fn unique_uids(
 /// Step 4: jails reach their directory (and commands their cwd, `$HOME`, `$TMPDIR`) by path as
 /// the leased UID, so every ancestor of the work root must be searchable by others.
 fn check_searchable(work_root: &Path) -> Result<(), StartError> {
-    let abs = std::path::absolute(work_root).map_err(|e| stop(Step::WorkRoot, e.to_string()))?;
+    let abs = std::path::absolute(work_root)
+        .map_err(|source| StartError::WorkRootRead { path: None, source })?;
     for dir in abs.ancestors().skip(1) {
-        let md = std::fs::metadata(dir)
-            .map_err(|e| stop(Step::WorkRoot, format!("{}: {e}", dir.display())))?;
+        let md = std::fs::metadata(dir).map_err(|source| StartError::WorkRootRead {
+            path: Some(dir.to_owned()),
+            source,
+        })?;
         let mode = std::os::unix::fs::PermissionsExt::mode(&md.permissions());
         if mode & 0o001 == 0 {
-            return Err(stop(
-                Step::WorkRoot,
-                format!(
-                    "the work dir {} is not reachable by the sandbox UIDs: {} has mode {:o} (others need search permission, o+x); use a directory such as /tmp or an emptyDir",
-                    work_root.display(),
-                    dir.display(),
-                    mode & 0o7777
-                ),
-            ));
+            return Err(StartError::WorkRootUnreachable {
+                work_root: work_root.to_owned(),
+                dir: dir.to_owned(),
+                mode: mode & 0o7777,
+            });
         }
     }
     Ok(())
@@ -744,8 +794,7 @@ fn check_searchable(work_root: &Path) -> Result<(), StartError> {
 
 /// Step 5.
 fn uid_pool(plan: &Plan, owner: Owner, lease_dir: Option<PathBuf>) -> Result<UidPool, StartError> {
-    let mut pool = UidPool::from_image(plan.uid_range.0, plan.uid_range.1, Path::new("/"))
-        .map_err(|e| stop(Step::UidPool, e.to_string()))?;
+    let mut pool = UidPool::from_image(plan.uid_range.0, plan.uid_range.1, Path::new("/"))?;
     if let Some(dir) = lease_dir {
         if let Err(e) = pool.set_lock_dir(dir.clone()) {
             tracing::warn!(dir = %dir.display(), error = %e, "UID LEASES NOT COORDINATED: another instance using this UID range on this node could lease the same identities");
@@ -819,10 +868,10 @@ fn per_request_cgroups(
             tracing::info!(layout = %at, controllers = %ctls.join(","), "per-request cgroups enabled");
             Ok(Some((layout, ctls)))
         }
-        Err(e) if plan.requires(Protection::Cgroups) => Err(stop(
-            Step::Cgroups,
-            format!("policy {:?} requires cgroups: {e}", plan.policy_name),
-        )),
+        Err(source) if plan.requires(Protection::Cgroups) => Err(StartError::Cgroups {
+            policy: plan.policy_name.clone(),
+            source,
+        }),
         Err(e) => {
             tracing::warn!(error = %e, "CGROUPS UNAVAILABLE: memory, pids and CPU are bounded by rlimits only");
             unavailable.push((Protection::Cgroups, e.to_string()));
@@ -850,9 +899,7 @@ fn container_oom_counter() -> Option<cgroups::OomCounter> {
 /// Step 8: kill a previous run's processes in the UID range, remove its request directories
 /// and request cgroups.
 fn sweep(runner: &Confined, layout: Option<&Layout>) -> Result<(), StartError> {
-    let removed = runner
-        .sweep()
-        .map_err(|e| stop(Step::Sweep, format!("start-up sweep: {e}")))?;
+    let removed = runner.sweep().map_err(StartError::Sweep)?;
     if removed > 0 {
         tracing::info!(
             removed,
