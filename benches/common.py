@@ -17,6 +17,18 @@ def build(quick):
     return os.path.join(ROOT, "target", "release", "cmp-warden")
 
 
+def argo_build(quick, *extra):
+    """Argo CD v3 from scripts/argo-build: its directory and its version. A full run compares with
+    the release's own optimisation (--optimized); a smoke run takes the tests' build
+    (scripts/goflags.py)."""
+    args = ["v3", *extra] + ([] if quick else ["--optimized"])
+    out = subprocess.run([os.path.join(ROOT, "scripts/argo-build"), *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"scripts/argo-build {' '.join(args)}: {out.stderr[-2000:]}")
+    argo = out.stdout.strip().splitlines()[-1]
+    return argo, os.path.basename(argo).removesuffix("-optimized")
+
+
 def build_bench_layers():
     """The release build with the layer pass's switches (cargo feature `bench-layers`), copied
     aside as target/release/cmp-warden-bench-layers; then the shipped build is put back in

@@ -250,7 +250,7 @@ def check_switched_off(server, off):
 
 
 def run(binary, quick):
-    upstream = upstream_binary()
+    upstream = upstream_binary(quick)
     sizes = QUICK_SIZES if quick else FULL_SIZES
     concurrency = (2,) if quick else (1, 4)
     work = tempfile.mkdtemp(prefix="cmpw-cpu-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))

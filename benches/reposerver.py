@@ -14,7 +14,7 @@ caller sees it (the driver's time) and cmp-warden's ÷ upstream's. Everything on
 """
 import json, os, shutil, subprocess, sys, tempfile
 
-from common import ROOT, log, make_tree, median, pct
+from common import ROOT, argo_build, log, make_tree, median, pct
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "system"))
 import lib  # noqa: E402
@@ -26,12 +26,7 @@ PLUGIN = ("apiVersion: argoproj.io/v1alpha1\nkind: ConfigManagementPlugin\nmetad
 
 
 def run(binary, quick):
-    out = subprocess.run([os.path.join(ROOT, "scripts/argo-build"), "v3", "--driver"],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"scripts/argo-build: {out.stderr[-2000:]}")
-    argo = out.stdout.strip().splitlines()[-1]
-    version = os.path.basename(argo)
+    argo, version = argo_build(quick, "--driver")
     # On tmpfs for both (BENCH_WORKDIR, default /dev/shm, as the other parts): upstream's work
     # directory on a disk would measure the disk, not the server.
     work = tempfile.mkdtemp(prefix="cmpw-rs-bench-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))

@@ -7,7 +7,8 @@ archive/tar + gzip, streamed in 1 KiB chunks, the reply awaited), to:
   checks its SHA-256, then answers; it extracts nothing and runs nothing. The client's own
   packing and the gRPC transport are in the floor, so time over the floor is what a server adds;
 - upstream: Argo CD's own `argocd-cmp-server`, v3.5.7 built from its release module by
-  scripts/argo-build (BENCH_UPSTREAM=PATH another binary; BENCH_UPSTREAM=none skips it),
+  scripts/argo-build, optimised as the release is in a full run (BENCH_UPSTREAM=PATH another
+  binary; BENCH_UPSTREAM=none skips it),
   generate command `cat manifest.yaml`;
 - upstream+bwrap: the same server with the command wrapped in `bwrap --unshare-all` (what a
   security-minded user does today: no Landlock, seccomp, unique UID or cgroup);
@@ -25,7 +26,7 @@ Everything runs on tmpfs (BENCH_WORKDIR, default /dev/shm).
 """
 import json, os, shutil, subprocess, sys, tempfile
 
-from common import ROOT, cache_policy, log, make_tree, median, pct, vm_hwm_kib, wait_for_socket
+from common import ROOT, argo_build, cache_policy, log, make_tree, median, pct, vm_hwm_kib, wait_for_socket
 
 # files, calls per batch at concurrency 1, ABBA rounds (each server that many batches per cell,
 # in mirrored order). The small repository's cells decide the hardest target and are
@@ -139,25 +140,21 @@ def summarize(times, wall):
     return {"servers": by, "ratio_over_floor": ratios}
 
 
-def upstream_binary():
-    """Argo CD's argocd-cmp-server: BENCH_UPSTREAM, else v3 built by scripts/argo-build; None
-    with BENCH_UPSTREAM=none."""
+def upstream_binary(quick):
+    """Argo CD's argocd-cmp-server: BENCH_UPSTREAM, else v3 built by scripts/argo-build
+    (common.argo_build); None with BENCH_UPSTREAM=none."""
     upstream = os.environ.get("BENCH_UPSTREAM")
     if upstream == "none":
         return None
     if not upstream:
-        out = subprocess.run([os.path.join(ROOT, "scripts/argo-build"), "v3"], capture_output=True,
-                             text=True)
-        if out.returncode != 0:
-            sys.exit(f"scripts/argo-build: {out.stderr[-2000:]}")
-        upstream = os.path.join(out.stdout.strip().splitlines()[-1], "argocd-cmp-server")
+        upstream = os.path.join(argo_build(quick)[0], "argocd-cmp-server")
     if not os.access(upstream, os.X_OK):
         sys.exit(f"BENCH_UPSTREAM={upstream} is not an executable")
     return upstream
 
 
 def run(binary, quick):
-    upstream = upstream_binary()
+    upstream = upstream_binary(quick)
     sizes = QUICK_SIZES if quick else FULL_SIZES
     concurrency = (2,) if quick else (1, 4, 16)
     work = tempfile.mkdtemp(prefix="cmpw-vs-", dir=os.environ.get("BENCH_WORKDIR", "/dev/shm"))
