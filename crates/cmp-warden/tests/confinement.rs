@@ -1227,7 +1227,9 @@ fn a_work_dir_the_sandbox_uids_cannot_reach_is_refused_at_start_up() {
     assert_eq!(out.status.code(), Some(20));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("not reachable by the sandbox UIDs") && err.contains("mode 700"),
+        err.contains("not reachable by the sandbox UIDs")
+            && err.contains("mode 700")
+            && err.contains("set --work-dir (ARGOCD_CMP_WORKDIR"),
         "{err}"
     );
 }

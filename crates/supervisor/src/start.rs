@@ -150,8 +150,9 @@ pub enum StartError {
     /// 4. An ancestor of the work root is not searchable by others: the leased UIDs could not
     ///    reach their directories.
     #[error(
-        "the work dir {} is not reachable by the sandbox UIDs: {} has mode {mode:o} (others need search permission, o+x); use a directory such as /tmp or an emptyDir",
+        "the work dir {} is not reachable by the sandbox UIDs: {} has mode {mode:o} (others need search permission, o+x); set --work-dir (ARGOCD_CMP_WORKDIR, default $TMPDIR or /tmp) to a directory whose every ancestor others may search, such as an emptyDir, or give {} o+x",
         work_root.display(),
+        dir.display(),
         dir.display()
     )]
     WorkRootUnreachable {
