@@ -197,8 +197,10 @@ fn run<R: Read>(
     // must be the two-block end marker in total.
     let mut tar_stream = archive.into_inner();
     let consumed_at_stop = tar_stream.count();
-    let trailing = drain_zeros(&mut tar_stream, limits, wire)?;
-    let zeros_after_entries = consumed_at_stop - end_of_entries + trailing;
+    let zeros_at_stop = consumed_at_stop - end_of_entries;
+    let budget = (2 * BLOCK as u64 + limits.trailing_bytes).saturating_sub(zeros_at_stop);
+    let trailing = drain_zeros(&mut tar_stream, budget, limits, wire)?;
+    let zeros_after_entries = zeros_at_stop + trailing;
     if consumed_at_stop == end_of_entries || zeros_after_entries < 2 * BLOCK as u64 {
         return Err(ExtractError::new(Reason::MissingEndMarker));
     }
@@ -218,8 +220,14 @@ fn run<R: Read>(
 }
 
 /// Read the rest of the tar stream (which also verifies the gzip trailer and that nothing
-/// follows the member); every byte must be zero and there may be at most `trailing_bytes`.
-fn drain_zeros<R: Read>(r: &mut R, limits: &Limits, wire: &Shared) -> Result<u64, ExtractError> {
+/// follows the member); every byte must be zero and there may be at most `budget` of them: the
+/// end marker's blocks the parser has not read yet and `trailing_bytes` after it.
+fn drain_zeros<R: Read>(
+    r: &mut R,
+    budget: u64,
+    limits: &Limits,
+    wire: &Shared,
+) -> Result<u64, ExtractError> {
     // What follows the end-of-archive blocks is a record's padding (10 KiB for GNU tar).
     let mut buf = vec![0u8; 16 * 1024];
     let mut total = 0u64;
@@ -234,7 +242,7 @@ fn drain_zeros<R: Read>(r: &mut R, limits: &Limits, wire: &Shared) -> Result<u64
             return Err(ExtractError::new(Reason::DataAfterEnd));
         }
         total += n as u64;
-        if total > limits.trailing_bytes + 2 * BLOCK as u64 {
+        if total > budget {
             return Err(ExtractError::new(Reason::limit(
                 LimitKind::TrailingBytes,
                 limits.trailing_bytes,

@@ -42,13 +42,8 @@ pub fn parse(block: &[u8; BLOCK]) -> Result<Header, Reason> {
     let format = match &block[257..265] {
         b"ustar\x0000" => Format::Ustar,
         b"ustar  \x00" => Format::Gnu,
-        m if m.iter().all(|&b| b == 0) => {
-            // A v7 header has nothing past the link name; anything there is an ambiguous layout.
-            if block[257..].iter().any(|&b| b != 0) {
-                return Err(Reason::BadMagic);
-            }
-            Format::V7
-        }
+        // A v7 header has nothing past the link name; anything there is an ambiguous layout.
+        _ if block[257..].iter().all(|&b| b == 0) => Format::V7,
         _ => return Err(Reason::BadMagic),
     };
     let mode = number(&block[100..108], "mode")?;
@@ -116,7 +111,6 @@ pub fn number(field: &[u8], what: &'static str) -> Result<u64, Reason> {
         i += 1;
     }
     let mut value: u64 = 0;
-    let start = i;
     while i < field.len() && (b'0'..=b'7').contains(&field[i]) {
         value = value
             .checked_mul(8)
@@ -125,9 +119,6 @@ pub fn number(field: &[u8], what: &'static str) -> Result<u64, Reason> {
         i += 1;
     }
     // Only NUL/space may follow the digits (a full-width field has no terminator, as Go allows).
-    if i == start && i < field.len() && field[i..].iter().any(|&b| b != 0 && b != b' ') {
-        return Err(Reason::BadNumber(what));
-    }
     if field[i..].iter().any(|&b| b != 0 && b != b' ') {
         return Err(Reason::BadNumber(what));
     }

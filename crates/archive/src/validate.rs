@@ -87,11 +87,6 @@ impl State {
         }
     }
 
-    /// The limits in force.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
     /// Called at end of archive: a PAX header must not dangle.
     pub fn finish(&self) -> Result<(), Reason> {
         if self.pending.is_some() {
