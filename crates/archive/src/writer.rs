@@ -278,6 +278,19 @@ pub fn regain_dir(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `name` in `dir` is a directory (not a link to one): from readdir's type, or from an
+/// lstat where the filesystem reports none.
+fn is_dir(dir: BorrowedFd<'_>, name: &[u8], ftype: rfs::FileType) -> io::Result<bool> {
+    Ok(match ftype {
+        rfs::FileType::Directory => true,
+        rfs::FileType::Unknown => {
+            let st = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory
+        }
+        _ => false,
+    })
+}
+
 /// Deepest directory nesting `remove_contents` descends (one fd is held per level).
 const MAX_REMOVE_DEPTH: usize = 512;
 
@@ -301,13 +314,7 @@ fn remove_level(dir: BorrowedFd<'_>, depth: usize) -> io::Result<()> {
         }
     }
     for (name, ftype) in names {
-        let is_dir = match ftype {
-            rfs::FileType::Directory => true,
-            rfs::FileType::Unknown => rfs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
-                .map(|st| rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory)?,
-            _ => false,
-        };
-        if is_dir {
+        if is_dir(dir, &name, ftype)? {
             let sub = match rfs::openat(dir, name.as_slice(), DIR_FLAGS, Mode::empty()) {
                 Err(Errno::ACCESS) => {
                     regain_dir(dir, name.as_slice())?;
@@ -327,4 +334,27 @@ fn remove_level(dir: BorrowedFd<'_>, depth: usize) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A filesystem without types in its directory entries (`DT_UNKNOWN`, as XFS without
+    /// `ftype` and some FUSE ones): each name is told apart by an lstat, and a link to a
+    /// directory is not one.
+    #[test]
+    fn an_entry_of_unknown_type_is_a_directory_only_if_lstat_says_so() {
+        let scratch = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(scratch.path().join("d")).expect("mkdir");
+        std::fs::write(scratch.path().join("f"), b"").expect("write");
+        std::os::unix::fs::symlink("d", scratch.path().join("l")).expect("symlink");
+        let fd = DirWriter::open_root(scratch.path()).expect("open");
+        for (name, want) in [(&b"d"[..], true), (b"f", false), (b"l", false)] {
+            let got = is_dir(fd.as_fd(), name, rfs::FileType::Unknown).expect("lstat");
+            assert_eq!(got, want, "{}", String::from_utf8_lossy(name));
+        }
+        assert!(is_dir(fd.as_fd(), b"gone", rfs::FileType::Unknown).is_err());
+        assert!(is_dir(fd.as_fd(), b"f", rfs::FileType::Directory).expect("typed"));
+    }
 }
