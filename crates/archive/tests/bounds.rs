@@ -30,12 +30,18 @@ fn check(tgz: &[u8], opts: &Options) -> Result<Summary, ExtractError> {
 #[track_caller]
 fn over(tgz: &[u8], opts: &Options, kind: LimitKind) -> ExtractError {
     let err = check(tgz, opts).expect_err("one past the limit must be refused");
+    assert_limit(&err, kind);
+    err
+}
+
+/// Refused because of `kind`, in its class.
+#[track_caller]
+fn assert_limit(err: &ExtractError, kind: LimitKind) {
     assert!(
         matches!(err.reason(), Reason::Limit { kind: k, .. } if *k == kind),
         "{kind:?}: {err}"
     );
     assert_eq!(err.class(), ErrorClass::LimitExceeded, "{err}");
-    err
 }
 
 #[track_caller]
@@ -435,16 +441,7 @@ fn the_wall_clock_stops_a_header_that_trickles() {
         l.gzip_header_field_bytes = usize::MAX;
     });
     let err = archive::extract(&mut input, &mut NullSink, &opts).expect_err("too slow");
-    assert!(
-        matches!(
-            err.reason(),
-            Reason::Limit {
-                kind: LimitKind::WallClock,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_limit(&err, LimitKind::WallClock);
     assert!(input.served < g.len(), "the header was read to its end");
 }
 
@@ -480,28 +477,10 @@ fn the_wall_clock_is_checked_on_the_tar_side_too() {
     let opts = with(|l| l.wall_clock = Duration::from_millis(20));
     let err = archive::extract(&tgz[..], &mut Dawdling(Duration::from_millis(200)), &opts)
         .expect_err("too slow");
-    assert!(
-        matches!(
-            err.reason(),
-            Reason::Limit {
-                kind: LimitKind::WallClock,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_limit(&err, LimitKind::WallClock);
     assert_eq!(err.entry_index(), Some(0), "{err}");
     let err = check(&tgz, &with(|l| l.wall_clock = Duration::ZERO)).expect_err("no time");
-    assert!(
-        matches!(
-            err.reason(),
-            Reason::Limit {
-                kind: LimitKind::WallClock,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_limit(&err, LimitKind::WallClock);
 }
 
 // ---------------------------------------------------------------------------- tar layouts
